@@ -1,0 +1,83 @@
+"""One exception root for the whole system.
+
+Every error carries the HTTP status it maps to, a machine-readable code and, where a request
+field is at fault, that field's name. The gateway has a single handler that turns any
+`MqgateError` into the JSON envelope; backends translate their own exceptions into these.
+"""
+
+from __future__ import annotations
+
+
+class MqgateError(Exception):
+    http_status: int = 500
+    code: str = "internal"
+
+    def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        if code is not None:
+            self.code = code
+
+
+class BadRequest(MqgateError):
+    http_status = 400
+    code = "bad_request"
+
+
+class Unauthorized(MqgateError):
+    http_status = 401
+    code = "unauthorized"
+
+
+class Forbidden(MqgateError):
+    http_status = 403
+    code = "forbidden"
+
+
+class NotFound(MqgateError):
+    http_status = 404
+    code = "not_found"
+
+
+class MethodNotAllowed(MqgateError):
+    http_status = 405
+    code = "method_not_allowed"
+
+
+class Conflict(MqgateError):
+    """An ack, release or extend that no longer matches the lock (reason in `code`)."""
+
+    http_status = 409
+    code = "conflict"
+
+
+class AlreadyExists(MqgateError):
+    http_status = 409
+    code = "already_exists"
+
+
+class PayloadTooLarge(MqgateError):
+    http_status = 413
+    code = "too_large"
+
+
+class UnsupportedMediaType(MqgateError):
+    http_status = 415
+    code = "unsupported_media_type"
+
+
+class Unavailable(MqgateError):
+    http_status = 503
+    code = "unavailable"
+
+
+class StorageError(MqgateError):
+    """The durable store failed (disk full, I/O error); the request was not accepted."""
+
+    http_status = 503
+    code = "storage"
+
+
+class CorruptRecord(MqgateError):
+    code = "corrupt_record"

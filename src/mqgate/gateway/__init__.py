@@ -1,0 +1,1 @@
+"""The HTTP gateway: the service logic and its ASGI edge."""

@@ -1,0 +1,159 @@
+"""Turning request fields into validated values; every refusal names its field."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import msgspec
+
+from mqgate.errors import BadRequest, PayloadTooLarge
+from mqgate.model import NewMessage
+from mqgate.settings import Settings
+
+MAX_LIST_ITEMS: Final = 32
+MAX_ITEM_CHARS: Final = 256
+MAX_PROPERTIES: Final = 64
+MAX_PROPERTY_NAME_CHARS: Final = 256
+MAX_PROPERTY_VALUE_CHARS: Final = 4096
+
+
+def require_str(params: Mapping[str, Any], name: str) -> str:
+    value = params.get(name)
+    if value is None or value == "":
+        raise BadRequest(f"{name} is required", field=name)
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", field=name)
+    return value
+
+
+def require_present(params: Mapping[str, Any], name: str) -> None:
+    if params.get(name) in (None, ""):
+        raise BadRequest(f"{name} is required", field=name)
+
+
+def optional_str(params: Mapping[str, Any], name: str) -> str | None:
+    value = params.get(name)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string", field=name)
+    return value
+
+
+def int_param(params: Mapping[str, Any], name: str, default: int, low: int, high: int) -> int:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise BadRequest(f"{name} must be an integer", field=name)
+    try:
+        number = int(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{name} must be an integer", field=name) from exc
+    if not low <= number <= high:
+        raise BadRequest(f"{name} must be between {low} and {high}", field=name)
+    return number
+
+
+def float_param(params: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:
+    value = params.get(name)
+    if value is None or value == "":
+        return default
+    if isinstance(value, bool):
+        raise BadRequest(f"{name} must be a number", field=name)
+    try:
+        number = float(value)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"{name} must be a number", field=name) from exc
+    if not low <= number <= high:  # also refuses NaN
+        raise BadRequest(f"{name} must be between {low:g} and {high:g}", field=name)
+    return number
+
+
+def _string_list(value: Any, field: str) -> list[str]:
+    if value is None or value == "":
+        return []
+    if isinstance(value, str):
+        items = [v.strip() for v in value.split(",") if v.strip()]
+    elif isinstance(value, list) and all(isinstance(v, str) for v in value):
+        items = value
+    else:
+        raise BadRequest(f"{field} must be a list of strings", field=field)
+    if len(items) > MAX_LIST_ITEMS:
+        raise BadRequest(f"{field} has more than {MAX_LIST_ITEMS} items", field=field)
+    if any(len(v) > MAX_ITEM_CHARS for v in items):
+        raise BadRequest(f"{field} items are limited to {MAX_ITEM_CHARS} characters", field=field)
+    return items
+
+
+def _properties(value: Any, field: str) -> dict[str, str]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = msgspec.json.decode(value)
+        except msgspec.DecodeError as exc:
+            raise BadRequest(f"{field} must be a JSON object", field=field) from exc
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise BadRequest(f"{field} must be an object of string values", field=field)
+    if len(value) > MAX_PROPERTIES:
+        raise BadRequest(f"{field} has more than {MAX_PROPERTIES} entries", field=field)
+    for k, v in value.items():
+        if not k or len(k) > MAX_PROPERTY_NAME_CHARS or len(v) > MAX_PROPERTY_VALUE_CHARS:
+            raise BadRequest(
+                f"{field} names are 1–{MAX_PROPERTY_NAME_CHARS} characters and values up to "
+                f"{MAX_PROPERTY_VALUE_CHARS}",
+                field=field,
+            )
+    return value
+
+
+def new_message(params: Mapping[str, Any], settings: Settings, prefix: str = "") -> NewMessage:
+    """Validate one message; `prefix` locates it inside a batch (e.g. `messages[3].`)."""
+    text = params.get("message")
+    if not isinstance(text, str):
+        raise BadRequest(f"{prefix}message is required and must be a string", field=f"{prefix}message")
+    body = text.encode()
+    if len(body) > settings.max_message_bytes:
+        raise PayloadTooLarge(
+            f"{prefix}message is {len(body)} bytes, over the {settings.max_message_bytes}-byte limit",
+            field=f"{prefix}message",
+        )
+    order_key = params.get("orderKey")
+    if order_key is not None and not isinstance(order_key, str):
+        raise BadRequest(f"{prefix}orderKey must be a string", field=f"{prefix}orderKey")
+    return NewMessage(
+        body=body,
+        keys=_string_list(params.get("keys"), f"{prefix}keys"),
+        tags=_string_list(params.get("tags"), f"{prefix}tags"),
+        properties=_properties(params.get("properties"), f"{prefix}properties"),
+        order_key=order_key or None,
+    )
+
+
+def new_messages(params: Mapping[str, Any], settings: Settings) -> list[NewMessage]:
+    items = params.get("messages")
+    if not isinstance(items, list) or not items:
+        raise BadRequest("messages must be a non-empty list", field="messages")
+    if len(items) > settings.max_batch_messages:
+        raise BadRequest(
+            f"messages has {len(items)} items, over the limit of {settings.max_batch_messages}",
+            field="messages",
+        )
+    out = []
+    total = 0
+    for i, item in enumerate(items):
+        if not isinstance(item, dict):
+            raise BadRequest(f"messages[{i}] must be an object", field=f"messages[{i}]")
+        msg = new_message(item, settings, prefix=f"messages[{i}].")
+        total += len(msg.body)
+        if total > settings.max_batch_bytes:
+            raise PayloadTooLarge(
+                f"messages total over the {settings.max_batch_bytes}-byte batch limit",
+                field="messages",
+            )
+        out.append(msg)
+    return out

@@ -1,0 +1,31 @@
+"""Prometheus metrics of one gateway process."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.produced = Counter("mqgate_produced_messages", "Messages accepted", ["topic"], registry=r)
+        self.consumed = Counter("mqgate_consumed_messages", "Messages delivered", ["consumer"], registry=r)
+        self.acks = Counter("mqgate_acks", "Acks by outcome", ["consumer", "result"], registry=r)
+        self.dead_lettered = Counter(
+            "mqgate_dead_lettered_messages", "Messages moved to a DLQ", ["consumer"], registry=r
+        )
+        self.lag = Gauge("mqgate_consumer_lag", "Unconsumed messages", ["consumer"], registry=r)
+        self.latency = Histogram(
+            "mqgate_request_seconds",
+            "Request latency",
+            ["route"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.errors = Counter("mqgate_errors", "Error answers", ["route", "status"], registry=r)
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))

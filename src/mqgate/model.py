@@ -1,0 +1,50 @@
+"""Values that travel between the gateway, the stores and the wire."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+MODE_CLUSTER: Final = "cluster"
+MODE_BROADCAST: Final = "broadcast"
+
+
+class NewMessage(msgspec.Struct, frozen=True):
+    """What a producer hands in, validated."""
+
+    body: bytes
+    keys: list[str] = []
+    tags: list[str] = []
+    properties: dict[str, str] = {}
+    order_key: str | None = None
+
+
+class StoredMessage(msgspec.Struct, array_like=True, frozen=True):
+    """One record of a queue log. The QoS fields are reserved for scheduling (SPEC S1)."""
+
+    msg_id: str
+    timestamp_ms: int
+    producer: str
+    body: bytes
+    keys: list[str] = []
+    tags: list[str] = []
+    properties: dict[str, str] = {}
+    priority: int | None = None
+    deliver_at_ms: int | None = None
+    deadline_ms: int | None = None
+
+
+class Receipt(msgspec.Struct, frozen=True):
+    msgId: str
+    broker: str
+    queue: int
+    offset: int
+
+
+class QueueBounds(msgspec.Struct, frozen=True):
+    """min: the oldest offset still stored; max: the next offset to be written."""
+
+    queue: int
+    min: int
+    max: int

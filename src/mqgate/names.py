@@ -1,0 +1,39 @@
+"""Validation of every name that reaches the data directory or the registry."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+from mqgate.errors import BadRequest
+
+NAME_MAX_CHARS: Final = 128
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
+DLQ_PREFIX: Final = "%DLQ%"
+
+
+def validate_name(value: object, field: str) -> str:
+    """Return `value` if it is a legal name, else raise a 400 naming `field`.
+
+    Only `[A-Za-z0-9._-]` is allowed and `.`/`..` are refused, so no name can form a path
+    outside the data directory.
+    """
+    if not isinstance(value, str) or not value:
+        raise BadRequest(f"{field} is required", field=field)
+    if len(value) > NAME_MAX_CHARS:
+        raise BadRequest(f"{field} is longer than {NAME_MAX_CHARS} characters", field=field)
+    if _NAME_RE.fullmatch(value) is None or value in (".", ".."):
+        raise BadRequest(f"{field} {value!r} may only contain letters, digits, '.', '_' and '-'", field=field)
+    return value
+
+
+def dlq_topic(consumer: str) -> str:
+    return f"{DLQ_PREFIX}{consumer}"
+
+
+def validate_topic_name(value: object, field: str = "topic") -> str:
+    """Topics may also be a consumer's dead-letter topic, `%DLQ%<consumer>`."""
+    if isinstance(value, str) and value.startswith(DLQ_PREFIX):
+        validate_name(value[len(DLQ_PREFIX) :], field)
+        return value
+    return validate_name(value, field)

@@ -1,0 +1,3 @@
+from mqgate.offsets.backends.embedded.store import EmbeddedOffsetStore
+
+__all__ = ["EmbeddedOffsetStore"]

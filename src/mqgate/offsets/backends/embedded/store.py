@@ -1,0 +1,283 @@
+"""The consumer-group table in the gateway's memory, made durable by a journal.
+
+Single process, single event loop: each method runs without awaiting between its read and
+its write, so each is atomic. What must survive a restart (committed offsets, dead-letter
+counts, broadcast clientIds and when they were last seen) is appended to
+`<data_dir>/offsets/journal.log` (same framing as the message logs) and fsynced through the
+shared group commit before the call returns. Locks and attempt counts live in memory only:
+after a restart every batch in flight is simply delivered again.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+
+from mqgate.core.acks import AckRefusal, ack_refusal
+from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
+from mqgate.core.tokens import AckToken
+from mqgate.errors import NotFound
+from mqgate.fsync import GroupCommitter
+from mqgate.model import QueueBounds
+from mqgate.offsets.interface import Lease, OffsetEntry
+from mqgate.store.backends.embedded.records import frame, iter_payloads
+
+JOURNAL_FILE: Final = "journal.log"
+COMPACT_MIN_RECORDS: Final = 10_000
+
+TableKey = tuple[str, str]
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode = msgspec.msgpack.Decoder().decode
+
+
+class EmbeddedOffsetStore:
+    def __init__(self, data_dir: Path, committer: GroupCommitter) -> None:
+        self.directory = Path(data_dir) / "offsets"
+        self.committer = committer
+        self._tables: dict[TableKey, list[OffsetEntry]] = {}
+        self._seen_ms: dict[TableKey, int] = {}
+        self._fd = -1
+        self._records = 0
+
+    # --- journal ------------------------------------------------------------------------
+
+    @property
+    def _path(self) -> Path:
+        return self.directory / JOURNAL_FILE
+
+    async def open(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            data = self._path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        for _, payload in iter_payloads(data):
+            self._replay(_decode(payload))
+        self._compact()
+
+    async def close(self) -> None:
+        await self.committer.flush()
+        if self._fd >= 0:
+            self._compact()
+            os.close(self._fd)
+            self._fd = -1
+
+    def _replay(self, rec: list[Any]) -> None:
+        kind = rec[0]
+        if kind == "t":
+            _, group, client, committed, dead, seen = rec
+            self._tables[(group, client)] = [
+                OffsetEntry(committed=c, dead_lettered=d) for c, d in zip(committed, dead, strict=True)
+            ]
+            self._seen_ms[(group, client)] = seen
+        elif kind == "c":
+            _, group, client, queue, committed, dead, seen = rec
+            table = self._tables.get((group, client))
+            if table is not None and queue < len(table):
+                table[queue].committed = committed
+                table[queue].dead_lettered = dead
+                self._seen_ms[(group, client)] = seen
+        elif kind == "x":
+            self._tables.pop((rec[1], rec[2]), None)
+            self._seen_ms.pop((rec[1], rec[2]), None)
+
+    def _table_record(self, key: TableKey) -> list[Any]:
+        table = self._tables[key]
+        return [
+            "t",
+            key[0],
+            key[1],
+            [e.committed for e in table],
+            [e.dead_lettered for e in table],
+            self._seen_ms.get(key, 0),
+        ]
+
+    def _compact(self) -> None:
+        """Rewrite the journal as one record per table: temp file, fsync, atomic rename."""
+        tmp = self._path.with_suffix(".tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(b"".join(frame(_encode(self._table_record(k))) for k in self._tables))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self._path)
+        dir_fd = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+        if self._fd >= 0:
+            old_fd = self._fd
+            self.committer.close_after_next_sync(lambda: os.close(old_fd))
+        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+        self._records = len(self._tables)
+
+    def _log(self, rec: list[Any]) -> None:
+        os.write(self._fd, frame(_encode(rec)))
+        self._records += 1
+        self.committer.mark_dirty(self)
+        if self._records > max(COMPACT_MIN_RECORDS, 4 * len(self._tables)):
+            self._compact()
+
+    def sync_fds(self) -> list[int]:
+        return [self._fd]
+
+    def after_sync(self) -> None:
+        return None
+
+    def _log_commit(self, key: TableKey, queue: int, now_ms: int) -> None:
+        e = self._tables[key][queue]
+        self._seen_ms[key] = now_ms
+        self._log(["c", key[0], key[1], queue, e.committed, e.dead_lettered, now_ms])
+
+    # --- tables -------------------------------------------------------------------------
+
+    async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
+        key = (group, client_id)
+        if key in self._tables:
+            return False
+        self._tables[key] = [OffsetEntry(committed=s) for s in starts]
+        self._seen_ms[key] = now_ms
+        self._log(self._table_record(key))
+        await self.committer.durable()
+        return True
+
+    async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None:
+        table = self._tables.get((group, client_id))
+        return None if table is None else [OffsetEntry(**_fields(e)) for e in table]
+
+    async def clients(self, group: str) -> list[str]:
+        return sorted(c for g, c in self._tables if g == group)
+
+    def _entries(self, group: str, client_id: str) -> list[OffsetEntry]:
+        table = self._tables.get((group, client_id))
+        if table is None:
+            raise NotFound(f"no offsets for consumer {group} client {client_id!r}", field="consumer")
+        return table
+
+    # --- leasing ------------------------------------------------------------------------
+
+    async def lease(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+    ) -> Lease | None:
+        table = self._entries(group, client_id)
+        self._seen_ms[(group, client_id)] = now_ms
+        views = [
+            QueueView(b.queue, b.min, b.max, e.committed, e.lock_ts, e.lock_deadline_ms, e.last_access_ms)
+            for b, e in zip(bounds, table, strict=True)
+        ]
+        chosen = choose_queue(views, now_ms)
+        if chosen is None:
+            return None
+        e = table[chosen.queue]
+        if e.committed < chosen.min_offset:  # retention dropped what was never consumed
+            e.committed, e.attempts = chosen.min_offset, 0
+        start = e.committed
+        dead = e.attempts >= max_attempts
+        if dead:
+            end = e.delivered_end if e.delivered_end > start else min(start + max_count, chosen.max_offset)
+        else:
+            end = min(start + max_count, chosen.max_offset)
+            e.attempts += 1
+            e.delivered_end = end
+        e.lock_ts = next_lock_ts(e.lock_ts, now_ms)
+        e.lock_deadline_ms = now_ms + lock_timeout_ms
+        e.lock_owner = owner
+        e.last_access_ms = now_ms
+        return Lease(chosen.queue, start, end, e.lock_ts, e.attempts, dead)
+
+    def _check(self, token: AckToken, now_ms: int) -> tuple[OffsetEntry | None, AckRefusal | None]:
+        table = self._entries(token.consumer, token.client_id)
+        if not 0 <= token.queue < len(table):
+            return None, "offset_moved"
+        e = table[token.queue]
+        refusal = ack_refusal(
+            stored_committed=e.committed,
+            stored_lock_ts=e.lock_ts,
+            stored_lock_deadline_ms=e.lock_deadline_ms,
+            token_offset=token.offset,
+            token_lock_ts=token.lock_ts,
+            now_ms=now_ms,
+        )
+        return e, refusal
+
+    async def _commit(self, token: AckToken, now_ms: int, dead: int) -> AckRefusal | None:
+        e, refusal = self._check(token, now_ms)
+        if refusal is not None or e is None:
+            return refusal
+        e.committed = token.next_offset
+        e.dead_lettered += dead
+        _unlock(e)
+        e.attempts = 0
+        e.delivered_end = 0
+        e.last_access_ms = now_ms
+        self._log_commit((token.consumer, token.client_id), token.queue, now_ms)
+        await self.committer.durable()
+        return None
+
+    async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        return await self._commit(token, now_ms, 0)
+
+    async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._commit(token, now_ms, count)
+
+    async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        e, refusal = self._check(token, now_ms)
+        if refusal is None and e is not None:
+            _unlock(e)
+        return refusal
+
+    async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
+        e, refusal = self._check(token, now_ms)
+        if refusal is None and e is not None:
+            e.lock_deadline_ms = now_ms + int(seconds * 1000)
+        return refusal
+
+    async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
+        table = self._entries(group, client_id)
+        e = table[queue]
+        e.committed = offset
+        _unlock(e)
+        e.attempts = 0
+        e.delivered_end = 0
+        self._log_commit((group, client_id), queue, self._seen_ms.get((group, client_id), 0))
+        await self.committer.durable()
+
+    async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
+        gone = [c for (g, c), seen in self._seen_ms.items() if g == group and c and seen < idle_before_ms]
+        for c in gone:
+            self._tables.pop((group, c), None)
+            self._seen_ms.pop((group, c), None)
+            self._log(["x", group, c])
+        if gone:
+            await self.committer.durable()
+        return gone
+
+    async def drop_group(self, group: str) -> None:
+        for key in [k for k in self._tables if k[0] == group]:
+            del self._tables[key]
+            self._seen_ms.pop(key, None)
+            self._log(["x", key[0], key[1]])
+        await self.committer.durable()
+
+
+def _unlock(e: OffsetEntry) -> None:
+    # lock_ts stays: the next lock must get a larger one, so an old token never matches it.
+    e.lock_deadline_ms = 0
+    e.lock_owner = ""
+
+
+def _fields(e: OffsetEntry) -> dict[str, Any]:
+    return {name: getattr(e, name) for name in OffsetEntry.__slots__}

@@ -1,0 +1,90 @@
+"""The consumer-group table (SPEC G7) and its contract.
+
+One table per consumer group in cluster mode, and per group + clientId in broadcast mode
+(`client_id` is "" in cluster mode). It holds one entry per queue of the group's topic; the
+queue's min and max come from the message store and are passed in where needed.
+Every method is atomic with respect to every other caller, in any number of gateways.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from mqgate.core.acks import AckRefusal
+from mqgate.core.tokens import AckToken
+from mqgate.model import QueueBounds
+
+
+@dataclass(slots=True)
+class OffsetEntry:
+    committed: int
+    lock_ts: int = 0
+    lock_deadline_ms: int = 0
+    lock_owner: str = ""
+    last_access_ms: int = 0
+    attempts: int = 0  # deliveries of the batch that starts at `committed`
+    delivered_end: int = 0  # next offset of the last delivery from `committed`
+    dead_lettered: int = 0  # messages moved to the dead-letter topic, in total
+
+
+@dataclass(slots=True, frozen=True)
+class Lease:
+    """A queue locked for one pull: deliver `[offset, next_offset)`."""
+
+    queue: int
+    offset: int
+    next_offset: int
+    lock_ts: int
+    attempts: int
+    # True when the batch at `offset` has used up its attempts: the caller moves
+    # `[offset, next_offset)` to the dead-letter topic and then commits with `ack`.
+    dead_letter: bool = False
+
+
+class OffsetStore(Protocol):
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
+        """Create the table with these committed offsets if absent; True if it was created."""
+
+    async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None: ...
+
+    async def clients(self, group: str) -> list[str]:
+        """The clientIds with a table in this group ("" for the cluster table)."""
+
+    async def lease(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+    ) -> Lease | None:
+        """Choose a queue (SPEC G4), lock it and record the delivery; None if none is free."""
+
+    async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        """Commit `token.next_offset` and unlock, if the token still holds the lock."""
+
+    async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        """Unlock without commit, so the batch is delivered again at once."""
+
+    async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
+        """Move the lock's deadline to now + seconds."""
+
+    async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        """Like `ack`, and count `count` messages as dead-lettered."""
+
+    async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
+        """Set the committed offset, drop any lock and the attempt count."""
+
+    async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
+        """Remove broadcast clientIds not seen since `idle_before_ms`; return them."""
+
+    async def drop_group(self, group: str) -> None: ...

@@ -1,0 +1,67 @@
+"""Each gateway's copy of the registry, refreshed periodically and at once after its own changes."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from typing import Any
+
+from mqgate.errors import MqgateError
+from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+from mqgate.registry.sql import SqlRegistry
+
+log = logging.getLogger(__name__)
+
+
+class RegistryCache:
+    def __init__(self, registry: SqlRegistry, refresh_s: float) -> None:
+        self.registry = registry
+        self.refresh_s = refresh_s
+        self.snapshot = Snapshot(0, {}, {}, {})
+        self._task: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.registry.create_schema)
+        await self.refresh(force=True)
+        self._task = asyncio.get_running_loop().create_task(self._loop(), name="registry-refresh")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        await asyncio.to_thread(self.registry.dispose)
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.refresh()
+            except MqgateError as exc:
+                log.warning("registry refresh failed, keeping the cached copy: %s", exc.message)
+
+    async def refresh(self, force: bool = False) -> bool:
+        """Reload if the registry's version moved; True if it did."""
+        async with self._lock:
+            if not force:
+                ver = await asyncio.to_thread(self.registry.version)
+                if ver == self.snapshot.version:
+                    return False
+            self.snapshot = await asyncio.to_thread(self.registry.snapshot)
+            return True
+
+    async def change(self, method: str, *args: Any, **kwargs: Any) -> None:
+        """Apply a change through the registry and refresh this gateway's copy at once."""
+        await asyncio.to_thread(getattr(self.registry, method), *args, **kwargs)
+        await self.refresh(force=True)
+
+    def topic(self, name: str) -> TopicRecord | None:
+        return self.snapshot.topics.get(name)
+
+    def producer(self, name: str) -> ProducerRecord | None:
+        return self.snapshot.producers.get(name)
+
+    def consumer(self, name: str) -> ConsumerRecord | None:
+        return self.snapshot.consumers.get(name)

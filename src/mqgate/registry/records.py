@@ -1,0 +1,64 @@
+"""What the registry holds, as plain values."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Final
+
+TOKEN_BYTES: Final = 32
+
+
+def new_token(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_urlsafe(TOKEN_BYTES)}"
+
+
+def hash_token(token: str) -> str:
+    """Tokens are 256 random bits, so one SHA-256 is enough to store them safely."""
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(token: str, token_hash: str) -> bool:
+    return hmac.compare_digest(hash_token(token), token_hash)
+
+
+@dataclass(slots=True, frozen=True)
+class TopicRecord:
+    name: str
+    queues: int
+    retention_ms: int
+    retention_bytes: int | None
+    created_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class ProducerRecord:
+    name: str
+    topic: str
+    token_hash: str
+    created_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class ConsumerRecord:
+    name: str
+    topic: str
+    mode: str  # "cluster" | "broadcast"
+    start: str  # "earliest" | "latest" | epoch ms as text
+    lock_timeout_s: float
+    max_attempts: int
+    paused: bool
+    rate_limit_per_s: float  # 0 = unlimited
+    alert_backlog: int  # 0 = no alert
+    token_hash: str
+    created_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class Snapshot:
+    version: int
+    topics: dict[str, TopicRecord]
+    producers: dict[str, ProducerRecord]
+    consumers: dict[str, ConsumerRecord]

@@ -1,0 +1,147 @@
+"""The registry behind SQLAlchemy: an SQLite file by default, PostgreSQL by URL.
+
+Calls are synchronous and short; the gateway runs them in a worker thread. Every change
+bumps one version row, so a gateway notices any change with a single cheap query.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import fields, replace
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
+
+from mqgate.errors import AlreadyExists, NotFound, Unavailable
+from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+
+_meta: Final = sa.MetaData()
+
+topics = sa.Table(
+    "mqgate_topics",
+    _meta,
+    sa.Column("name", sa.String(160), primary_key=True),
+    sa.Column("queues", sa.Integer, nullable=False),
+    sa.Column("retention_ms", sa.BigInteger, nullable=False),
+    sa.Column("retention_bytes", sa.BigInteger, nullable=True),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+producers = sa.Table(
+    "mqgate_producers",
+    _meta,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("topic", sa.String(160), nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+consumers = sa.Table(
+    "mqgate_consumers",
+    _meta,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("topic", sa.String(160), nullable=False),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("start", sa.String(32), nullable=False),
+    sa.Column("lock_timeout_s", sa.Float, nullable=False),
+    sa.Column("max_attempts", sa.Integer, nullable=False),
+    sa.Column("paused", sa.Boolean, nullable=False),
+    sa.Column("rate_limit_per_s", sa.Float, nullable=False),
+    sa.Column("alert_backlog", sa.BigInteger, nullable=False),
+    sa.Column("token_hash", sa.String(64), nullable=False),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+version = sa.Table(
+    "mqgate_registry_version",
+    _meta,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("version", sa.BigInteger, nullable=False),
+)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class SqlRegistry:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        kwargs: dict[str, Any] = {"pool_pre_ping": True}
+        if url.startswith("sqlite"):
+            kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
+        self.engine = sa.create_engine(url, **kwargs)
+
+    def create_schema(self) -> None:
+        try:
+            _meta.create_all(self.engine)
+            with self.engine.begin() as conn:
+                if conn.execute(sa.select(version.c.version)).first() is None:
+                    conn.execute(sa.insert(version).values(id=1, version=1))
+        except IntegrityError:
+            pass  # another gateway created the version row at the same moment
+        except OperationalError as exc:
+            raise Unavailable(f"registry database unreachable: {exc.orig}") from exc
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    def _bump(self, conn: sa.Connection) -> None:
+        conn.execute(sa.update(version).values(version=version.c.version + 1))
+
+    def _write(self, stmt: Any, what: str) -> None:
+        try:
+            with self.engine.begin() as conn:
+                conn.execute(stmt)
+                self._bump(conn)
+        except IntegrityError as exc:
+            raise AlreadyExists(f"{what} already exists", field="name") from exc
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+    def version(self) -> int:
+        try:
+            with self.engine.connect() as conn:
+                return int(conn.execute(sa.select(version.c.version)).scalar_one())
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+    def add_topic(self, rec: TopicRecord) -> None:
+        self._write(sa.insert(topics).values(**_row(rec)), f"topic {rec.name}")
+
+    def add_producer(self, rec: ProducerRecord) -> None:
+        self._write(sa.insert(producers).values(**_row(rec)), f"producer {rec.name}")
+
+    def add_consumer(self, rec: ConsumerRecord) -> None:
+        self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}")
+
+    def update_consumer(self, name: str, **changes: Any) -> None:
+        stmt = sa.update(consumers).where(consumers.c.name == name).values(**changes)
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(stmt).rowcount == 0:
+                    raise NotFound(f"consumer {name} is not registered", field="consumer")
+                self._bump(conn)
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+    def snapshot(self) -> Snapshot:
+        try:
+            with self.engine.connect() as conn:
+                ver = int(conn.execute(sa.select(version.c.version)).scalar_one())
+                t = {r.name: TopicRecord(**r._asdict()) for r in conn.execute(sa.select(topics))}
+                p = {r.name: ProducerRecord(**r._asdict()) for r in conn.execute(sa.select(producers))}
+                c = {r.name: ConsumerRecord(**r._asdict()) for r in conn.execute(sa.select(consumers))}
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+        return Snapshot(ver, t, p, c)
+
+    def drop_all(self) -> None:
+        """For tests against a shared database."""
+        _meta.drop_all(self.engine)
+
+
+def _row(rec: Any) -> dict[str, Any]:
+    return {f.name: getattr(rec, f.name) for f in fields(rec)}
+
+
+def with_created(rec: Any) -> Any:
+    return replace(rec, created_ms=_now_ms())

@@ -1,0 +1,114 @@
+"""All configuration in one dataclass, loadable from a TOML file and `MQGATE_*` variables.
+
+Precedence: defaults < TOML file < environment < explicit overrides (CLI flags).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Final
+
+from mqgate.errors import BadRequest
+
+KIB: Final = 1024
+MIB: Final = 1024 * KIB
+ENV_PREFIX: Final = "MQGATE_"
+
+
+@dataclass(slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8080
+    data_dir: Path = field(default_factory=lambda: Path("data"))
+    # "always": a produce or ack is answered after fsync (group commit);
+    # "interval:<ms>": fsync at most every <ms>; a crash may lose that window.
+    fsync: str = "always"
+    # SQLAlchemy URL; empty means an SQLite file in the data directory.
+    registry_url: str = ""
+    # Empty means: generate one on first start and keep it in <data_dir>/admin.token.
+    admin_token: str = ""
+    # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
+    token_secret: str = ""
+    broker_name: str = "local"
+    segment_bytes: int = 64 * MIB
+    default_queues: int = 8
+    default_lock_timeout_s: float = 60.0
+    default_max_attempts: int = 16
+    default_retention_ms: int = 7 * 24 * 3600 * 1000
+    broadcast_client_ttl_s: float = 24 * 3600.0
+    registry_refresh_s: float = 5.0
+    retention_check_s: float = 30.0
+    checkpoint_interval_s: float = 5.0
+    max_message_bytes: int = 1 * MIB
+    max_request_bytes: int = 5 * MIB
+    max_batch_messages: int = 1000
+    max_batch_bytes: int = 4 * MIB
+    max_pull_messages: int = 1024
+    max_wait_s: float = 30.0
+    log_level: str = "info"
+
+    @property
+    def fsync_interval_ms(self) -> int | None:
+        """None for fsync=always, else the interval in ms."""
+        return parse_fsync(self.fsync)
+
+    def resolved_registry_url(self) -> str:
+        return self.registry_url or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
+
+
+def parse_fsync(value: str) -> int | None:
+    if value == "always":
+        return None
+    if value.startswith("interval:"):
+        try:
+            ms = int(value.split(":", 1)[1])
+        except ValueError:
+            ms = -1
+        if ms > 0:
+            return ms
+    raise BadRequest(f"fsync must be 'always' or 'interval:<ms>', not {value!r}", field="fsync")
+
+
+def _coerce(name: str, raw: Any, target: Any) -> Any:
+    kind = type(target)
+    if isinstance(target, Path):
+        return Path(raw)
+    if kind is bool:
+        return str(raw).lower() in ("1", "true", "yes", "on")
+    try:
+        return kind(raw)
+    except (TypeError, ValueError) as exc:
+        raise BadRequest(f"setting {name} must be a {kind.__name__}", field=name) from exc
+
+
+def load_settings(
+    config_file: Path | None = None,
+    env: dict[str, str] | None = None,
+    **overrides: Any,
+) -> Settings:
+    settings = Settings()
+    env = dict(os.environ) if env is None else env
+    values: dict[str, Any] = {}
+    if config_file is None and env.get(f"{ENV_PREFIX}CONFIG"):
+        config_file = Path(env[f"{ENV_PREFIX}CONFIG"])
+    if config_file is not None:
+        with open(config_file, "rb") as fh:
+            values.update(tomllib.load(fh))
+    for f in fields(Settings):
+        key = ENV_PREFIX + f.name.upper()
+        if key in env:
+            values[f.name] = env[key]
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    known = {f.name for f in fields(Settings)}
+    unknown = set(values) - known
+    if unknown:
+        raise BadRequest(f"unknown settings: {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
+    for name, raw in values.items():
+        values[name] = _coerce(name, raw, getattr(settings, name))
+    settings = dataclasses.replace(settings, **values)
+    parse_fsync(settings.fsync)
+    return settings

@@ -1,0 +1,3 @@
+from mqgate.store.backends.embedded.store import EmbeddedStore
+
+__all__ = ["EmbeddedStore"]

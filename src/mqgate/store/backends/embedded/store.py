@@ -1,0 +1,250 @@
+"""The embedded message store: topics as directories of queue logs on local disk.
+
+Layout: `<data_dir>/topics/<topic>/topic.json` and `<data_dir>/topics/<topic>/<queue>/`
+holding `<base offset>.log`, `<base offset>.idx` and `checkpoint.json`. One process owns a
+data directory at a time (an exclusive lock on `<data_dir>/.lock`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import json
+import os
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from mqgate.errors import BadRequest, NotFound, StorageError
+from mqgate.fsync import GroupCommitter
+from mqgate.model import QueueBounds, StoredMessage
+from mqgate.names import validate_topic_name
+from mqgate.store.backends.embedded.queue_log import QueueLog
+from mqgate.store.interface import TopicConfig
+
+TOPIC_FILE: Final = "topic.json"
+CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_message = msgspec.msgpack.Decoder(StoredMessage).decode
+
+
+def _timestamp_of(payload: bytes) -> int:
+    return _decode_message(payload).timestamp_ms
+
+
+class _Topic:
+    __slots__ = ("config", "queues", "waiter")
+
+    def __init__(self, config: TopicConfig) -> None:
+        self.config = config
+        self.queues: list[QueueLog] = []
+        self.waiter: asyncio.Future[None] | None = None
+
+    def notify(self) -> None:
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class EmbeddedStore:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        broker: str = "local",
+        segment_bytes: int = 64 * 1024 * 1024,
+        fsync_interval_ms: int | None = None,
+        committer: GroupCommitter | None = None,
+        checkpoint_interval_s: float = 5.0,
+    ) -> None:
+        self.broker = broker
+        self.root = Path(data_dir)
+        self.topics_dir = self.root / "topics"
+        self.segment_bytes = segment_bytes
+        self._own_committer = committer is None
+        self._committer_arg = committer
+        self._fsync_interval_ms = fsync_interval_ms
+        self.committer: GroupCommitter | None = committer
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self._topics: dict[str, _Topic] = {}
+        self._lock_fd = -1
+        self._checkpointer: asyncio.Task[None] | None = None
+        self.recovered_bytes_cut = 0
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self.topics_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            os.close(self._lock_fd)
+            raise StorageError(f"data directory {self.root} is in use by another process") from exc
+        if self.committer is None:
+            self.committer = GroupCommitter(self._fsync_interval_ms)
+            self.committer.start()
+        for topic_dir in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
+            try:
+                meta = json.loads((topic_dir / TOPIC_FILE).read_text())
+            except FileNotFoundError:
+                continue
+            self._load_topic(TopicConfig(**meta))
+        self._checkpointer = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+
+    async def close(self) -> None:
+        if self._checkpointer is not None:
+            self._checkpointer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checkpointer
+        if self.committer is not None:
+            if self._own_committer:
+                await self.committer.stop()
+            else:
+                await self.committer.flush()
+        for topic in self._topics.values():
+            for q in topic.queues:
+                q.close()
+        self._topics.clear()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _load_topic(self, config: TopicConfig) -> _Topic:
+        assert self.committer is not None
+        topic = _Topic(config)
+        base = self.topics_dir / config.name
+        for q in range(config.queues):
+            log = QueueLog(
+                base / str(q),
+                segment_bytes=self.segment_bytes,
+                committer=self.committer,
+                on_visible=topic.notify,
+                timestamp_of=_timestamp_of,
+            )
+            self.recovered_bytes_cut += log.recover()
+            topic.queues.append(log)
+        self._topics[config.name] = topic
+        return topic
+
+    async def _checkpoint_loop(self) -> None:
+        last_full = time.monotonic()
+        while True:
+            await asyncio.sleep(1.0)
+            full = time.monotonic() - last_full >= self.checkpoint_interval_s
+            for topic in list(self._topics.values()):
+                for q in topic.queues:
+                    if full or q.bytes_since_checkpoint >= CHECKPOINT_BYTES:
+                        q.checkpoint()
+            if full:
+                last_full = time.monotonic()
+
+    # --- topics -------------------------------------------------------------------------
+
+    async def create_topic(self, config: TopicConfig) -> None:
+        validate_topic_name(config.name)
+        existing = self._topics.get(config.name)
+        if existing is not None:
+            if existing.config.queues != config.queues:
+                raise BadRequest(
+                    f"topic {config.name} exists with {existing.config.queues} queues",
+                    field="queues",
+                )
+            if existing.config != config:
+                existing.config = config
+                self._write_meta(config)
+            return
+        self._write_meta(config)
+        self._load_topic(config)
+
+    def _write_meta(self, config: TopicConfig) -> None:
+        directory = self.topics_dir / config.name
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp = directory / (TOPIC_FILE + ".tmp")
+        tmp.write_text(json.dumps(asdict(config)))
+        os.replace(tmp, directory / TOPIC_FILE)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topics
+
+    def _topic(self, topic: str) -> _Topic:
+        t = self._topics.get(topic)
+        if t is None:
+            raise NotFound(f"topic {topic} does not exist", field="topic")
+        return t
+
+    def _queue(self, topic: str, queue: int) -> QueueLog:
+        queues = self._topic(topic).queues
+        if not 0 <= queue < len(queues):
+            raise BadRequest(f"queue {queue} does not exist in topic {topic}", field="queue")
+        return queues[queue]
+
+    # --- data ---------------------------------------------------------------------------
+
+    def _write(self, log: QueueLog, messages: list[StoredMessage]) -> int:
+        try:
+            return log.append([_encode(m) for m in messages], messages[-1].timestamp_ms)
+        except OSError as exc:
+            raise StorageError(f"write failed: {exc.strerror}") from exc
+
+    async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
+        first = self._write(self._queue(topic, queue), messages)
+        assert self.committer is not None
+        await self.committer.durable()
+        return first
+
+    async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        firsts = {q: self._write(self._queue(topic, q), msgs) for q, msgs in batches.items()}
+        assert self.committer is not None
+        await self.committer.durable()
+        return firsts
+
+    async def read(
+        self, topic: str, queue: int, offset: int, max_count: int
+    ) -> list[tuple[int, StoredMessage]]:
+        return [(o, _decode_message(p)) for o, p in self._queue(topic, queue).read(offset, max_count)]
+
+    async def bounds(self, topic: str) -> list[QueueBounds]:
+        return [
+            QueueBounds(queue=i, min=q.min_offset, max=q.visible_end)
+            for i, q in enumerate(self._topic(topic).queues)
+        ]
+
+    async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        log = self._queue(topic, queue)
+        lo, hi = log.min_offset, log.visible_end
+        while lo < hi:
+            mid = (lo + hi) // 2
+            ((_, payload),) = log.read(mid, 1)
+            if _timestamp_of(payload) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
+        t = self._topic(topic)
+        if t.waiter is None:
+            t.waiter = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(t.waiter), timeout_s)
+
+    def wake(self, topic: str) -> None:
+        t = self._topics.get(topic)
+        if t is not None:
+            t.notify()
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        dropped = 0
+        for topic in self._topics.values():
+            cfg = topic.config
+            for q in topic.queues:
+                dropped += q.drop_old_segments(now_ms, cfg.retention_ms, cfg.retention_bytes)
+        return dropped

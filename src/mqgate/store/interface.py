@@ -1,0 +1,60 @@
+"""The message-store contract every backend implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from mqgate.model import QueueBounds, StoredMessage
+
+
+@dataclass(slots=True, frozen=True)
+class TopicConfig:
+    name: str
+    queues: int
+    retention_ms: int
+    retention_bytes: int | None = None  # per queue; None = unlimited
+
+
+class MessageStore(Protocol):
+    """A set of topics, each with a fixed number of append-only queues.
+
+    Offsets are integers from 0 per queue. `max` is the next offset to be written and only
+    messages below it are visible; `min` is the oldest offset still retained.
+    """
+
+    broker: str
+
+    async def open(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+    async def create_topic(self, config: TopicConfig) -> None:
+        """Create the topic, or do nothing if it exists with the same queue count."""
+
+    def has_topic(self, topic: str) -> bool: ...
+
+    async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
+        """Append and return the first offset once the messages are durable per fsync mode."""
+
+    async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        """Append to several queues of one topic, sharing one durability wait."""
+
+    async def read(
+        self, topic: str, queue: int, offset: int, max_count: int
+    ) -> list[tuple[int, StoredMessage]]:
+        """Visible messages from `offset` (raised to `min` if below it), at most `max_count`."""
+
+    async def bounds(self, topic: str) -> list[QueueBounds]: ...
+
+    async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        """The first offset whose message is at or after `timestamp_ms` (or `max`)."""
+
+    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
+        """Return when a write to `topic` becomes visible, or after `timeout_s`."""
+
+    def wake(self, topic: str) -> None:
+        """Wake long-polling readers of `topic` now (a lock was freed or an offset reset)."""
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Drop messages past their topic's retention; return how many segments went."""
