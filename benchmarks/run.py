@@ -1,0 +1,1031 @@
+#!/usr/bin/env python3
+"""mqgate benchmark suite.
+
+    python benchmarks/run.py [--store embedded] [--quick] [--only produce,batch,...]
+
+Starts its own gateway (`.venv/bin/mqgate serve ... --fsync always`) on a free loopback port
+with a fresh data directory, registers a topic / producer / consumer through the admin API,
+then runs, in order:
+
+  produce   POST /mq/produce, 1 message per request, wrk -t2 -c64        (msgs/s, p50, p99)
+  batch     POST /mq/produce/batch, 100 messages per request, wrk        (msgs/s)
+  consume   GET /mq/message max=100, each pull acks the previous batch   (acked msgs/s)
+  baseline  baseline A: benchmarks/baseline_asgi.py under the gateway's own HTTP server
+  store     baseline B: the embedded store in-process (benchmarks/store_bench.py)
+  recovery  1,000,000-message queue, kill -9, restart, time to /healthz (target <= 2 s)
+
+and appends a dated section to benchmarks/RESULTS.md. Uses only the standard library (the
+store benchmark runs under the project's venv python). Every process it starts is stopped by
+PID at the end, also on failure or Ctrl-C. Exit status is non-zero if any benchmark failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import datetime as dt
+import hashlib
+import http.client
+import json
+import math
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.parse
+from dataclasses import dataclass, field
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+VENV_BIN = ROOT / ".venv" / "bin"
+VENV_PY = VENV_BIN / "python"
+MQGATE = VENV_BIN / "mqgate"
+LUA_DIR = BENCH_DIR / "lua"
+RESULTS = BENCH_DIR / "RESULTS.md"
+HOST = "127.0.0.1"
+
+TOPIC, PRODUCER, CONSUMER = "bench", "bench-producer", "bench-consumer"
+REC_TOPIC, REC_PRODUCER, REC_CONSUMER = "recovery", "recovery-producer", "recovery-consumer"
+MSG_BYTES = 100
+
+# Targets known for this project. None = no target stated (shown as "—").
+TARGETS: dict[str, tuple[str, float | None]] = {
+    # key: (text shown, numeric bound in seconds for "<=" checks or None)
+    "recovery_healthz_s": ("≤ 2 s", 2.0),
+    "recovery_data_s": ("≤ 2 s", 2.0),
+    "recovery_open_s": ("≤ 2 s", 2.0),
+}
+
+ALL = ["produce", "batch", "consume", "baseline", "store", "recovery"]
+
+
+def log(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+class BenchFailure(Exception):
+    pass
+
+
+# --------------------------------------------------------------------------------------------
+# processes
+# --------------------------------------------------------------------------------------------
+
+_started: list[subprocess.Popen] = []
+
+
+def descendants(pid: int) -> list[int]:
+    """PIDs of all live descendants of `pid` (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                stat = fh.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float = 10.0) -> None:
+    """Signal the process and its descendants by PID; SIGKILL whatever outlives `timeout`."""
+    if proc.poll() is not None:
+        return
+    kids = descendants(proc.pid)
+    for pid in [proc.pid, *kids]:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        pass
+    for pid in [proc.pid, *kids]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        pass
+
+
+def _cleanup() -> None:
+    for proc in _started:
+        kill_tree(proc, signal.SIGTERM, timeout=5)
+
+
+atexit.register(_cleanup)
+
+
+def _on_signal(signum, frame):  # noqa: ARG001
+    raise SystemExit(f"interrupted by signal {signum}")
+
+
+signal.signal(signal.SIGTERM, _on_signal)
+
+
+def start(cmd: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
+    fh = open(log_path, "ab")
+    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                            start_new_session=True)
+    fh.close()
+    _started.append(proc)
+    return proc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+def tail(path: Path, n: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+# --------------------------------------------------------------------------------------------
+# HTTP (stdlib)
+# --------------------------------------------------------------------------------------------
+
+
+class Http:
+    def __init__(self, port: int, token: str | None = None, timeout: float = 30.0) -> None:
+        self.port, self.token, self.timeout = port, token, timeout
+        self.conn: http.client.HTTPConnection | None = None
+
+    def request(self, method: str, path: str, body: dict | bytes | None = None,
+                token: str | None = None) -> tuple[int, dict | None, bytes]:
+        headers = {}
+        tok = token or self.token
+        if tok:
+            headers["Authorization"] = f"Bearer {tok}"
+        data = None
+        if body is not None:
+            data = body if isinstance(body, bytes) else json.dumps(body).encode()
+            headers["Content-Type"] = "application/json"
+        for attempt in (1, 2):
+            if self.conn is None:
+                self.conn = http.client.HTTPConnection(HOST, self.port, timeout=self.timeout)
+            try:
+                self.conn.request(method, path, body=data, headers=headers)
+                resp = self.conn.getresponse()
+                raw = resp.read()
+                break
+            except (ConnectionError, http.client.HTTPException, OSError):
+                self.conn.close()
+                self.conn = None
+                if attempt == 2:
+                    raise
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            payload = None
+        return resp.status, payload, raw
+
+    def ok(self, method: str, path: str, body=None, token=None) -> dict:
+        """Call, check the envelope ({status, message, result}), return result."""
+        status, payload, raw = self.request(method, path, body, token)
+        if status != 200 or not isinstance(payload, dict) or payload.get("status") != 200 \
+                or "result" not in payload:
+            raise BenchFailure(f"{method} {path} -> HTTP {status}: {raw[:400]!r}")
+        return payload["result"]
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+
+def wait_healthz(port: int, proc: subprocess.Popen, timeout: float, log_path: Path,
+                 poll: float = 0.005) -> float:
+    """Poll GET /healthz until 200; return time.monotonic() when it answered."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BenchFailure(f"gateway exited with {proc.returncode}:\n{tail(log_path)}")
+        try:
+            c = http.client.HTTPConnection(HOST, port, timeout=2)
+            c.request("GET", "/healthz")
+            r = c.getresponse()
+            r.read()
+            c.close()
+            if r.status == 200:
+                return time.monotonic()
+        except OSError:
+            pass
+        time.sleep(poll)
+    raise BenchFailure(f"/healthz did not answer 200 within {timeout} s:\n{tail(log_path)}")
+
+
+# --------------------------------------------------------------------------------------------
+# gateway
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Gateway:
+    port: int
+    data_dir: Path
+    admin_token: str
+    log_path: Path
+    store: str
+    proc: subprocess.Popen | None = None
+    cmd: list[str] = field(default_factory=list)
+    admin: Http | None = None
+
+    def command(self) -> list[str]:
+        cmd = [str(MQGATE), "serve", "--host", HOST, "--port", str(self.port),
+               "--data-dir", str(self.data_dir), "--fsync", "always"]
+        if self.store != "embedded" or "--store" in serve_help():
+            if "--store" not in serve_help():
+                raise BenchFailure(f"--store {self.store} asked, but `mqgate serve` has no --store")
+            cmd += ["--store", self.store]
+        return cmd
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env["MQGATE_ADMIN_TOKEN"] = self.admin_token
+        env.pop("MQGATE_CONFIG", None)
+        return env
+
+    def start(self, health_timeout: float = 60.0) -> float:
+        """Start; return seconds from spawn to /healthz answering 200."""
+        self.cmd = self.command()
+        t0 = time.monotonic()
+        self.proc = start(self.cmd, self.log_path, self.env())
+        t1 = wait_healthz(self.port, self.proc, health_timeout, self.log_path)
+        self.admin = Http(self.port, self.admin_token)
+        return t1 - t0
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.admin:
+            self.admin.close()
+        if self.proc is not None:
+            kill_tree(self.proc, sig)
+
+    def kill9(self) -> None:
+        """kill -9 the server and every process under it, by PID."""
+        assert self.proc is not None
+        pids = [self.proc.pid, *descendants(self.proc.pid)]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=10)
+        if self.admin:
+            self.admin.close()
+
+    def progress(self, consumer: str = CONSUMER) -> dict:
+        return self.admin.ok("GET", f"/admin/consumers/{consumer}/progress")
+
+
+_serve_help: str | None = None
+
+
+def serve_help() -> str:
+    global _serve_help
+    if _serve_help is None:
+        r = subprocess.run([str(MQGATE), "serve", "--help"], capture_output=True, text=True,
+                           timeout=60, cwd=ROOT)
+        if r.returncode != 0:
+            raise BenchFailure(f"`mqgate serve --help` failed: {r.stderr[-500:]}")
+        _serve_help = r.stdout
+    return _serve_help
+
+
+def register(gw: Gateway, topic: str, queues: int, producer: str, consumer: str) -> tuple[str, str]:
+    t = gw.admin.ok("POST", "/admin/topics", {"name": topic, "queues": queues})
+    if t.get("name") != topic or t.get("queues") != queues:
+        raise BenchFailure(f"POST /admin/topics answered {t}")
+    p = gw.admin.ok("POST", "/admin/producers", {"name": producer, "topic": topic})
+    c = gw.admin.ok("POST", "/admin/consumers", {"name": consumer, "topic": topic})
+    if not p.get("token") or not c.get("token"):
+        raise BenchFailure(f"registration returned no token: producer {p}, consumer {c}")
+    return p["token"], c["token"]
+
+
+def totals(progress: dict) -> dict:
+    qs = progress["queues"]
+    return {
+        "lag": progress["lag"],
+        "max": sum(q["max"] for q in qs),
+        "min": sum(q["min"] for q in qs),
+        "committed": sum(q["committed"] for q in qs),
+        "locked": sum(1 for q in qs if q.get("locked")),
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# wrk
+# --------------------------------------------------------------------------------------------
+
+
+def wrk(script: str, url: str, threads: int, conns: int, duration: float, env: dict,
+        latency: bool = True) -> dict:
+    cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, round(duration))}s", "--timeout", "10s"]
+    if latency:
+        cmd.append("--latency")
+    cmd += ["-s", str(LUA_DIR / script), url]
+    full_env = dict(os.environ, MQB_LUA_DIR=str(LUA_DIR), **env)
+    log("  $ " + " ".join(cmd))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=full_env, start_new_session=True)
+    _started.append(proc)
+    try:
+        out, err = proc.communicate(timeout=duration + 60)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc, signal.SIGKILL)
+        raise BenchFailure(f"wrk did not finish in {duration + 60} s")
+    line = next((ln for ln in out.splitlines() if ln.startswith("MQBENCH ")), None)
+    if proc.returncode != 0 or line is None:
+        raise BenchFailure(f"wrk failed (rc {proc.returncode}): {err[-800:]} {out[-800:]}")
+    res = json.loads(line[len("MQBENCH "):])
+    res["command"] = " ".join(cmd)
+    res["seconds"] = res["duration_us"] / 1e6
+    res["ok_requests"] = res["requests"] - res["err_status"]
+    res["socket_errors"] = res["err_connect"] + res["err_read"] + res["err_write"] + res["err_timeout"]
+    return res
+
+
+def check_wrk_errors(res: dict, what: str, max_fraction: float = 0.001) -> list[str]:
+    problems = []
+    if res["requests"] == 0:
+        raise BenchFailure(f"{what}: wrk completed no request at all")
+    if res["err_status"] > max_fraction * res["requests"]:
+        raise BenchFailure(f"{what}: {res['err_status']} of {res['requests']} answers were not 2xx")
+    if res["err_status"]:
+        problems.append(f"{what}: {res['err_status']} non-2xx answers")
+    if res["socket_errors"]:
+        problems.append(f"{what}: socket errors connect={res['err_connect']} read={res['err_read']} "
+                        f"write={res['err_write']} timeout={res['err_timeout']}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------
+# fill (bounded, stdlib threads)
+# --------------------------------------------------------------------------------------------
+
+
+def fill(port: int, token: str, producer: str, count: int, batch: int = 1000, conns: int = 4,
+         timeout: float = 600.0) -> float:
+    """Produce exactly `count` messages with batch requests; return messages/s."""
+    msg = "y" * MSG_BYTES
+    left = [count]
+    lock = threading.Lock()
+    errors: list[str] = []
+    bodies: dict[int, bytes] = {}
+
+    def body(n: int) -> bytes:
+        if n not in bodies:
+            bodies[n] = json.dumps({"producer": producer,
+                                    "messages": [{"message": msg}] * n}).encode()
+        return bodies[n]
+
+    deadline = time.monotonic() + timeout
+
+    def worker() -> None:
+        h = Http(port, token, timeout=60)
+        try:
+            while not errors and time.monotonic() < deadline:
+                with lock:
+                    n = min(batch, left[0])
+                    left[0] -= n
+                    if n == 0:
+                        return
+                    data = body(n)
+                r = h.ok("POST", "/mq/produce/batch", data)
+                if len(r.get("receipts", [])) != n:
+                    errors.append(f"batch of {n} got {len(r.get('receipts', []))} receipts")
+        except Exception as exc:  # noqa: BLE001
+            errors.append(str(exc))
+        finally:
+            h.close()
+
+    t0 = time.monotonic()
+    ths = [threading.Thread(target=worker, daemon=True) for _ in range(conns)]
+    for t in ths:
+        t.start()
+    for t in ths:
+        t.join()
+    if errors:
+        raise BenchFailure(f"fill failed: {errors[0]}")
+    if left[0] > 0:
+        raise BenchFailure(f"fill timed out with {left[0]} messages left")
+    return count / (time.monotonic() - t0)
+
+
+# --------------------------------------------------------------------------------------------
+# benchmarks
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Ctx:
+    args: argparse.Namespace
+    work: Path
+    duration: float
+    results: dict = field(default_factory=dict)
+    problems: list = field(default_factory=list)
+    gw: Gateway | None = None
+    ptoken: str = ""
+    ctoken: str = ""
+    server: dict = field(default_factory=dict)
+
+
+def settle(gw: Gateway, before_max: int, expect_at_least: int, wait: float = 5.0) -> dict:
+    """Wait until stored messages stop growing (in-flight requests at wrk's end)."""
+    t_end = time.monotonic() + wait
+    prev = None
+    while True:
+        cur = totals(gw.progress())
+        if cur["max"] == prev and cur["max"] - before_max >= expect_at_least:
+            return cur
+        if time.monotonic() > t_end:
+            return cur
+        prev = cur["max"]
+        time.sleep(0.25)
+
+
+def bench_produce(ctx: Ctx) -> None:
+    gw = ctx.gw
+    # one request by hand first, to report a protocol problem in words rather than as a count
+    h = Http(gw.port, ctx.ptoken)
+    r = h.ok("POST", "/mq/produce", {"producer": PRODUCER, "message": "x" * MSG_BYTES})
+    h.close()
+    for k in ("msgId", "broker", "queue", "offset"):
+        if k not in r:
+            ctx.problems.append(f"POST /mq/produce receipt lacks {k}: {r}")
+    before = totals(gw.progress())
+    res = wrk("produce.lua", f"http://{HOST}:{gw.port}/mq/produce", 2, 64, ctx.duration,
+              {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)})
+    ctx.problems += check_wrk_errors(res, "produce")
+    after = settle(gw, before["max"], res["ok_requests"])
+    stored = after["max"] - before["max"]
+    res["stored"] = stored
+    if stored < res["ok_requests"]:
+        raise BenchFailure(f"produce: wrk got {res['ok_requests']} 200s but only {stored} "
+                           "messages were stored (progress max)")
+    if stored > res["requests"] + 64:
+        ctx.problems.append(f"produce: {stored} stored for {res['requests']} requests")
+    res["msgs_per_s"] = res["ok_requests"] / res["seconds"]
+    ctx.results["produce"] = res
+    log(f"  produce: {res['msgs_per_s']:.0f} msgs/s, p50 {res['lat_p50_us']/1000:.2f} ms, "
+        f"p99 {res['lat_p99_us']/1000:.2f} ms (stored {stored})")
+
+
+def bench_batch(ctx: Ctx) -> None:
+    gw = ctx.gw
+    n = ctx.args.batch
+    before = totals(gw.progress())
+    res = wrk("produce_batch.lua", f"http://{HOST}:{gw.port}/mq/produce/batch", 2,
+              ctx.args.batch_conns, ctx.duration,
+              {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_BATCH": str(n),
+               "MQB_MSG_BYTES": str(MSG_BYTES)})
+    ctx.problems += check_wrk_errors(res, "batch")
+    after = settle(gw, before["max"], res["ok_requests"] * n)
+    stored = after["max"] - before["max"]
+    res["stored"] = stored
+    if stored < res["ok_requests"] * n:
+        raise BenchFailure(f"batch: {res['ok_requests']} batches of {n} answered 200 but only "
+                           f"{stored} messages were stored")
+    res["msgs_per_s"] = res["ok_requests"] * n / res["seconds"]
+    ctx.results["batch"] = res
+    log(f"  batch: {res['msgs_per_s']:.0f} msgs/s ({res['ok_requests']/res['seconds']:.0f} req/s), "
+        f"p50 {res['lat_p50_us']/1000:.2f} ms, p99 {res['lat_p99_us']/1000:.2f} ms")
+
+
+def bench_consume(ctx: Ctx) -> None:
+    gw = ctx.gw
+    before = totals(gw.progress())
+    want = ctx.args.prefill
+    if before["lag"] < want:
+        log(f"  pre-filling {want - before['lag']} messages (lag is {before['lag']})")
+        rate = fill(gw.port, ctx.ptoken, PRODUCER, want - before["lag"])
+        log(f"  pre-fill at {rate:.0f} msgs/s")
+        before = totals(gw.progress())
+    if before["lag"] <= 0:
+        raise BenchFailure("consume: nothing to consume (lag 0 after pre-fill)")
+    res = wrk("consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns, ctx.duration,
+              {"MQB_TOKEN": ctx.ctoken, "MQB_TOPIC": TOPIC, "MQB_CONSUMER": CONSUMER,
+               "MQB_MAX": str(ctx.args.pull_max),
+               "MQB_TARGET": str(math.ceil(before["lag"] / 2)), "MQB_EMPTY_STOP": "50"})
+    time.sleep(0.5)
+    after = totals(gw.progress())
+    committed = after["committed"] - before["committed"]
+    lag_drop = before["lag"] - after["lag"]
+    res.update(lag_before=before["lag"], lag_after=after["lag"], committed=committed,
+               lag_drop=lag_drop, locked_after=after["locked"])
+    if res["received"] == 0 or committed <= 0 or lag_drop <= 0:
+        raise BenchFailure(
+            f"consume: consumed nothing — received {res['received']} messages, committed "
+            f"{committed}, lag {before['lag']} -> {after['lag']}; first error: {res['first_err']!r}")
+    if res["http_err"] or res["other"]:
+        ctx.problems.append(f"consume: {res['http_err']} non-200 answers, {res['other']} other "
+                            f"result.status; first: {res['first_err']!r}")
+    if res["acks_bad"]:
+        ctx.problems.append(f"consume: {res['acks_bad']} acks failed; e.g. {res['bad_ack']!r}")
+    if res["no_token"]:
+        ctx.problems.append(f"consume: {res['no_token']} FOUND answers without requestId")
+    if lag_drop != committed:
+        ctx.problems.append(f"consume: lag dropped by {lag_drop} but committed offsets moved "
+                            f"by {committed}")
+    slack = (res["unacked_tokens"] + res["acks_bad"] + ctx.args.consume_conns) * ctx.args.pull_max
+    if not (res["received"] - slack <= committed <= res["received"]):
+        ctx.problems.append(f"consume: received {res['received']} but committed {committed} "
+                            f"(unacked tokens {res['unacked_tokens']})")
+    # rate window: the whole run, or up to the last FOUND answer if the backlog drained
+    window = res["seconds"]
+    if res["drained"] and res["t_last_found"] > res["t_start"]:
+        window = res["t_last_found"] - res["t_start"]
+        ctx.problems.append(f"consume: backlog drained after {window:.1f} s (pre-fill more "
+                            "with --prefill); rate computed over that window")
+    res["window_s"] = window
+    res["msgs_per_s"] = committed / window
+    res["delivered_per_s"] = res["received"] / window
+    res["pulls_per_s"] = (res["found"] + res["empty"]) / window
+    ctx.results["consume"] = res
+    log(f"  consume: {res['msgs_per_s']:.0f} acked msgs/s ({res['delivered_per_s']:.0f} delivered/s), "
+        f"lag {before['lag']} -> {after['lag']}, acks ok {res['acks_ok']}, failed {res['acks_bad']}")
+
+
+def detect_server(gw: Gateway) -> dict:
+    """Which HTTP server `mqgate serve` really runs, read from the live process tree."""
+    pids = [gw.proc.pid, *descendants(gw.proc.pid)]
+    maps = ""
+    for pid in pids:
+        try:
+            maps += Path(f"/proc/{pid}/maps").read_text()
+        except OSError:
+            pass
+    info: dict = {"pids": len(pids)}
+    if "_granian" in maps or "/granian/" in maps:
+        info["server"] = "granian"
+        info["workers"] = max(1, len(pids) - 1)
+    else:
+        info["server"] = "uvicorn"
+        info["workers"] = max(1, len(pids) - 1) if len(pids) > 1 else 1
+    info["uvloop"] = "uvloop" in maps
+    info["httptools"] = "httptools" in maps
+    # granian runtime settings, if the serve code passes any
+    src = ""
+    for p in (ROOT / "src" / "mqgate").rglob("*.py"):
+        txt = p.read_text(errors="replace")
+        if "granian" in txt.lower():
+            src += txt
+    for opt in ("runtime_threads", "runtime_mode", "blocking_threads", "loop"):
+        m = re.search(rf"{opt}\s*=\s*['\"]?([\w.]+)", src)
+        if m:
+            info[opt] = m.group(1).split(".")[-1]
+    return info
+
+
+def baseline_command(server: dict, port: int) -> list[str]:
+    if server["server"] == "granian":
+        cmd = [str(VENV_BIN / "granian"), "--interface", "asgi", "--host", HOST, "--port", str(port),
+               "--workers", str(server["workers"]), "--no-access-log", "--log-level", "warning",
+               "--no-ws"]
+        if server.get("runtime_mode"):
+            cmd += ["--runtime-mode", server["runtime_mode"].lower()]
+        if server.get("runtime_threads", "").isdigit():
+            cmd += ["--runtime-threads", server["runtime_threads"]]
+        if server.get("uvloop"):
+            cmd += ["--loop", "uvloop"]
+        return cmd + ["benchmarks.baseline_asgi:app"]
+    cmd = [str(VENV_BIN / "uvicorn"), "benchmarks.baseline_asgi:app", "--host", HOST,
+           "--port", str(port), "--workers", str(server["workers"]), "--no-access-log",
+           "--log-level", "warning"]
+    if server.get("httptools"):
+        cmd += ["--http", "httptools"]
+    if server.get("uvloop"):
+        cmd += ["--loop", "uvloop"]
+    return cmd
+
+
+def bench_baseline(ctx: Ctx) -> None:
+    port = free_port()
+    cmd = baseline_command(ctx.server, port)
+    log("  baseline A: " + " ".join(cmd))
+    lp = ctx.work / "baseline.log"
+    proc = start(cmd, lp)
+    try:
+        wait_healthz_any(port, proc, lp)
+        res = wrk("produce.lua", f"http://{HOST}:{port}/mq/produce", 2, 64, ctx.duration,
+                  {"MQB_TOKEN": "baseline", "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)})
+    finally:
+        kill_tree(proc)
+    ctx.problems += check_wrk_errors(res, "baseline A")
+    res["server_command"] = " ".join(cmd)
+    res["req_per_s"] = res["ok_requests"] / res["seconds"]
+    ctx.results["baseline"] = res
+    log(f"  baseline A: {res['req_per_s']:.0f} req/s, p50 {res['lat_p50_us']/1000:.2f} ms, "
+        f"p99 {res['lat_p99_us']/1000:.2f} ms")
+
+
+def wait_healthz_any(port: int, proc: subprocess.Popen, lp: Path) -> None:
+    """The baseline answers every path; wait for it to accept a request."""
+    wait_healthz(port, proc, 30, lp, poll=0.05)
+
+
+def bench_store(ctx: Ctx) -> None:
+    d = ctx.work / "store-bench"
+    d.mkdir()
+    cmd = [str(VENV_PY), str(BENCH_DIR / "store_bench.py"), "throughput", "--data-dir", str(d),
+           "--duration", str(ctx.duration), "--concurrency", "64",
+           "--batch", str(ctx.args.batch), "--batch-concurrency", str(ctx.args.batch_conns),
+           "--read-max", str(ctx.args.pull_max)]
+    log("  $ " + " ".join(cmd))
+    r = run_json(cmd, timeout=ctx.duration * 6 + 120)
+    r["command"] = " ".join(cmd)
+    ctx.results["store"] = r
+    shutil.rmtree(d, ignore_errors=True)
+    log(f"  store: append 1 (64 tasks) {r['append_single_conc']['messages_per_s']:.0f}/s, "
+        f"append 1 (1 task) {r['append_single_seq']['messages_per_s']:.0f}/s, "
+        f"append {ctx.args.batch} {r['append_batch']['messages_per_s']:.0f} msgs/s, "
+        f"read {ctx.args.pull_max} {r['read']['messages_per_s']:.0f} msgs/s")
+
+
+def run_json(cmd: list[str], timeout: float) -> dict:
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=ROOT, start_new_session=True)
+    _started.append(proc)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc, signal.SIGKILL)
+        raise BenchFailure(f"{cmd[1]} did not finish in {timeout} s")
+    if proc.returncode != 0:
+        raise BenchFailure(f"{' '.join(cmd)} failed (rc {proc.returncode}): {err[-1500:]}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def bench_recovery(ctx: Ctx) -> None:
+    n = ctx.args.recovery_messages
+    d = ctx.work / "recovery-data"
+    gw = Gateway(free_port(), d, secrets.token_urlsafe(24), ctx.work / "recovery-gateway.log",
+                 ctx.args.store)
+    res: dict = {"messages": n}
+    try:
+        gw.start()
+        ptoken, _ = register(gw, REC_TOPIC, 1, REC_PRODUCER, REC_CONSUMER)
+        log(f"  filling a 1-queue topic with {n} messages")
+        res["fill_msgs_per_s"] = fill(gw.port, ptoken, REC_PRODUCER, n)
+        p = totals(gw.progress(REC_CONSUMER))
+        if p["max"] != n:
+            raise BenchFailure(f"recovery: after filling {n}, progress max is {p['max']}")
+        log(f"  filled at {res['fill_msgs_per_s']:.0f} msgs/s; kill -9")
+        gw.kill9()
+        res["data_bytes"] = sum(f.stat().st_size for f in d.rglob("*") if f.is_file())
+        crash_copy = ctx.work / "recovery-crash-copy"
+        shutil.copytree(d, crash_copy)
+        t0 = time.monotonic()
+        res["healthz_s"] = gw.start()
+        # first successful data-path answer: progress showing every message back
+        while True:
+            p = totals(gw.progress(REC_CONSUMER))
+            if p["max"] == n:
+                break
+            if time.monotonic() - t0 > 60:
+                raise BenchFailure(f"recovery: after restart progress max is {p['max']}, not {n}")
+            time.sleep(0.002)
+        res["data_s"] = time.monotonic() - t0
+        h = Http(gw.port, ptoken)
+        h.ok("POST", "/mq/produce", {"producer": REC_PRODUCER, "message": "after restart"})
+        h.close()
+        res["produce_after_restart_s"] = time.monotonic() - t0
+        log(f"  restart: /healthz after {res['healthz_s']:.3f} s, all {n} messages visible "
+            f"after {res['data_s']:.3f} s")
+        gw.stop()
+        cmd = [str(VENV_PY), str(BENCH_DIR / "store_bench.py"), "open", "--data-dir", str(crash_copy)]
+        log("  $ " + " ".join(cmd))
+        o = run_json(cmd, timeout=120)
+        res["open_s"] = o["open_s"]
+        res["open_messages"] = o["messages"]
+        res["open_bytes_cut"] = o["recovered_bytes_cut"]
+        res["open_command"] = " ".join(cmd)
+        if o["messages"].get(REC_TOPIC) != n:
+            ctx.problems.append(f"recovery: in-process open of the crash copy saw "
+                                f"{o['messages']} messages, expected {n}")
+        log(f"  in-process EmbeddedStore.open() on the crash copy: {o['open_s']:.3f} s")
+        shutil.rmtree(crash_copy, ignore_errors=True)
+    finally:
+        gw.stop()
+        res["gateway_command"] = " ".join(gw.cmd)
+        ctx.results["recovery"] = res
+
+
+# --------------------------------------------------------------------------------------------
+# report
+# --------------------------------------------------------------------------------------------
+
+
+def sh(cmd: list[str]) -> str:
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def machine(data_dir: Path) -> dict:
+    cpu = "?"
+    try:
+        for ln in Path("/proc/cpuinfo").read_text().splitlines():
+            if ln.startswith("model name"):
+                cpu = ln.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        mem = f"{kb / 1024 / 1024:.1f} GiB"
+    except (OSError, AttributeError):
+        pass
+    vers = sh([str(VENV_PY), "-c", "import sys, importlib.metadata as m; print(sys.version.split()[0], "
+               "*[f'{p} {m.version(p)}' for p in ('uvicorn','uvloop','httptools','granian','msgspec')], sep='; ')"])
+    digest = hashlib.sha1()
+    for p in sorted((ROOT / "src" / "mqgate").rglob("*.py")):
+        digest.update(p.relative_to(ROOT).as_posix().encode())
+        digest.update(p.read_bytes())
+    head = sh(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"]) or "none"
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": cpu,
+        "memory": mem,
+        "kernel": platform.release(),
+        "python": vers,
+        "fs": sh(["stat", "-f", "-c", "%T", str(data_dir)]),
+        "wrk": sh(["sh", "-c", "wrk -v 2>&1 | head -1"]),
+        "git": head if re.fullmatch(r"[0-9a-f]+", head or "") else "no commit",
+        "src_sha1": digest.hexdigest()[:12],
+    }
+
+
+def fmt(x: float, unit: str = "") -> str:
+    if x >= 100:
+        s = f"{x:,.0f}"
+    elif x >= 10:
+        s = f"{x:.1f}"
+    else:
+        s = f"{x:.3g}"
+    return s + unit
+
+
+def ratio(a: float | None, b: float | None) -> str:
+    if not a or not b:
+        return "—"
+    return f"{a / b:.2f}"
+
+
+def target_cell(key: str, value: float | None) -> str:
+    t = TARGETS.get(key)
+    if t is None:
+        return "—"
+    text, bound = t
+    if bound is None or value is None:
+        return text
+    return f"{text} {'✅' if value <= bound else '❌'}"
+
+
+def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str]) -> str:
+    R = ctx.results
+    m = machine(ctx.work)
+    a = ctx.args
+    lines = [
+        f"## {started.strftime('%Y-%m-%d %H:%M:%S %Z').strip()} — {'quick' if a.quick else 'full'} run"
+        f"{' (FAILURES)' if failures else ''}",
+        "",
+        f"- command: `{cmdline}`",
+        f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM, kernel {m['kernel']}, "
+        f"data dir on {m['fs']}; load generator on the same machine, loopback",
+        f"- software: Python {m['python']}; {m['wrk']}",
+        f"- code: git {m['git']}, src/mqgate sha1 {m['src_sha1']} (uncommitted work tree)",
+        f"- gateway: `{' '.join(ctx.gw.cmd) if ctx.gw and ctx.gw.cmd else '?'}` "
+        f"(MQGATE_ADMIN_TOKEN set), store `{a.store}`",
+    ]
+    if ctx.server:
+        lines.append(f"- HTTP server detected in the gateway process: {ctx.server.get('server')}, "
+                     f"{ctx.server.get('workers')} worker(s), uvloop={ctx.server.get('uvloop')}, "
+                     f"httptools={ctx.server.get('httptools')}")
+    lines.append(f"- durations: {ctx.duration:g} s per load run; topic `{TOPIC}` with 8 queues; "
+                 f"messages of {MSG_BYTES} bytes")
+    lines += ["", "| # | benchmark | figure | target | ratio |", "|---|---|---:|---|---|"]
+
+    def row(num, name, figure, target="—", rat="—"):
+        lines.append(f"| {num} | {name} | {figure} | {target} | {rat} |")
+
+    base = R.get("baseline", {}).get("req_per_s")
+    st = R.get("store", {})
+    if "produce" in R:
+        p = R["produce"]
+        row(1, "produce, 1 msg/request, wrk -t2 -c64", fmt(p["msgs_per_s"], " msgs/s"), "—",
+            f"{ratio(p['msgs_per_s'], base)} of baseline A; "
+            f"{ratio(p['msgs_per_s'], st.get('append_single_conc', {}).get('messages_per_s'))} of store single append (64 tasks)")
+        row(1, "produce latency p50 / p99",
+            f"{p['lat_p50_us']/1000:.2f} ms / {p['lat_p99_us']/1000:.2f} ms")
+    elif "produce" in failures:
+        row(1, "produce", f"FAILED: {failures['produce']}")
+    if "batch" in R:
+        b = R["batch"]
+        row(2, f"produce batch of {a.batch}, wrk -t2 -c{a.batch_conns}", fmt(b["msgs_per_s"], " msgs/s"),
+            "—", f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} of store batched append")
+        row(2, "batch requests/s, p50 / p99",
+            f"{fmt(b['ok_requests']/b['seconds'])} req/s, {b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
+    elif "batch" in failures:
+        row(2, "produce batch", f"FAILED: {failures['batch']}")
+    if "consume" in R:
+        c = R["consume"]
+        row(3, f"consume, pull max={a.pull_max} + ack via next requestId, wrk -t2 -c{a.consume_conns}",
+            fmt(c["msgs_per_s"], " msgs/s acked"), "—",
+            f"{ratio(c['msgs_per_s'], st.get('read', {}).get('messages_per_s'))} of store reads")
+        row(3, "consume check (progress)",
+            f"lag {c['lag_before']:,} → {c['lag_after']:,} (−{c['lag_drop']:,}); delivered "
+            f"{c['received']:,}; acks ok {c['acks_ok']:,} / failed {c['acks_bad']}; "
+            f"{fmt(c['pulls_per_s'])} pulls/s over {c['window_s']:.1f} s")
+    elif "consume" in failures:
+        row(3, "consume", f"FAILED: {failures['consume']}")
+    if "baseline" in R:
+        b = R["baseline"]
+        row(4, "baseline A: raw ASGI app, same server, same wrk as 1", fmt(b["req_per_s"], " req/s"),
+            "—", f"gateway/baseline = {ratio(R.get('produce', {}).get('msgs_per_s'), b['req_per_s'])}")
+        row(4, "baseline A latency p50 / p99", f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
+    elif "baseline" in failures:
+        row(4, "baseline A", f"FAILED: {failures['baseline']}")
+    if st:
+        s1, s0, sb, rd = st["append_single_conc"], st["append_single_seq"], st["append_batch"], st["read"]
+        row(5, "baseline B: store append 1 msg, 64 tasks, fsync always",
+            fmt(s1["messages_per_s"], " appends/s"), "—",
+            f"gateway produce/store = {ratio(R.get('produce', {}).get('msgs_per_s'), s1['messages_per_s'])}")
+        row(5, "baseline B: store append 1 msg, 1 task (fsync per append)",
+            fmt(s0["messages_per_s"], " appends/s"), "—", f"p50 {s0['p50_ms']:.3f} ms")
+        row(5, f"baseline B: store append batch of {sb['batch']}, {sb['tasks']} tasks",
+            fmt(sb["messages_per_s"], " msgs/s"), "—",
+            f"gateway batch/store = {ratio(R.get('batch', {}).get('msgs_per_s'), sb['messages_per_s'])}")
+        row(5, f"baseline B: store read {rd['read_max']} msgs", fmt(rd["messages_per_s"], " msgs/s"),
+            "—", f"gateway consume/store = {ratio(R.get('consume', {}).get('msgs_per_s'), rd['messages_per_s'])}"
+            f"; {fmt(rd['calls_per_s'])} reads/s")
+    elif "store" in failures:
+        row(5, "baseline B", f"FAILED: {failures['store']}")
+    if "recovery" in R and "healthz_s" in R["recovery"]:
+        r = R["recovery"]
+        row(6, f"recovery: {r['messages']:,}-msg queue, kill -9, process start → /healthz 200",
+            f"{r['healthz_s']:.3f} s", target_cell("recovery_healthz_s", r["healthz_s"]))
+        if "data_s" in r:
+            row(6, "recovery: process start → progress shows all messages",
+                f"{r['data_s']:.3f} s", target_cell("recovery_data_s", r["data_s"]))
+        if "open_s" in r:
+            row(6, "recovery: EmbeddedStore.open() in-process on the crashed data dir",
+                f"{r['open_s']:.3f} s", target_cell("recovery_open_s", r["open_s"]),
+                f"{r['data_bytes']/1e6:.0f} MB on disk; {r['open_bytes_cut']} bytes cut")
+    if "recovery" in failures:
+        row(6, "recovery", f"FAILED: {failures['recovery']}")
+    lines.append("")
+    if failures or ctx.problems:
+        lines.append("Problems seen:")
+        lines += [f"- FAILED {k}: {v}" for k, v in failures.items()]
+        lines += [f"- {p}" for p in ctx.problems]
+        lines.append("")
+    cmds = []
+    for k in ("produce", "batch", "consume", "baseline"):
+        if k in R:
+            cmds.append(f"    {R[k]['command']}")
+    if "baseline" in R:
+        cmds.append(f"    # baseline A server: {R['baseline']['server_command']}")
+    if st:
+        cmds.append(f"    {st['command']}")
+    if "recovery" in R and "open_command" in R["recovery"]:
+        cmds.append(f"    {R['recovery']['open_command']}")
+    if cmds:
+        lines += ["Load commands (ports and paths are per run):", ""] + cmds + [""]
+    return "\n".join(lines) + "\n"
+
+
+def append_results(section: str) -> None:
+    header = ("# mqgate benchmark results\n\nOne section per run of `python benchmarks/run.py`, "
+              "newest last. See benchmarks/README.md for what each figure means.\n\n")
+    existing = RESULTS.read_text() if RESULTS.exists() else header
+    if not existing.endswith("\n\n"):
+        existing = existing.rstrip("\n") + "\n\n"
+    RESULTS.write_text(existing + section)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="mqgate benchmark suite")
+    ap.add_argument("--store", default="embedded", help="store backend (default embedded)")
+    ap.add_argument("--quick", action="store_true", help="short runs (3 s, smaller fills)")
+    ap.add_argument("--only", default="", help=f"comma list out of {','.join(ALL)}")
+    ap.add_argument("--duration", type=float, help="seconds per load run (default 10, quick 3)")
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--batch-conns", type=int, default=16)
+    ap.add_argument("--consume-conns", type=int, default=8,
+                    help="connections for consume (≤ queues, so no pull finds every queue locked)")
+    ap.add_argument("--pull-max", type=int, default=100)
+    ap.add_argument("--prefill", type=int, help="backlog before consume (default 2,000,000; quick 300,000)")
+    ap.add_argument("--recovery-messages", type=int,
+                    help="messages in the recovery queue (default 1,000,000; quick 200,000)")
+    ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    a = ap.parse_args()
+    a.duration = a.duration or (3.0 if a.quick else 10.0)
+    a.prefill = a.prefill or (300_000 if a.quick else 2_000_000)
+    a.recovery_messages = a.recovery_messages or (200_000 if a.quick else 1_000_000)
+    only = [x.strip() for x in a.only.split(",") if x.strip()] or ALL
+    unknown = set(only) - set(ALL)
+    if unknown:
+        ap.error(f"unknown benchmark(s): {', '.join(sorted(unknown))}")
+    if shutil.which("wrk") is None:
+        ap.error("wrk is not installed (apt-get install -y wrk)")
+    if not MQGATE.exists():
+        ap.error(f"{MQGATE} not found (pip install -e . in the venv)")
+
+    cmdline = "python benchmarks/run.py" + "".join(f" {x}" for x in sys.argv[1:])
+    started = dt.datetime.now().astimezone()
+    work = Path(tempfile.mkdtemp(prefix="mqgate-bench-"))
+    ctx = Ctx(a, work, a.duration)
+    failures: dict[str, str] = {}
+    log(f"work dir {work}")
+    try:
+        needs_gateway = [b for b in only if b in ("produce", "batch", "consume", "baseline")]
+        if needs_gateway:
+            ctx.gw = Gateway(free_port(), work / "data", secrets.token_urlsafe(24),
+                             work / "gateway.log", a.store)
+            try:
+                t = ctx.gw.start()
+                log(f"gateway up on port {ctx.gw.port} in {t:.2f} s: {' '.join(ctx.gw.cmd)}")
+                ctx.server = detect_server(ctx.gw)
+                log(f"gateway HTTP server: {ctx.server}")
+                ctx.ptoken, ctx.ctoken = register(ctx.gw, TOPIC, 8, PRODUCER, CONSUMER)
+            except BenchFailure as exc:
+                for b in needs_gateway:
+                    failures[b] = f"gateway setup: {exc}"
+            for name, fn in (("produce", bench_produce), ("batch", bench_batch),
+                             ("consume", bench_consume)):
+                if name in only and name not in failures:
+                    log(f"{name} ...")
+                    try:
+                        fn(ctx)
+                    except BenchFailure as exc:
+                        failures[name] = str(exc)
+                        log(f"  FAILED: {exc}")
+            if ctx.gw.proc is not None and ctx.gw.proc.poll() is not None:
+                ctx.problems.append(f"gateway exited during the run with {ctx.gw.proc.returncode}: "
+                                    f"{tail(ctx.gw.log_path, 10)}")
+            ctx.gw.stop()
+            errs = [ln for ln in tail(ctx.gw.log_path, 2000).splitlines()
+                    if re.search(r"Traceback|ERROR|Exception", ln)]
+            if errs:
+                ctx.problems.append(f"gateway log has {len(errs)} error lines, first: {errs[0][:300]}")
+        for name, fn in (("baseline", bench_baseline), ("store", bench_store),
+                         ("recovery", bench_recovery)):
+            if name in only and name not in failures:
+                log(f"{name} ...")
+                try:
+                    if name == "baseline" and not ctx.server:
+                        raise BenchFailure("no gateway server detected")
+                    fn(ctx)
+                except BenchFailure as exc:
+                    failures[name] = str(exc)
+                    log(f"  FAILED: {exc}")
+    finally:
+        _cleanup()
+        section = report(ctx, cmdline, started, failures)
+        print()
+        print(section)
+        if not a.no_results:
+            append_results(section)
+            log(f"appended to {RESULTS}")
+        if a.keep:
+            log(f"kept {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
