@@ -1,0 +1,181 @@
+"""The offset-store contract, one suite for every backend (the Redis backend joins the list)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mqgate.core.tokens import AckToken
+from mqgate.fsync import GroupCommitter
+from mqgate.model import QueueBounds
+from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
+from mqgate.offsets.interface import Lease, OffsetStore
+
+NOW = 10_000_000
+LEASE = {"max_count": 10, "lock_timeout_ms": 1000, "max_attempts": 3, "owner": "t"}
+
+
+async def embedded(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable[None]]]:
+    committer = GroupCommitter(None)
+    committer.start()
+    store = EmbeddedOffsetStore(path, committer)
+    await store.open()
+
+    async def close() -> None:
+        await store.close()
+        await committer.stop()
+
+    return store, close
+
+
+BACKENDS = {"embedded": embedded}
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def backend(request: pytest.FixtureRequest) -> Callable[[Path], Awaitable[tuple[OffsetStore, Any]]]:
+    return BACKENDS[request.param]
+
+
+def bounds(*maxes: int) -> list[QueueBounds]:
+    return [QueueBounds(queue=i, min=0, max=m) for i, m in enumerate(maxes)]
+
+
+def token(lease: Lease, group: str = "g", client: str = "") -> AckToken:
+    return AckToken(group, client, "local", lease.queue, lease.offset, lease.next_offset, lease.lock_ts)
+
+
+def run(backend: Any, tmp_path: Path, body: Callable[[OffsetStore], Awaitable[None]]) -> None:
+    async def go() -> None:
+        store, close = await backend(tmp_path)
+        try:
+            await body(store)
+        finally:
+            await close()
+
+    asyncio.run(go())
+
+
+def test_lease_locks_the_fullest_queue_and_ack_commits(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        assert await s.ensure_table("g", "", [0, 0], NOW)
+        assert not await s.ensure_table("g", "", [5, 5], NOW)
+        a = await s.lease("g", "", bounds(3, 20), now_ms=NOW, **LEASE)
+        assert a is not None and (a.queue, a.offset, a.next_offset, a.attempts) == (1, 0, 10, 1)
+        b = await s.lease("g", "", bounds(3, 20), now_ms=NOW, **LEASE)
+        assert b is not None and b.queue == 0  # queue 1 is locked
+        assert await s.lease("g", "", bounds(3, 20), now_ms=NOW, **LEASE) is None
+        assert await s.ack(token(a), NOW + 1) is None
+        table = await s.table("g", "")
+        assert table is not None and table[1].committed == 10 and table[1].attempts == 0
+        assert await s.ack(token(a), NOW + 2) == "offset_moved"
+
+    run(backend, tmp_path, body)
+
+
+def test_expired_lock_is_reclaimed_and_old_token_refused(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        first = await s.lease("g", "", bounds(5), now_ms=NOW, **LEASE)
+        assert first is not None
+        assert await s.ack(token(first), NOW + 1500) == "lock_expired"
+        second = await s.lease("g", "", bounds(5), now_ms=NOW + 1500, **LEASE)
+        assert second is not None and second.offset == 0 and second.attempts == 2
+        assert second.lock_ts != first.lock_ts
+        assert await s.ack(token(first), NOW + 1600) == "lock_taken"
+        assert await s.ack(token(second), NOW + 1600) is None
+
+    run(backend, tmp_path, body)
+
+
+def test_release_makes_the_batch_available_at_once(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        first = await s.lease("g", "", bounds(5), now_ms=NOW, **LEASE)
+        assert first is not None
+        assert await s.release(token(first), NOW) is None
+        again = await s.lease("g", "", bounds(5), now_ms=NOW, **LEASE)
+        assert again is not None and again.offset == 0 and again.attempts == 2
+        assert again.lock_ts > first.lock_ts
+        assert await s.release(token(first), NOW) == "lock_taken"
+
+    run(backend, tmp_path, body)
+
+
+def test_extend_keeps_the_lock(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        lease = await s.lease("g", "", bounds(5), now_ms=NOW, **LEASE)
+        assert lease is not None
+        assert await s.extend(token(lease), NOW + 900, 10) is None
+        assert await s.lease("g", "", bounds(5), now_ms=NOW + 5000, **LEASE) is None
+        assert await s.ack(token(lease), NOW + 9000) is None
+
+    run(backend, tmp_path, body)
+
+
+def test_attempts_run_out_into_a_dead_letter_lease(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        now = NOW
+        for attempt in (1, 2, 3):
+            lease = await s.lease("g", "", bounds(5), now_ms=now, **LEASE)
+            assert lease is not None and lease.attempts == attempt and not lease.dead_letter
+            now += 2000
+        dead = await s.lease("g", "", bounds(5), now_ms=now, **LEASE)
+        assert dead is not None and dead.dead_letter and (dead.offset, dead.next_offset) == (0, 5)
+        assert await s.record_dead_letters(token(dead), 5, now) is None
+        table = await s.table("g", "")
+        assert table is not None and table[0].committed == 5 and table[0].dead_lettered == 5
+
+    run(backend, tmp_path, body)
+
+
+def test_broadcast_clients_have_their_own_offsets_and_expire(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "a", [0], NOW)
+        await s.ensure_table("g", "b", [0], NOW + 5000)
+        la = await s.lease("g", "a", bounds(4), now_ms=NOW, **LEASE)
+        lb = await s.lease("g", "b", bounds(4), now_ms=NOW + 5000, **LEASE)
+        assert la is not None and lb is not None and la.offset == lb.offset == 0
+        assert await s.ack(token(la, client="a"), NOW + 1) is None
+        assert await s.clients("g") == ["a", "b"]
+        assert await s.expire_clients("g", idle_before_ms=NOW + 4000) == ["a"]
+        assert await s.clients("g") == ["b"]
+
+    run(backend, tmp_path, body)
+
+
+def test_reset_moves_the_offset_and_drops_the_lock(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        lease = await s.lease("g", "", bounds(50), now_ms=NOW, **LEASE)
+        assert lease is not None
+        await s.reset("g", "", 0, 40)
+        assert await s.ack(token(lease), NOW + 1) == "offset_moved"
+        again = await s.lease("g", "", bounds(50), now_ms=NOW + 2, **LEASE)
+        assert again is not None and (again.offset, again.next_offset, again.attempts) == (40, 50, 1)
+
+    run(backend, tmp_path, body)
+
+
+def test_committed_offsets_and_clients_survive_a_restart(backend: Any, tmp_path: Path) -> None:
+    async def first(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0, 0], NOW)
+        await s.ensure_table("b", "c1", [3], NOW)
+        lease = await s.lease("g", "", bounds(7, 0), now_ms=NOW, **LEASE)
+        assert lease is not None
+        assert await s.ack(token(lease), NOW) is None
+
+    async def second(s: OffsetStore) -> None:
+        table = await s.table("g", "")
+        assert table is not None and [e.committed for e in table] == [7, 0]
+        assert await s.clients("b") == ["c1"]
+
+    run(backend, tmp_path, first)
+    run(backend, tmp_path, second)
+
+
