@@ -371,6 +371,28 @@ def wrk(script: str, url: str, threads: int, conns: int, duration: float, env: d
     return res
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """user+system CPU seconds used so far by `pid` and its descendants."""
+    total = 0.0
+    for p in [pid, *descendants(pid)]:
+        try:
+            stat = Path(f"/proc/{p}/stat").read_text()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def wrk_measured(gw: "Gateway", *args, **kwargs) -> dict:
+    """wrk, plus the gateway's CPU use over the run (100 % = one core busy)."""
+    c0, t0 = tree_cpu_seconds(gw.proc.pid), time.monotonic()
+    res = wrk(*args, **kwargs)
+    c1, t1 = tree_cpu_seconds(gw.proc.pid), time.monotonic()
+    res["gateway_cpu_pct"] = 100.0 * (c1 - c0) / (t1 - t0)
+    return res
+
+
 def check_wrk_errors(res: dict, what: str, max_fraction: float = 0.001) -> list[str]:
     problems = []
     if res["requests"] == 0:
@@ -454,6 +476,8 @@ class Ctx:
     ptoken: str = ""
     ctoken: str = ""
     server: dict = field(default_factory=dict)
+    busy_before: float = 0.0
+    loadavg: str = ""
 
 
 def settle(gw: Gateway, before_max: int, expect_at_least: int, wait: float = 5.0) -> dict:
@@ -480,7 +504,7 @@ def bench_produce(ctx: Ctx) -> None:
         if k not in r:
             ctx.problems.append(f"POST /mq/produce receipt lacks {k}: {r}")
     before = totals(gw.progress())
-    res = wrk("produce.lua", f"http://{HOST}:{gw.port}/mq/produce", 2, 64, ctx.duration,
+    res = wrk_measured(gw, "produce.lua", f"http://{HOST}:{gw.port}/mq/produce", 2, 64, ctx.duration,
               {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)})
     ctx.problems += check_wrk_errors(res, "produce")
     after = settle(gw, before["max"], res["ok_requests"])
@@ -501,7 +525,7 @@ def bench_batch(ctx: Ctx) -> None:
     gw = ctx.gw
     n = ctx.args.batch
     before = totals(gw.progress())
-    res = wrk("produce_batch.lua", f"http://{HOST}:{gw.port}/mq/produce/batch", 2,
+    res = wrk_measured(gw, "produce_batch.lua", f"http://{HOST}:{gw.port}/mq/produce/batch", 2,
               ctx.args.batch_conns, ctx.duration,
               {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_BATCH": str(n),
                "MQB_MSG_BYTES": str(MSG_BYTES)})
@@ -529,7 +553,7 @@ def bench_consume(ctx: Ctx) -> None:
         before = totals(gw.progress())
     if before["lag"] <= 0:
         raise BenchFailure("consume: nothing to consume (lag 0 after pre-fill)")
-    res = wrk("consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns, ctx.duration,
+    res = wrk_measured(gw, "consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns, ctx.duration,
               {"MQB_TOKEN": ctx.ctoken, "MQB_TOPIC": TOPIC, "MQB_CONSUMER": CONSUMER,
                "MQB_MAX": str(ctx.args.pull_max),
                "MQB_TARGET": str(math.ceil(before["lag"] / 2)), "MQB_EMPTY_STOP": "50"})
@@ -777,11 +801,23 @@ def machine(data_dir: Path) -> dict:
         "memory": mem,
         "kernel": platform.release(),
         "python": vers,
-        "fs": sh(["stat", "-f", "-c", "%T", str(data_dir)]),
+        "fs": sh(["findmnt", "-n", "-o", "FSTYPE,SOURCE", "-T", str(data_dir)]),
         "wrk": sh(["sh", "-c", "wrk -v 2>&1 | head -1"]),
         "git": head if re.fullmatch(r"[0-9a-f]+", head or "") else "no commit",
         "src_sha1": digest.hexdigest()[:12],
     }
+
+
+def cpu_busy(seconds: float = 1.0) -> float:
+    """Percent of all CPUs busy over `seconds` (other load on the box skews every figure)."""
+    def sample() -> tuple[int, int]:
+        vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        idle = vals[3] + vals[4]
+        return sum(vals), idle
+    t0, i0 = sample()
+    time.sleep(seconds)
+    t1, i1 = sample()
+    return 100.0 * (1 - (i1 - i0) / max(1, t1 - t0))
 
 
 def fmt(x: float, unit: str = "") -> str:
@@ -820,7 +856,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         "",
         f"- command: `{cmdline}`",
         f"- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM, kernel {m['kernel']}, "
-        f"data dir on {m['fs']}; load generator on the same machine, loopback",
+        f"data dir on {m['fs']}; load generator on the same machine, loopback; CPU busy before "
+        f"the run {ctx.busy_before:.0f} % (load average {ctx.loadavg})",
         f"- software: Python {m['python']}; {m['wrk']}",
         f"- code: git {m['git']}, src/mqgate sha1 {m['src_sha1']} (uncommitted work tree)",
         f"- gateway: `{' '.join(ctx.gw.cmd) if ctx.gw and ctx.gw.cmd else '?'}` "
@@ -845,7 +882,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
             f"{ratio(p['msgs_per_s'], base)} of baseline A; "
             f"{ratio(p['msgs_per_s'], st.get('append_single_conc', {}).get('messages_per_s'))} of store single append (64 tasks)")
         row(1, "produce latency p50 / p99",
-            f"{p['lat_p50_us']/1000:.2f} ms / {p['lat_p99_us']/1000:.2f} ms")
+            f"{p['lat_p50_us']/1000:.2f} ms / {p['lat_p99_us']/1000:.2f} ms", "—",
+            f"gateway CPU {p['gateway_cpu_pct']:.0f} % of a core")
     elif "produce" in failures:
         row(1, "produce", f"FAILED: {failures['produce']}")
     if "batch" in R:
@@ -853,7 +891,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         row(2, f"produce batch of {a.batch}, wrk -t2 -c{a.batch_conns}", fmt(b["msgs_per_s"], " msgs/s"),
             "—", f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} of store batched append")
         row(2, "batch requests/s, p50 / p99",
-            f"{fmt(b['ok_requests']/b['seconds'])} req/s, {b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
+            f"{fmt(b['ok_requests']/b['seconds'])} req/s, {b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms",
+            "—", f"gateway CPU {b['gateway_cpu_pct']:.0f} % of a core")
     elif "batch" in failures:
         row(2, "produce batch", f"FAILED: {failures['batch']}")
     if "consume" in R:
@@ -864,7 +903,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         row(3, "consume check (progress)",
             f"lag {c['lag_before']:,} → {c['lag_after']:,} (−{c['lag_drop']:,}); delivered "
             f"{c['received']:,}; acks ok {c['acks_ok']:,} / failed {c['acks_bad']}; "
-            f"{fmt(c['pulls_per_s'])} pulls/s over {c['window_s']:.1f} s")
+            f"{fmt(c['pulls_per_s'])} pulls/s over {c['window_s']:.1f} s", "—",
+            f"gateway CPU {c['gateway_cpu_pct']:.0f} % of a core")
     elif "consume" in failures:
         row(3, "consume", f"FAILED: {failures['consume']}")
     if "baseline" in R:
@@ -946,14 +986,14 @@ def main() -> int:
     ap.add_argument("--consume-conns", type=int, default=8,
                     help="connections for consume (≤ queues, so no pull finds every queue locked)")
     ap.add_argument("--pull-max", type=int, default=100)
-    ap.add_argument("--prefill", type=int, help="backlog before consume (default 2,000,000; quick 300,000)")
+    ap.add_argument("--prefill", type=int, help="backlog before consume (default 3,000,000; quick 800,000)")
     ap.add_argument("--recovery-messages", type=int,
                     help="messages in the recovery queue (default 1,000,000; quick 200,000)")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
     a.duration = a.duration or (3.0 if a.quick else 10.0)
-    a.prefill = a.prefill or (300_000 if a.quick else 2_000_000)
+    a.prefill = a.prefill or (800_000 if a.quick else 3_000_000)
     a.recovery_messages = a.recovery_messages or (200_000 if a.quick else 1_000_000)
     only = [x.strip() for x in a.only.split(",") if x.strip()] or ALL
     unknown = set(only) - set(ALL)
@@ -970,6 +1010,10 @@ def main() -> int:
     ctx = Ctx(a, work, a.duration)
     failures: dict[str, str] = {}
     log(f"work dir {work}")
+    ctx.busy_before = cpu_busy()
+    ctx.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    if ctx.busy_before > 10:
+        log(f"warning: the machine is {ctx.busy_before:.0f} % busy before the run; figures will be low")
     try:
         needs_gateway = [b for b in only if b in ("produce", "batch", "consume", "baseline")]
         if needs_gateway:
