@@ -13,6 +13,7 @@ else) before the answer to the ack is written: the answer waits for the fsync of
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 import time
@@ -22,13 +23,15 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import Server
+
+from tests.conftest import Server
 
 N_QUEUES = 8
 PULL_MAX = 50
 PULL_WAIT_S = 1
 RUN_DEADLINE_S = 40.0  # a bound for every loop below; the runs take a few seconds
 HTTP_TIMEOUT_S = 10.0
+PROCESS_MAX_S = 0.02  # per batch, between receiving it and acking it
 
 
 @dataclass
@@ -203,6 +206,9 @@ class PullingConsumer:
             if self.shared_count is not None:
                 with self.run_.lock:
                     self.shared_count[0] += len(msgs)
+            # "Process" the batch while holding its lock, so lock windows of different
+            # consumers really overlap in time (without this, the GIL serialises them).
+            time.sleep(self.rng.uniform(0.0, PROCESS_MAX_S))
         if pending is not None and request_id is not None:
             self._ack(http, pending, request_id)
         if not self._done():
@@ -281,7 +287,7 @@ def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
         by_time = sorted(qbatches, key=lambda b: b.recv)
         assert by_offset == by_time, f"queue {queue}: batches delivered out of offset order"
         assert by_offset[0].first == 0
-        for prev, nxt in zip(by_offset, by_offset[1:], strict=False):
+        for prev, nxt in itertools.pairwise(by_offset):
             assert nxt.first == prev.end, f"queue {queue}: gap or overlap between {prev} and {nxt}"
             # nxt was leased only after prev's ack reached the server.
             assert nxt.recv > prev.ack_sent, f"queue {queue}: {nxt} received while {prev} still locked"
@@ -289,7 +295,7 @@ def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
     # Pairwise, to be explicit: no two lock windows of one queue intersect.
     for queue, qbatches in by_queue.items():
         windows = sorted((b.recv, b.ack_sent) for b in qbatches)
-        for (_, a_end), (b_start, _) in zip(windows, windows[1:], strict=False):
+        for (_, a_end), (b_start, _) in itertools.pairwise(windows):
             assert b_start > a_end, f"queue {queue}: two lock windows overlap"
 
     # The consumers really did work side by side: some moment had batches of several queues out.
@@ -338,7 +344,7 @@ def test_broadcast_clients_each_see_everything_once(server: Server) -> None:
         for queue, qbatches in per_queue.items():
             qbatches.sort(key=lambda b: b.first)
             assert qbatches[0].first == 0
-            for prev, nxt in zip(qbatches, qbatches[1:], strict=False):
+            for prev, nxt in itertools.pairwise(qbatches):
                 assert nxt.first == prev.end, f"{c.name} queue {queue}: {prev} then {nxt}"
                 assert nxt.recv > prev.ack_sent, f"{c.name} queue {queue}: {nxt} while {prev} locked"
 

@@ -80,15 +80,13 @@ def call(
         raise Failure(f"{method} {path}: HTTP {resp.status_code}, not an envelope: {envelope!r}")
     if envelope.get("status") != resp.status_code:
         raise Failure(
-            f"{method} {path}: envelope status {envelope.get('status')!r}"
-            f" != HTTP {resp.status_code}"
+            f"{method} {path}: envelope status {envelope.get('status')!r} != HTTP {resp.status_code}"
         )
     if resp.status_code not in ok:
         result = envelope.get("result") or {}
         code = result.get("code") if isinstance(result, dict) else None
         raise Failure(
-            f"{method} {path}: HTTP {resp.status_code} code={code}"
-            f" message={envelope.get('message')!r}"
+            f"{method} {path}: HTTP {resp.status_code} code={code} message={envelope.get('message')!r}"
         )
     return resp.status_code, envelope, resp
 
@@ -152,9 +150,7 @@ def main() -> int:
             )
             receipts = envb["result"].get("receipts") if isinstance(envb["result"], dict) else None
             if not isinstance(receipts, list) or len(receipts) != len(chunk):
-                raise Failure(
-                    f"POST /mq/produce/batch: expected {len(chunk)} receipts, got {receipts!r}"
-                )
+                raise Failure(f"POST /mq/produce/batch: expected {len(chunk)} receipts, got {receipts!r}")
             produced += len(chunk)
 
         # ---- consume ---------------------------------------------------------
