@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import datetime as dt
 import hashlib
 import http.client
@@ -110,23 +111,15 @@ def kill_tree(proc: subprocess.Popen, sig: int = signal.SIGTERM, timeout: float 
         return
     kids = descendants(proc.pid)
     for pid in [proc.pid, *kids]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
     for pid in [proc.pid, *kids]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
-    except subprocess.TimeoutExpired:
-        pass
 
 
 def _cleanup() -> None:
@@ -137,7 +130,7 @@ def _cleanup() -> None:
 atexit.register(_cleanup)
 
 
-def _on_signal(signum, frame):  # noqa: ARG001
+def _on_signal(signum, frame):
     raise SystemExit(f"interrupted by signal {signum}")
 
 
@@ -145,10 +138,9 @@ signal.signal(signal.SIGTERM, _on_signal)
 
 
 def start(cmd: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
-    fh = open(log_path, "ab")
-    proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                            start_new_session=True)
-    fh.close()
+    with open(log_path, "ab") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
+                                start_new_session=True)
     _started.append(proc)
     return proc
 
@@ -291,10 +283,8 @@ class Gateway:
         assert self.proc is not None
         pids = [self.proc.pid, *descendants(self.proc.pid)]
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         self.proc.wait(timeout=10)
         if self.admin:
             self.admin.close()
@@ -359,7 +349,7 @@ def wrk(script: str, url: str, threads: int, conns: int, duration: float, env: d
         out, err = proc.communicate(timeout=duration + 60)
     except subprocess.TimeoutExpired:
         kill_tree(proc, signal.SIGKILL)
-        raise BenchFailure(f"wrk did not finish in {duration + 60} s")
+        raise BenchFailure(f"wrk did not finish in {duration + 60} s") from None
     line = next((ln for ln in out.splitlines() if ln.startswith("MQBENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise BenchFailure(f"wrk failed (rc {proc.returncode}): {err[-800:]} {out[-800:]}")
@@ -384,7 +374,7 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
-def wrk_measured(gw: "Gateway", *args, **kwargs) -> dict:
+def wrk_measured(gw: Gateway, *args, **kwargs) -> dict:
     """wrk, plus the gateway's CPU use over the run (100 % = one core busy)."""
     c0, t0 = tree_cpu_seconds(gw.proc.pid), time.monotonic()
     res = wrk(*args, **kwargs)
@@ -442,7 +432,7 @@ def fill(port: int, token: str, producer: str, count: int, batch: int = 1000, co
                 r = h.ok("POST", "/mq/produce/batch", data)
                 if len(r.get("receipts", [])) != n:
                     errors.append(f"batch of {n} got {len(r.get('receipts', []))} receipts")
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             errors.append(str(exc))
         finally:
             h.close()
@@ -492,6 +482,46 @@ def settle(gw: Gateway, before_max: int, expect_at_least: int, wait: float = 5.0
             return cur
         prev = cur["max"]
         time.sleep(0.25)
+
+
+def preflight(ctx: Ctx) -> None:
+    """A few cheap protocol checks (PROTOCOL.md); mismatches are reported, not fatal."""
+    gw = ctx.gw
+    h = Http(gw.port)
+    body = {"producer": PRODUCER, "message": "preflight"}
+
+    def expect(what: str, status: int, payload, raw: bytes, want: int) -> None:
+        if status != want:
+            ctx.problems.append(f"protocol: {what}: expected HTTP {want}, got {status}: {raw[:200]!r}")
+        elif not isinstance(payload, dict) or payload.get("status") != status \
+                or "message" not in payload or "result" not in payload:
+            ctx.problems.append(f"protocol: {what}: answer is not the envelope: {raw[:200]!r}")
+
+    try:
+        st, pl, raw = h.request("GET", "/healthz")
+        expect("GET /healthz", st, pl, raw, 200)
+        st, pl, raw = h.request("POST", "/mq/produce", body)
+        expect("produce without token", st, pl, raw, 401)
+        st, pl, raw = h.request("POST", "/mq/produce", body, token="not-a-token")
+        expect("produce with a wrong token", st, pl, raw, 403)
+        st, pl, raw = h.request("POST", "/mq/produce", body, token=ctx.ctoken)
+        expect("produce with the consumer's token", st, pl, raw, 403)
+        r = h.ok("POST", "/mq/produce", body, token=ctx.ptoken)
+        q = urllib.parse.urlencode({"topic": TOPIC, "consumer": CONSUMER, "max": 1})
+        r = h.ok("GET", f"/mq/message?{q}", token=ctx.ctoken)
+        if r.get("status") != "FOUND" or not r.get("requestId") or len(r.get("msgList", [])) != 1:
+            ctx.problems.append(f"protocol: pull after a produce did not give one FOUND message: {r}")
+        else:
+            m = r["msgList"][0]
+            missing = [k for k in ("messageId", "message", "keys", "tags", "properties", "timestamp",
+                                   "broker", "queue", "offset", "reconsumeTimes") if k not in m]
+            if missing:
+                ctx.problems.append(f"protocol: msgList item lacks {missing}: {m}")
+            h.ok("POST", "/mq/release", {"requestId": r["requestId"]}, token=ctx.ctoken)
+    except BenchFailure as exc:
+        ctx.problems.append(f"protocol: preflight: {exc}")
+    finally:
+        h.close()
 
 
 def bench_produce(ctx: Ctx) -> None:
@@ -601,10 +631,8 @@ def detect_server(gw: Gateway) -> dict:
     pids = [gw.proc.pid, *descendants(gw.proc.pid)]
     maps = ""
     for pid in pids:
-        try:
+        with contextlib.suppress(OSError):
             maps += Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            pass
     info: dict = {"pids": len(pids)}
     if "_granian" in maps or "/granian/" in maps:
         info["server"] = "granian"
@@ -638,7 +666,7 @@ def baseline_command(server: dict, port: int) -> list[str]:
             cmd += ["--runtime-threads", server["runtime_threads"]]
         if server.get("uvloop"):
             cmd += ["--loop", "uvloop"]
-        return cmd + ["benchmarks.baseline_asgi:app"]
+        return [*cmd, "benchmarks.baseline_asgi:app"]
     cmd = [str(VENV_BIN / "uvicorn"), "benchmarks.baseline_asgi:app", "--host", HOST,
            "--port", str(port), "--workers", str(server["workers"]), "--no-access-log",
            "--log-level", "warning"]
@@ -700,7 +728,7 @@ def run_json(cmd: list[str], timeout: float) -> dict:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
         kill_tree(proc, signal.SIGKILL)
-        raise BenchFailure(f"{cmd[1]} did not finish in {timeout} s")
+        raise BenchFailure(f"{cmd[1]} did not finish in {timeout} s") from None
     if proc.returncode != 0:
         raise BenchFailure(f"{' '.join(cmd)} failed (rc {proc.returncode}): {err[-1500:]}")
     return json.loads(out.strip().splitlines()[-1])
@@ -959,7 +987,7 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
     if "recovery" in R and "open_command" in R["recovery"]:
         cmds.append(f"    {R['recovery']['open_command']}")
     if cmds:
-        lines += ["Load commands (ports and paths are per run):", ""] + cmds + [""]
+        lines += ["Load commands (ports and paths are per run):", "", *cmds, ""]
     return "\n".join(lines) + "\n"
 
 
@@ -989,6 +1017,10 @@ def main() -> int:
     ap.add_argument("--prefill", type=int, help="backlog before consume (default 3,000,000; quick 800,000)")
     ap.add_argument("--recovery-messages", type=int,
                     help="messages in the recovery queue (default 1,000,000; quick 200,000)")
+    ap.add_argument("--wait-idle", type=float, default=0.0,
+                    help="wait up to this many seconds for the machine to be idle before starting")
+    ap.add_argument("--idle-below", type=float, default=15.0,
+                    help="percent CPU busy counted as idle (default 15)")
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
@@ -1011,8 +1043,15 @@ def main() -> int:
     failures: dict[str, str] = {}
     log(f"work dir {work}")
     ctx.busy_before = cpu_busy()
+    waited = 0.0
+    while ctx.busy_before > a.idle_below and waited < a.wait_idle:
+        log(f"machine {ctx.busy_before:.0f} % busy; waiting for < {a.idle_below:.0f} % "
+            f"({waited:.0f}/{a.wait_idle:.0f} s)")
+        time.sleep(9)
+        waited += 10
+        ctx.busy_before = cpu_busy()
     ctx.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
-    if ctx.busy_before > 10:
+    if ctx.busy_before > a.idle_below:
         log(f"warning: the machine is {ctx.busy_before:.0f} % busy before the run; figures will be low")
     try:
         needs_gateway = [b for b in only if b in ("produce", "batch", "consume", "baseline")]
@@ -1025,6 +1064,7 @@ def main() -> int:
                 ctx.server = detect_server(ctx.gw)
                 log(f"gateway HTTP server: {ctx.server}")
                 ctx.ptoken, ctx.ctoken = register(ctx.gw, TOPIC, 8, PRODUCER, CONSUMER)
+                preflight(ctx)
             except BenchFailure as exc:
                 for b in needs_gateway:
                     failures[b] = f"gateway setup: {exc}"

@@ -156,7 +156,7 @@ async def open_time(args) -> dict:
     opened = time.perf_counter() - t0
     try:
         counts = {}
-        for name in sorted(store._topics):  # noqa: SLF001 - benchmark introspection
+        for name in sorted(store._topics):
             counts[name] = sum(b.max - b.min for b in await store.bounds(name))
         return {"open_s": round(opened, 4), "messages": counts,
                 "recovered_bytes_cut": store.recovered_bytes_cut}
@@ -177,10 +177,7 @@ def main() -> None:
     ap.add_argument("--max-messages", type=int, default=5_000_000)
     args = ap.parse_args()
     run = throughput if args.mode == "throughput" else open_time
-    if uvloop is not None:
-        result = uvloop.run(run(args))
-    else:
-        result = asyncio.run(run(args))
+    result = uvloop.run(run(args)) if uvloop is not None else asyncio.run(run(args))
     json.dump(result, sys.stdout)
     sys.stdout.write("\n")
 

@@ -26,8 +26,8 @@ def test_readme_tour_runs_as_written(server: Server) -> None:
     )
     assert out.returncode == 0, out.stderr + out.stdout
     lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "2", out.stdout
-    assert lines[-3].startswith("order "), out.stdout
+    assert lines[-1] == "1", out.stdout
+    assert lines[-3] == "order 2 paid", out.stdout
     assert json.loads(lines[-2])["status"] == 200
 
 
