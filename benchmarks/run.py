@@ -583,7 +583,8 @@ def bench_consume(ctx: Ctx) -> None:
         before = totals(gw.progress())
     if before["lag"] <= 0:
         raise BenchFailure("consume: nothing to consume (lag 0 after pre-fill)")
-    res = wrk_measured(gw, "consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns, ctx.duration,
+    res = wrk_measured(gw, "consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns,
+                       ctx.duration,
               {"MQB_TOKEN": ctx.ctoken, "MQB_TOPIC": TOPIC, "MQB_CONSUMER": CONSUMER,
                "MQB_MAX": str(ctx.args.pull_max),
                "MQB_TARGET": str(math.ceil(before["lag"] / 2)), "MQB_EMPTY_STOP": "50"})
@@ -816,8 +817,10 @@ def machine(data_dir: Path) -> dict:
         mem = f"{kb / 1024 / 1024:.1f} GiB"
     except (OSError, AttributeError):
         pass
-    vers = sh([str(VENV_PY), "-c", "import sys, importlib.metadata as m; print(sys.version.split()[0], "
-               "*[f'{p} {m.version(p)}' for p in ('uvicorn','uvloop','httptools','granian','msgspec')], sep='; ')"])
+    vers = sh([str(VENV_PY), "-c",
+               "import sys, importlib.metadata as m; print(sys.version.split()[0], "
+               "*[f'{p} {m.version(p)}' for p in "
+               "('uvicorn','uvloop','httptools','granian','msgspec')], sep='; ')"])
     digest = hashlib.sha1()
     for p in sorted((ROOT / "src" / "mqgate").rglob("*.py")):
         digest.update(p.relative_to(ROOT).as_posix().encode())
@@ -908,7 +911,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         p = R["produce"]
         row(1, "produce, 1 msg/request, wrk -t2 -c64", fmt(p["msgs_per_s"], " msgs/s"), "—",
             f"{ratio(p['msgs_per_s'], base)} of baseline A; "
-            f"{ratio(p['msgs_per_s'], st.get('append_single_conc', {}).get('messages_per_s'))} of store single append (64 tasks)")
+            f"{ratio(p['msgs_per_s'], st.get('append_single_conc', {}).get('messages_per_s'))} "
+            "of store single append (64 tasks)")
         row(1, "produce latency p50 / p99",
             f"{p['lat_p50_us']/1000:.2f} ms / {p['lat_p99_us']/1000:.2f} ms", "—",
             f"gateway CPU {p['gateway_cpu_pct']:.0f} % of a core")
@@ -917,9 +921,11 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
     if "batch" in R:
         b = R["batch"]
         row(2, f"produce batch of {a.batch}, wrk -t2 -c{a.batch_conns}", fmt(b["msgs_per_s"], " msgs/s"),
-            "—", f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} of store batched append")
+            "—", f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} "
+            "of store batched append")
         row(2, "batch requests/s, p50 / p99",
-            f"{fmt(b['ok_requests']/b['seconds'])} req/s, {b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms",
+            f"{fmt(b['ok_requests']/b['seconds'])} req/s, "
+            f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms",
             "—", f"gateway CPU {b['gateway_cpu_pct']:.0f} % of a core")
     elif "batch" in failures:
         row(2, "produce batch", f"FAILED: {failures['batch']}")
@@ -939,7 +945,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         b = R["baseline"]
         row(4, "baseline A: raw ASGI app, same server, same wrk as 1", fmt(b["req_per_s"], " req/s"),
             "—", f"gateway/baseline = {ratio(R.get('produce', {}).get('msgs_per_s'), b['req_per_s'])}")
-        row(4, "baseline A latency p50 / p99", f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
+        row(4, "baseline A latency p50 / p99",
+            f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
     elif "baseline" in failures:
         row(4, "baseline A", f"FAILED: {failures['baseline']}")
     if st:
@@ -953,7 +960,8 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
             fmt(sb["messages_per_s"], " msgs/s"), "—",
             f"gateway batch/store = {ratio(R.get('batch', {}).get('msgs_per_s'), sb['messages_per_s'])}")
         row(5, f"baseline B: store read {rd['read_max']} msgs", fmt(rd["messages_per_s"], " msgs/s"),
-            "—", f"gateway consume/store = {ratio(R.get('consume', {}).get('msgs_per_s'), rd['messages_per_s'])}"
+            "—", "gateway consume/store = "
+            f"{ratio(R.get('consume', {}).get('msgs_per_s'), rd['messages_per_s'])}"
             f"; {fmt(rd['calls_per_s'])} reads/s")
     elif "store" in failures:
         row(5, "baseline B", f"FAILED: {failures['store']}")

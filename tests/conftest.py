@@ -68,8 +68,17 @@ class Server:
         env = {**os.environ, "MQGATE_ADMIN_TOKEN": self.admin_token, **self.env}
         log = open(self.data_dir.parent / f"server-{self.port}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [MQGATE, "serve", "--host", "127.0.0.1", "--port", str(self.port), "--data-dir", str(self.data_dir),
-             *self.extra_args],
+            [
+                MQGATE,
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--data-dir",
+                str(self.data_dir),
+                *self.extra_args,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -82,7 +82,9 @@ class TestProduceAndConsume:
         assert r.status_code == 200
         receipts = result(r)["receipts"]
         assert len(receipts) == 50 and len({x["queue"] for x in receipts}) == 1
-        assert [x["offset"] for x in receipts] == list(range(receipts[0]["offset"], receipts[0]["offset"] + 50))
+        assert [x["offset"] for x in receipts] == list(
+            range(receipts[0]["offset"], receipts[0]["offset"] + 50)
+        )
         got = pull_all(c, topic)
         assert [m["message"] for m in got] == [f"m{i}" for i in range(50)]
 
@@ -154,7 +156,9 @@ class TestLocks:
         assert result(c.pull(topic, f"{topic}-c", wait=1.5))["status"] == "NO_NEW_MSG"
         assert c.call("/mq/ack", requestId=first["requestId"]).status_code == 200
 
-    @pytest.mark.parametrize("topic_client", [{"lockTimeoutS": 1, "maxAttempts": 2, "queues": 1}], indirect=True)
+    @pytest.mark.parametrize(
+        "topic_client", [{"lockTimeoutS": 1, "maxAttempts": 2, "queues": 1}], indirect=True
+    )
     def test_poison_batch_goes_to_the_dead_letter_topic(self, topic_client: Any) -> None:
         topic, c = topic_client
         server = c.server
@@ -169,8 +173,10 @@ class TestLocks:
         assert progress["deadLettered"] == 2
         dlq = f"%DLQ%{topic}-c"
         dtoken = server.admin("POST", "/admin/consumers", name=f"{topic}-dlq", topic=dlq)["token"]
-        r = c.http.get(f"/mq/message?topic={quote(dlq)}&consumer={topic}-dlq&max=10",
-                       headers={"Authorization": f"Bearer {dtoken}"})
+        r = c.http.get(
+            f"/mq/message?topic={quote(dlq)}&consumer={topic}-dlq&max=10",
+            headers={"Authorization": f"Bearer {dtoken}"},
+        )
         msgs = result(r)["msgList"]
         assert [m["message"] for m in msgs] == ["poison-1", "poison-2"]
         assert msgs[0]["properties"]["dlq.reason"] == "max_attempts"
@@ -264,8 +270,9 @@ class TestOperations:
         ptoken, _ = shared_server.setup_topic(topic, queues=2)
         c = Client(shared_server, ptoken, None)
         c.produce_batch(f"{topic}-p", [{"message": "old"}] * 4)
-        c.ctoken = shared_server.admin("POST", "/admin/consumers", name=f"{topic}-late", topic=topic,
-                                       start="latest")["token"]
+        c.ctoken = shared_server.admin(
+            "POST", "/admin/consumers", name=f"{topic}-late", topic=topic, start="latest"
+        )["token"]
         c.produce(f"{topic}-p", "new")
         r = result(c.pull(topic, f"{topic}-late", max=10))
         assert [m["message"] for m in r["msgList"]] == ["new"]
@@ -307,11 +314,17 @@ class TestSecurityAndBadInput:
         http = httpx.Client(base_url=shared_server.url)
         r = http.post("/mq/produce", json={"producer": f"{a}-p", "message": "x"})
         assert r.status_code == 401 and result(r)["field"] == "Authorization"
-        r = http.post("/mq/produce", json={"producer": f"{a}-p", "message": "x"},
-                      headers={"Authorization": f"Bearer {pb}"})
+        r = http.post(
+            "/mq/produce",
+            json={"producer": f"{a}-p", "message": "x"},
+            headers={"Authorization": f"Bearer {pb}"},
+        )
         assert r.status_code == 403
-        r = http.get("/mq/message", params={"topic": b, "consumer": f"{a}-c"},
-                     headers={"Authorization": f"Bearer {ca}"})
+        r = http.get(
+            "/mq/message",
+            params={"topic": b, "consumer": f"{a}-c"},
+            headers={"Authorization": f"Bearer {ca}"},
+        )
         assert r.status_code == 403 and result(r)["field"] == "topic"
         r = http.post("/admin/topics", json={"name": unique("x")}, headers={"Authorization": f"Bearer {pa}"})
         assert r.status_code == 403
@@ -319,15 +332,24 @@ class TestSecurityAndBadInput:
         http.close()
 
     def test_unknown_producer_is_named(self, shared_server: Server) -> None:
-        r = httpx.post(shared_server.url + "/mq/produce", json={"producer": "ghost", "message": "x"},
-                       headers={"Authorization": "Bearer whatever"})
+        r = httpx.post(
+            shared_server.url + "/mq/produce",
+            json={"producer": "ghost", "message": "x"},
+            headers={"Authorization": "Bearer whatever"},
+        )
         assert r.status_code == 404
         assert r.json()["message"] == "producer ghost is not registered"
 
     @pytest.mark.parametrize(
         ("params", "field"),
-        [({"max": 0}, "max"), ({"max": 1025}, "max"), ({"max": "ten"}, "max"), ({"wait": 31}, "wait"),
-         ({"wait": -1}, "wait"), ({"wait": "nan"}, "wait")],
+        [
+            ({"max": 0}, "max"),
+            ({"max": 1025}, "max"),
+            ({"max": "ten"}, "max"),
+            ({"wait": 31}, "wait"),
+            ({"wait": -1}, "wait"),
+            ({"wait": "nan"}, "wait"),
+        ],
     )
     def test_bad_pull_parameters_are_400_naming_the_field(
         self, topic_client: Any, params: dict[str, Any], field: str
@@ -345,8 +367,11 @@ class TestSecurityAndBadInput:
         assert r.status_code == 400 and result(r)["field"] == "messages"
         r = c.produce_batch(f"{topic}-p", [{"message": "y" * 1024 * 1024}] * 4 + [{"message": "z"}])
         assert r.status_code == 413 and result(r)["field"] == "messages"
-        r = c.http.post("/mq/produce", content=b"{" + b" " * (6 * 1024 * 1024) + b"}",
-                        headers={"Authorization": f"Bearer {c.ptoken}", "Content-Type": "application/json"})
+        r = c.http.post(
+            "/mq/produce",
+            content=b"{" + b" " * (6 * 1024 * 1024) + b"}",
+            headers={"Authorization": f"Bearer {c.ptoken}", "Content-Type": "application/json"},
+        )
         assert r.status_code == 413 and result(r)["field"] == "body"
 
     @pytest.mark.parametrize(
@@ -360,20 +385,30 @@ class TestSecurityAndBadInput:
             (b"<xml/>", "text/xml", "body"),
         ],
     )
-    def test_malformed_produce_bodies(self, shared_server: Server, body: bytes, content_type: str,
-                                      field: str) -> None:
+    def test_malformed_produce_bodies(
+        self, shared_server: Server, body: bytes, content_type: str, field: str
+    ) -> None:
         topic = unique("bad")
         ptoken, _ = shared_server.setup_topic(topic)
         body = body.replace(b'"p"', f'"{topic}-p"'.encode())
-        r = httpx.post(shared_server.url + "/mq/produce", content=body,
-                       headers={"Content-Type": content_type, "Authorization": f"Bearer {ptoken}"})
+        r = httpx.post(
+            shared_server.url + "/mq/produce",
+            content=body,
+            headers={"Content-Type": content_type, "Authorization": f"Bearer {ptoken}"},
+        )
         assert 400 <= r.status_code < 500, r.text
         assert result(r)["field"] == field
 
     @pytest.mark.parametrize(
         ("fields", "field"),
-        [({"keys": [1]}, "keys"), ({"keys": ["k"] * 33}, "keys"), ({"properties": {"a": 1}}, "properties"),
-         ({"properties": "nope"}, "properties"), ({"tags": ["x" * 257]}, "tags"), ({"orderKey": 3}, "orderKey")],
+        [
+            ({"keys": [1]}, "keys"),
+            ({"keys": ["k"] * 33}, "keys"),
+            ({"properties": {"a": 1}}, "properties"),
+            ({"properties": "nope"}, "properties"),
+            ({"tags": ["x" * 257]}, "tags"),
+            ({"orderKey": 3}, "orderKey"),
+        ],
     )
     def test_bad_message_fields(self, topic_client: Any, fields: dict[str, Any], field: str) -> None:
         topic, c = topic_client
@@ -396,8 +431,11 @@ class TestSecurityAndBadInput:
         shared_server.setup_topic(topic)
         r = httpx.post(shared_server.url + "/admin/topics", json={"name": topic}, headers=h)
         assert r.status_code == 409
-        r = httpx.post(shared_server.url + "/admin/consumers",
-                       json={"name": unique("c"), "topic": topic, "mode": "fanout"}, headers=h)
+        r = httpx.post(
+            shared_server.url + "/admin/consumers",
+            json={"name": unique("c"), "topic": topic, "mode": "fanout"},
+            headers=h,
+        )
         assert r.status_code == 400 and result(r)["field"] == "mode"
 
     def test_broadcast_pull_needs_a_client_id(self, shared_server: Server) -> None:
@@ -420,7 +458,7 @@ def test_registry_changes_from_another_gateway_are_seen(tmp_path: Any) -> None:
 
     server = Server(tmp_path / "data", env={"MQGATE_REGISTRY_REFRESH_S": "0.3"}).start()
     try:
-        ptoken, _ = server.setup_topic("shared")
+        _ptoken, _ = server.setup_topic("shared")
         registry = SqlRegistry(f"sqlite:///{tmp_path / 'data' / 'registry.db'}")
         registry.add_producer(ProducerRecord("other-p", "shared", hash_token("tok-other"), 0))
         registry.dispose()

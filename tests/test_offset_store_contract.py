@@ -177,5 +177,3 @@ def test_committed_offsets_and_clients_survive_a_restart(backend: Any, tmp_path:
 
     run(backend, tmp_path, first)
     run(backend, tmp_path, second)
-
-

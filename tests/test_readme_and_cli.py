@@ -22,7 +22,10 @@ def test_readme_tour_runs_as_written(server: Server) -> None:
     out = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", tour_script()],
         env={**os.environ, "MQGATE_URL": server.url, "MQGATE_ADMIN_TOKEN": server.admin_token},
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
     assert out.returncode == 0, out.stderr + out.stdout
     lines = out.stdout.strip().splitlines()
@@ -35,7 +38,10 @@ def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [MQGATE, *args, "--url", server.url],
         env={**os.environ, "MQGATE_ADMIN_TOKEN": server.admin_token},
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 
@@ -47,8 +53,11 @@ def test_cli_administers_a_gateway(server: Server, tmp_path: Path) -> None:
     import httpx
 
     for i in range(3):
-        httpx.post(server.url + "/mq/produce", json={"producer": "cli-p", "message": str(i)},
-                   headers={"Authorization": f"Bearer {producer['token']}"}).raise_for_status()
+        httpx.post(
+            server.url + "/mq/produce",
+            json={"producer": "cli-p", "message": str(i)},
+            headers={"Authorization": f"Bearer {producer['token']}"},
+        ).raise_for_status()
     table = cli(server, "consumer", "progress", "cli-c")
     assert table.returncode == 0 and "lag 3" in table.stdout
     assert cli(server, "consumer", "pause", "cli-c").returncode == 0

@@ -53,8 +53,11 @@ def test_gateway_with_a_postgresql_registry(pg_url: str, tmp_path: Path) -> None
     server = Server(tmp_path / "data", extra_args=["--registry-url", pg_url]).start()
     try:
         ptoken, ctoken = server.setup_topic("pg", queues=2)
-        r = httpx.post(server.url + "/mq/produce", json={"producer": "pg-p", "message": "stored"},
-                       headers={"Authorization": f"Bearer {ptoken}"})
+        r = httpx.post(
+            server.url + "/mq/produce",
+            json={"producer": "pg-p", "message": "stored"},
+            headers={"Authorization": f"Bearer {ptoken}"},
+        )
         assert r.status_code == 200
     finally:
         server.stop()
@@ -63,11 +66,18 @@ def test_gateway_with_a_postgresql_registry(pg_url: str, tmp_path: Path) -> None
     reg.dispose()
     assert set(snap.producers) == {"pg-p"} and snap.consumers["pg-c"].topic == "pg"
     assert snap.producers["pg-p"].token_hash != ptoken  # stored hashed, never in clear
-    server = Server(tmp_path / "data", port=server.port, admin_token=server.admin_token,
-                    extra_args=["--registry-url", pg_url]).start()
+    server = Server(
+        tmp_path / "data",
+        port=server.port,
+        admin_token=server.admin_token,
+        extra_args=["--registry-url", pg_url],
+    ).start()
     try:
-        r = httpx.get(server.url + "/mq/message", params={"topic": "pg", "consumer": "pg-c"},
-                      headers={"Authorization": f"Bearer {ctoken}"})
+        r = httpx.get(
+            server.url + "/mq/message",
+            params={"topic": "pg", "consumer": "pg-c"},
+            headers={"Authorization": f"Bearer {ctoken}"},
+        )
         assert [m["message"] for m in r.json()["result"]["msgList"]] == ["stored"]
     finally:
         server.stop()

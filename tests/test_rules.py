@@ -17,8 +17,16 @@ from mqgate.names import validate_name, validate_topic_name
 NOW = 1_000_000
 
 
-def view(queue: int, max_offset: int, committed: int = 0, *, lock_ts: int = 0, deadline: int = 0,
-         access: int = 0, min_offset: int = 0) -> QueueView:
+def view(
+    queue: int,
+    max_offset: int,
+    committed: int = 0,
+    *,
+    lock_ts: int = 0,
+    deadline: int = 0,
+    access: int = 0,
+    min_offset: int = 0,
+) -> QueueView:
     return QueueView(queue, min_offset, max_offset, committed, lock_ts, deadline, access)
 
 
@@ -44,11 +52,20 @@ class TestQueueChoice:
     def test_backlog_counts_from_min_when_committed_fell_behind_retention(self) -> None:
         assert view(0, 10, committed=2, min_offset=8).backlog == 2
 
-    @given(st.lists(st.tuples(st.integers(0, 50), st.integers(0, 50), st.booleans(), st.integers(0, 9)),
-                    min_size=1, max_size=16))
+    @given(
+        st.lists(
+            st.tuples(st.integers(0, 50), st.integers(0, 50), st.booleans(), st.integers(0, 9)),
+            min_size=1,
+            max_size=16,
+        )
+    )
     def test_choice_matches_a_simple_model(self, specs: list[tuple[int, int, bool, int]]) -> None:
-        qs = [view(i, mx, min(c, mx), lock_ts=NOW if locked else 0, deadline=NOW + 1 if locked else 0,
-                   access=acc) for i, (mx, c, locked, acc) in enumerate(specs)]
+        qs = [
+            view(
+                i, mx, min(c, mx), lock_ts=NOW if locked else 0, deadline=NOW + 1 if locked else 0, access=acc
+            )
+            for i, (mx, c, locked, acc) in enumerate(specs)
+        ]
         free = [q for q in qs if q.backlog > 0 and not lock_is_held(q.lock_ts, q.lock_deadline_ms, NOW)]
         chosen = choose_queue(qs, NOW)
         if not free:
@@ -67,8 +84,14 @@ class TestQueueChoice:
 
 class TestAckRules:
     def refusal(self, **kw: int) -> str | None:
-        args = {"stored_committed": 10, "stored_lock_ts": 500, "stored_lock_deadline_ms": NOW + 1000,
-                "token_offset": 10, "token_lock_ts": 500, "now_ms": NOW}
+        args = {
+            "stored_committed": 10,
+            "stored_lock_ts": 500,
+            "stored_lock_deadline_ms": NOW + 1000,
+            "token_offset": 10,
+            "token_lock_ts": 500,
+            "now_ms": NOW,
+        }
         args.update(kw)
         return ack_refusal(**args)
 
