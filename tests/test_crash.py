@@ -12,6 +12,7 @@ consumer reads everything back and every acknowledged message must be there, byt
 from __future__ import annotations
 
 import itertools
+import os
 import random
 import struct
 import threading
@@ -34,6 +35,7 @@ KILLS = 10
 PRODUCERS = 3
 TEST_BUDGET_S = 110.0  # every loop below stops by this deadline
 HTTP_TIMEOUT_S = 5.0
+SERVER_ENV = {"MQGATE_SEGMENT_BYTES": os.environ.get("SEGB", str(64 * 1024 * 1024))}
 
 # Letters of 1 to 4 UTF-8 bytes, quotes and escapes included.
 ALPHABET = (
@@ -119,21 +121,57 @@ def producer_thread(url: str, token: str, load: Load, seed: int) -> None:
         load.problem(f"producer {seed}: {exc!r}")
 
 
+@dataclass
+class Pending:
+    """A pulled batch whose ack has not been answered yet."""
+
+    request_id: str
+    queue: int
+    end: int  # the committed offset its ack must report
+    generation: int  # server generation when it was pulled
+
+
 def consumer_thread(url: str, token: str, load: Load, seed: int) -> None:
     rng = random.Random(seed)
+    pending: list[Pending] = []  # at most one; an ack cut off by a kill is retried after the restart
     try:
         with _client(url, token) as http:
             while not load.stop.is_set() and time.monotonic() < load.deadline:
                 with load.consumer_gate:
-                    ok = _consume_once(http, load, rng)
+                    ok = _consume_once(http, load, rng, pending)
                 if not ok:
                     load.outage()
     except Exception as exc:
         load.problem(f"consumer: {exc!r}")
 
 
-def _consume_once(http: httpx.Client, load: Load, rng: random.Random) -> bool:
-    """One pull and, if it found messages, one ack. False on a connection error."""
+def _ack(http: httpx.Client, load: Load, p: Pending) -> bool:
+    """Send the ack of `p`; False on a connection error (then `p` stays pending)."""
+    try:
+        r = http.post("/mq/ack", json={"requestId": p.request_id})
+    except httpx.HTTPError:
+        return False
+    with load.lock:
+        if r.status_code == 200:
+            result = r.json()["result"]
+            if result != {"queue": p.queue, "committed": p.end}:
+                load.problems.append(f"ack answered {result} for {p}")
+            load.acked[p.queue] = max(load.acked[p.queue], result["committed"])
+            load.acks_ok += 1
+        elif r.status_code == 409 and load.generation != p.generation:
+            load.acks_refused_after_crash += 1  # the lock died with the old process
+        else:
+            load.problems.append(f"ack answered {r.status_code} without a crash: {r.text[:300]}")
+    return True
+
+
+def _consume_once(http: httpx.Client, load: Load, rng: random.Random, pending: list[Pending]) -> bool:
+    """Finish a pending ack, then one pull and, if it found messages, its ack.
+    False on a connection error."""
+    if pending:
+        if not _ack(http, load, pending[0]):
+            return False
+        pending.clear()
     with load.lock:
         generation = load.generation
     params = {"topic": TOPIC, "consumer": f"{TOPIC}-c", "max": rng.randint(1, 64), "wait": 0.3}
@@ -148,28 +186,19 @@ def _consume_once(http: httpx.Client, load: Load, rng: random.Random) -> bool:
     if result["status"] != "FOUND":
         return True
     msgs = result["msgList"]
-    queue, first = msgs[0]["queue"], msgs[0]["offset"]
     with load.lock:
         load.delivered.extend((m["queue"], m["offset"], m["messageId"], m["message"]) for m in msgs)
-    try:
-        r = http.post("/mq/ack", json={"requestId": result["requestId"]})
-    except httpx.HTTPError:
+    pending.append(Pending(result["requestId"], msgs[0]["queue"], msgs[-1]["offset"] + 1, generation))
+    time.sleep(rng.uniform(0, 0.02))  # processing: a kill may fall between pull and ack
+    if not _ack(http, load, pending[0]):
         return False
-    with load.lock:
-        if r.status_code == 200:
-            committed = r.json()["result"]["committed"]
-            if committed != first + len(msgs) or r.json()["result"]["queue"] != queue:
-                load.problems.append(f"ack answered {r.json()['result']} for {queue}:{first}+{len(msgs)}")
-            load.acked[queue] = max(load.acked[queue], committed)
-            load.acks_ok += 1
-        elif r.status_code == 409 and load.generation != generation:
-            load.acks_refused_after_crash += 1  # the lock died with the old process
-        else:
-            load.problems.append(f"ack answered {r.status_code} without a crash: {r.text[:300]}")
+    pending.clear()
     return True
 
 
-def read_all(server: Server, consumer: str, token: str, deadline: float) -> dict[tuple[int, int], tuple[str, str]]:
+def read_all(
+    server: Server, consumer: str, token: str, deadline: float
+) -> dict[tuple[int, int], tuple[str, str]]:
     """Everything a consumer gets from where it stands now to the end, acking as it goes."""
     out: dict[tuple[int, int], tuple[str, str]] = {}
     with _client(server.url, token) as http:
@@ -232,10 +261,38 @@ class Gateway:
     def restart(self) -> Server:
         started = time.monotonic()
         old = self.server
-        self.server = type(old)(old.data_dir, port=old.port, admin_token=old.admin_token).start()
+        self.server = Server(old.data_dir, port=old.port, admin_token=old.admin_token, env=old.env).start()
         self.restart_s.append(time.monotonic() - started)
         self.restarts += 1
         return self.server
+
+
+def kill_and_check(gw: Gateway, load: Load, kill: int) -> dict[str, Any]:
+    """kill -9 and restart; before the consumer resumes, check nothing acknowledged went back."""
+    with load.lock:
+        load.generation += 1
+    gw.server.kill9()
+    # Pause the consumer: an ack in flight has failed or been recorded once we hold the gate.
+    with load.consumer_gate:
+        with load.lock:
+            acked_before = dict(load.acked)
+            stored_before: dict[int, int] = defaultdict(int)
+            for q, o in load.produced:
+                stored_before[q] = max(stored_before[q], o + 1)
+            n_produced = len(load.produced)
+        gw.restart()
+        after = committed_by_queue(gw.server)
+    for q in range(N_QUEUES):
+        committed, end = after[q]
+        assert committed >= acked_before.get(q, 0), (
+            f"kill {kill}: queue {q} committed offset went back from "
+            f"{acked_before.get(q, 0)} (acked) to {committed}"
+        )
+        assert end >= stored_before[q], (
+            f"kill {kill}: queue {q} ends at {end}, but offset {stored_before[q] - 1} "
+            "was acknowledged to a producer"
+        )
+    return {"produced": n_produced, "acked": acked_before, "after": after}
 
 
 def append_garbage(queue_dir: Path, garbage: bytes) -> tuple[Path, int]:
@@ -270,8 +327,9 @@ def produce_and_read_new(
 
 
 @pytest.mark.timeout(180)
-def test_kill9_under_load_loses_nothing_acknowledged(server: Server) -> None:
+def test_kill9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
     t0 = time.monotonic()
+    server = Server(tmp_path / "data", env=dict(SERVER_ENV)).start()
     deadline = t0 + TEST_BUDGET_S
     rng = random.Random(20240601)
     ptoken, ctoken = server.setup_topic(TOPIC, queues=N_QUEUES, consumer_args={"lockTimeoutS": 60})
@@ -284,44 +342,19 @@ def test_kill9_under_load_loses_nothing_acknowledged(server: Server) -> None:
     threads.append(threading.Thread(target=consumer_thread, args=(server.url, ctoken, load, 99), daemon=True))
     restart_checks: list[dict[str, Any]] = []
     try:
-        for t in threads:
-            t.start()
-        for kill in range(KILLS):
-            time.sleep(rng.uniform(0.3, 1.0))
-            assert time.monotonic() < load.deadline, f"only {kill} kills before the deadline"
-            with load.lock:
-                load.generation += 1
-            gw.server.kill9()
-            # Pause the consumer: an ack in flight has failed or been recorded once we hold the gate.
-            with load.consumer_gate:
-                with load.lock:
-                    acked_before = dict(load.acked)
-                    stored_before: dict[int, int] = defaultdict(int)
-                    for q, o in load.produced:
-                        stored_before[q] = max(stored_before[q], o + 1)
-                    n_produced = len(load.produced)
-                gw.restart()
-                after = committed_by_queue(gw.server)
-                for q in range(N_QUEUES):
-                    committed, end = after[q]
-                    assert committed >= acked_before.get(q, 0), (
-                        f"kill {kill + 1}: queue {q} committed offset went back from "
-                        f"{acked_before.get(q, 0)} (acked) to {committed}"
-                    )
-                    assert end >= stored_before[q], (
-                        f"kill {kill + 1}: queue {q} ends at {end}, but offset {stored_before[q] - 1} "
-                        "was acknowledged to a producer"
-                    )
-                restart_checks.append({"produced": n_produced, "acked": acked_before, "after": after})
-        time.sleep(0.5)
-    finally:
-        load.stop.set()
-        for t in threads:
-            t.join(15)
-        if gw.server is not server:
-            gw.server.stop()  # the fixture stops only the first process
-    srv = gw.server = gw.server.start() if gw.server.proc and gw.server.proc.poll() is not None else gw.server
-    try:
+        try:
+            for t in threads:
+                t.start()
+            for kill in range(KILLS):
+                time.sleep(rng.uniform(0.3, 1.0))
+                assert time.monotonic() < load.deadline, f"only {kill} kills before the deadline"
+                restart_checks.append(kill_and_check(gw, load, kill + 1))
+            time.sleep(0.5)
+        finally:
+            load.stop.set()
+            for t in threads:
+                t.join(15)
+        srv = gw.server
         assert not any(t.is_alive() for t in threads), "a client thread hung"
         assert not load.problems, load.problems[:10]
         assert gw.restarts == KILLS and len(restart_checks) == KILLS
@@ -374,8 +407,7 @@ def test_kill9_under_load_loses_nothing_acknowledged(server: Server) -> None:
         check_readback(srv, "reader-3", produced, deadline)
         produce_and_read_new(srv, ptoken, "tail-2", queue_b, deadline)
     finally:
-        if gw.server is not server:
-            gw.server.stop()
+        gw.server.stop()
     total = time.monotonic() - t0
     print(
         f"\ncrash test: {len(load.produced)} messages acknowledged in {load.produce_calls} produce calls, "

@@ -20,7 +20,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture
 def topic_client(shared_server: Server, request: pytest.FixtureRequest) -> Any:
-    """A fresh topic on the shared server; consumer options from `@pytest.mark.parametrize`-free marker args."""
+    """A fresh topic on the shared server; consumer options come from indirect parametrization."""
     opts = getattr(request, "param", {}) or {}
     topic = unique("t")
     ptoken, ctoken = shared_server.setup_topic(topic, queues=opts.pop("queues", 4), consumer_args=opts)

@@ -38,6 +38,8 @@ def _serve(args: argparse.Namespace) -> int:
         http="httptools",
         lifespan="on",
         access_log=False,
+        proxy_headers=False,
+        server_header=False,
         log_level=settings.log_level,
         timeout_graceful_shutdown=5,
     )

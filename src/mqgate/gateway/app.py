@@ -80,9 +80,9 @@ def build_app(settings: Settings) -> App:
         await committer.stop()
 
     def observe(route: str, seconds: float, status: int) -> None:
-        metrics.latency.labels(route).observe(seconds)
+        metrics.child(metrics.latency, route).observe(seconds)
         if status >= 400:
-            metrics.errors.labels(route, str(status)).inc()
+            metrics.child(metrics.errors, route, str(status)).inc()
 
     return App(
         Router(api.routes()),

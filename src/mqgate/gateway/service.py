@@ -240,7 +240,7 @@ class Gateway:
                 StoredMessage(new_message_id(ts), ts, producer.name, m.body, m.keys, m.tags, m.properties)
             )
         firsts = await self.store.append_many(topic.name, by_queue)
-        self.metrics.produced.labels(topic.name).inc(len(messages))
+        self.metrics.child(self.metrics.produced, topic.name).inc(len(messages))
         broker = self.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, q, firsts[q] + i) for q, i in placed]
 
@@ -263,7 +263,7 @@ class Gateway:
                 raise Forbidden("requestId belongs to another consumer", field="requestId")
             refusal = await self.offsets.ack(token, now_ms())
             ack_outcome = refusal or "ok"
-            self.metrics.acks.labels(c.name, ack_outcome).inc()
+            self.metrics.child(self.metrics.acks, c.name, ack_outcome).inc()
         if c.paused:
             return PullResult(PAUSED, ack=ack_outcome)
         table_client = self._table_client(c, client_id)
@@ -296,7 +296,7 @@ class Gateway:
                         msgs[-1][0] + 1,
                         lease.lock_ts,
                     )
-                    self.metrics.consumed.labels(c.name).inc(len(msgs))
+                    self.metrics.child(self.metrics.consumed, c.name).inc(len(msgs))
                     return PullResult(
                         FOUND,
                         request_id=encode_token(token, self.secret),
@@ -375,7 +375,7 @@ class Gateway:
             c.name, client, self.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
         )
         if await self.offsets.record_dead_letters(token, len(moved), ts) is None:
-            self.metrics.dead_lettered.labels(c.name).inc(len(moved))
+            self.metrics.child(self.metrics.dead_lettered, c.name).inc(len(moved))
             log.warning(
                 "consumer %s: %d messages dead-lettered from queue %d",
                 c.name,
@@ -385,7 +385,7 @@ class Gateway:
 
     async def ack(self, c: ConsumerRecord, token: AckToken) -> None:
         refusal = await self.offsets.ack(token, now_ms())
-        self.metrics.acks.labels(c.name, refusal or "ok").inc()
+        self.metrics.child(self.metrics.acks, c.name, refusal or "ok").inc()
         _raise_refusal(refusal, "ack")
         self.store.wake(c.topic)
 
@@ -437,7 +437,7 @@ class Gateway:
                         "deadLettered": e.dead_lettered,
                     }
                 )
-        self.metrics.lag.labels(name).set(total_lag)
+        self.metrics.child(self.metrics.lag, name).set(total_lag)
         return {
             "consumer": name,
             "topic": c.topic,
