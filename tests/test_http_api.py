@@ -468,3 +468,31 @@ def test_registry_changes_from_another_gateway_are_seen(tmp_path: Any) -> None:
         c.close()
     finally:
         server.stop()
+
+
+def test_idle_broadcast_clients_expire_and_start_at_a_timestamp(tmp_path: Any) -> None:
+    server = Server(tmp_path / "data", env={"MQGATE_BROADCAST_CLIENT_TTL_S": "1"}).start()
+    try:
+        ptoken, ctoken = server.setup_topic("bc", consumer_args={"mode": "broadcast"})
+        c = Client(server, ptoken, ctoken)
+        c.produce("bc-p", "before", orderKey="k")
+        time.sleep(0.01)
+        cutoff = int(time.time() * 1000)
+        time.sleep(0.01)
+        c.produce("bc-p", "after", orderKey="k")
+        body = result(c.pull("bc", "bc-c", clientId="idle-client", max=10))
+        assert [m["message"] for m in body["msgList"]] == ["before", "after"]
+        clients = {q["clientId"] for q in server.admin("GET", "/admin/consumers/bc-c/progress")["queues"]}
+        assert clients == {"idle-client"}
+        wait_until(
+            lambda: not server.admin("GET", "/admin/consumers/bc-c/progress")["queues"],
+            10,
+            "the idle clientId to expire",
+            interval_s=0.1,
+        )
+        c.ctoken = server.admin("POST", "/admin/consumers", name="from-ts", topic="bc", start=str(cutoff))["token"]
+        body = result(c.pull("bc", "from-ts", max=10))
+        assert [m["message"] for m in body["msgList"]] == ["after"]
+        c.close()
+    finally:
+        server.stop()
