@@ -247,7 +247,7 @@ def _setup(server: Server, topic: str, **consumer_args: Any) -> tuple[str, str]:
     return server.setup_topic(topic, queues=N_QUEUES, consumer_args={"lockTimeoutS": 60, **consumer_args})
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(60)
 def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
     topic, total, n_consumers = "conc", 4000, 4
     ptoken, ctoken = _setup(server, topic)
@@ -313,7 +313,7 @@ def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
     }
 
 
-@pytest.mark.timeout(90)
+@pytest.mark.timeout(60)
 def test_broadcast_clients_each_see_everything_once(server: Server) -> None:
     topic, total, client_ids = "bcast", 1500, ["client-a", "client-b", "client-c"]
     ptoken, ctoken = _setup(server, topic, mode="broadcast")

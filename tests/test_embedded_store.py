@@ -19,9 +19,7 @@ WEEK_MS = 7 * 24 * 3600 * 1000
 
 
 def msg(i: int, ts: int = 1_000, size: int = 50) -> StoredMessage:
-    return StoredMessage(
-        f"id{i:08d}", ts, "p", (f"m{i}-" + "é" * size).encode(), [f"k{i}"], ["t"], {"i": str(i)}
-    )
+    return StoredMessage(f"id{i:08d}", ts, "p", f"m{i}-" + "é" * size, [f"k{i}"], ["t"], {"i": str(i)})
 
 
 def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:

@@ -13,23 +13,36 @@ MODE_BROADCAST: Final = "broadcast"
 class NewMessage(msgspec.Struct, frozen=True):
     """What a producer hands in, validated."""
 
-    body: bytes
+    body: str
     keys: list[str] = []
     tags: list[str] = []
     properties: dict[str, str] = {}
     order_key: str | None = None
 
 
-class StoredMessage(msgspec.Struct, array_like=True, frozen=True):
-    """One record of a queue log. The QoS fields are reserved for scheduling (SPEC S1)."""
+class StoredMessage(
+    msgspec.Struct,
+    frozen=True,
+    omit_defaults=True,
+    rename={
+        "msg_id": "messageId",
+        "body": "message",
+        "timestamp_ms": "timestamp",
+        "deliver_at_ms": "deliverAt",
+        "deadline_ms": "deadline",
+    },
+):
+    """One record of a queue log, stored as the JSON object a consumer receives (minus the
+    delivery fields), so a pull is assembled from stored bytes without decoding them.
+    The QoS fields are reserved for scheduling (SPEC S1)."""
 
     msg_id: str
     timestamp_ms: int
     producer: str
-    body: bytes
-    keys: list[str] = []
-    tags: list[str] = []
-    properties: dict[str, str] = {}
+    body: str
+    keys: list[str]
+    tags: list[str]
+    properties: dict[str, str]
     priority: int | None = None
     deliver_at_ms: int | None = None
     deadline_ms: int | None = None

@@ -111,22 +111,29 @@ def _properties(value: Any, field: str) -> dict[str, str]:
     return value
 
 
+def _utf8_size(text: str, field: str) -> int:
+    try:
+        return len(text.encode())
+    except UnicodeEncodeError as exc:  # a lone surrogate from a JSON escape
+        raise BadRequest(f"{field} is not valid Unicode text", field=field) from exc
+
+
 def new_message(params: Mapping[str, Any], settings: Settings, prefix: str = "") -> NewMessage:
     """Validate one message; `prefix` locates it inside a batch (e.g. `messages[3].`)."""
     text = params.get("message")
     if not isinstance(text, str):
         raise BadRequest(f"{prefix}message is required and must be a string", field=f"{prefix}message")
-    body = text.encode()
-    if len(body) > settings.max_message_bytes:
+    size = len(text) if text.isascii() else _utf8_size(text, f"{prefix}message")
+    if size > settings.max_message_bytes:
         raise PayloadTooLarge(
-            f"{prefix}message is {len(body)} bytes, over the {settings.max_message_bytes}-byte limit",
+            f"{prefix}message is {size} bytes, over the {settings.max_message_bytes}-byte limit",
             field=f"{prefix}message",
         )
     order_key = params.get("orderKey")
     if order_key is not None and not isinstance(order_key, str):
         raise BadRequest(f"{prefix}orderKey must be a string", field=f"{prefix}orderKey")
     return NewMessage(
-        body=body,
+        body=text,
         keys=_string_list(params.get("keys"), f"{prefix}keys"),
         tags=_string_list(params.get("tags"), f"{prefix}tags"),
         properties=_properties(params.get("properties"), f"{prefix}properties"),
@@ -149,7 +156,7 @@ def new_messages(params: Mapping[str, Any], settings: Settings) -> list[NewMessa
         if not isinstance(item, dict):
             raise BadRequest(f"messages[{i}] must be an object", field=f"messages[{i}]")
         msg = new_message(item, settings, prefix=f"messages[{i}].")
-        total += len(msg.body)
+        total += len(msg.body) if msg.body.isascii() else _utf8_size(msg.body, "messages")
         if total > settings.max_batch_bytes:
             raise PayloadTooLarge(
                 f"messages total over the {settings.max_batch_bytes}-byte batch limit",

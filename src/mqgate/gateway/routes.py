@@ -19,7 +19,7 @@ from mqgate.gateway.inputs import (
     require_str,
 )
 from mqgate.gateway.openapi import build_openapi
-from mqgate.gateway.service import FOUND, RATE_LIMITED, Gateway
+from mqgate.gateway.service import FOUND, RATE_LIMITED, Gateway, PullResult
 from mqgate.model import MODE_CLUSTER
 from mqgate.settings import Settings
 
@@ -28,17 +28,22 @@ MAX_LOCK_TIMEOUT_S = 12 * 3600.0
 MAX_ATTEMPTS = 1000
 
 
-class WireMessage(msgspec.Struct):
-    messageId: str
-    message: str
-    keys: list[str]
-    tags: list[str]
-    properties: dict[str, str]
-    timestamp: int
-    broker: str
-    queue: int
-    offset: int
-    reconsumeTimes: int
+def found_body(result: PullResult, broker: str) -> bytes:
+    """The FOUND answer, assembled from the stored JSON objects: each gets its delivery
+    fields appended in place of its closing brace, nothing is decoded or re-encoded."""
+    assert result.messages is not None and result.request_id is not None
+    tail = b',"broker":%b,"queue":%d,"offset":%%d,"reconsumeTimes":%d}' % (
+        msgspec.json.encode(broker),
+        result.queue,
+        result.reconsume_times,
+    )
+    items = b",".join([payload[:-1] + tail % offset for offset, payload in result.messages])
+    ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
+    return b'{"status":200,"message":"ok","result":{"status":"FOUND","requestId":"%b"%b,"msgList":[%b]}}' % (
+        result.request_id.encode(),
+        ack,
+        items,
+    )
 
 
 class Api:
@@ -86,37 +91,22 @@ class Api:
             request_id=optional_str(p, "requestId"),
             owner=f"{req.client_host}/{client_id}" if client_id else req.client_host,
         )
-        broker = self.gw.store.broker
-        msg_list = [
-            WireMessage(
-                m.msg_id,
-                m.body.decode("utf-8", "replace"),
-                m.keys,
-                m.tags,
-                m.properties,
-                m.timestamp_ms,
-                broker,
-                q,
-                o,
-                result.reconsume_times,
-            )
-            for q, o, m in result.messages or ()
-        ]
-        body: dict[str, Any] = {
-            "status": result.status,
-            "requestId": result.request_id,
-            "msgList": msg_list,
-        }
-        if result.ack is not None:
-            body["ack"] = result.ack
         if result.status == RATE_LIMITED:
+            body: dict[str, Any] = {
+                "status": result.status,
+                "requestId": None,
+                "msgList": [],
+                "ack": result.ack,
+            }
             retry = max(1, round(result.retry_after_s + 0.5))
             return Response(
-                body,
-                status=429,
-                message="rate limited",
-                headers=[(b"retry-after", str(retry).encode())],
+                body, status=429, message="rate limited", headers=[(b"retry-after", str(retry).encode())]
             )
+        if result.status == FOUND and result.messages:
+            return Response(raw_body=found_body(result, self.gw.store.broker))
+        body = {"status": result.status, "requestId": None, "msgList": []}
+        if result.ack is not None:
+            body["ack"] = result.ack
         return Response(body, message="ok" if result.status == FOUND else result.status.lower())
 
     async def ack(self, req: Request) -> Response:

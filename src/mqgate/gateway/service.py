@@ -52,7 +52,8 @@ def now_ms() -> int:
 class PullResult:
     status: str
     request_id: str | None = None
-    messages: list[tuple[int, int, StoredMessage]] | None = None  # (queue, offset, message)
+    queue: int = -1
+    messages: list[tuple[int, bytes]] | None = None  # (offset, stored JSON object)
     reconsume_times: int = 0
     ack: str | None = None
     retry_after_s: float = 0.0
@@ -281,7 +282,7 @@ class Gateway:
                 await self._dead_letter(c, table_client, lease)
                 continue
             if lease is not None:
-                msgs = await self.store.read(
+                msgs = await self.store.read_raw(
                     c.topic, lease.queue, lease.offset, lease.next_offset - lease.offset
                 )
                 if msgs:
@@ -300,7 +301,8 @@ class Gateway:
                     return PullResult(
                         FOUND,
                         request_id=encode_token(token, self.secret),
-                        messages=[(lease.queue, o, m) for o, m in msgs],
+                        queue=lease.queue,
+                        messages=msgs,
                         reconsume_times=lease.attempts - 1,
                         ack=ack_outcome,
                     )

@@ -45,6 +45,9 @@ class MessageStore(Protocol):
     ) -> list[tuple[int, StoredMessage]]:
         """Visible messages from `offset` (raised to `min` if below it), at most `max_count`."""
 
+    async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
+        """Like `read`, but each message as its stored JSON object (see `StoredMessage`)."""
+
     async def bounds(self, topic: str) -> list[QueueBounds]: ...
 
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:

@@ -29,8 +29,8 @@ from mqgate.store.interface import TopicConfig
 TOPIC_FILE: Final = "topic.json"
 CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
 
-_encode = msgspec.msgpack.Encoder().encode
-_decode_message = msgspec.msgpack.Decoder(StoredMessage).decode
+_encode = msgspec.json.Encoder().encode
+_decode_message = msgspec.json.Decoder(StoredMessage).decode
 
 
 def _timestamp_of(payload: bytes) -> int:
@@ -205,6 +205,9 @@ class EmbeddedStore:
         assert self.committer is not None
         await self.committer.durable()
         return firsts
+
+    async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
+        return self._queue(topic, queue).read(offset, max_count)
 
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int
