@@ -32,6 +32,7 @@ import math
 import os
 import platform
 import re
+import resource
 import secrets
 import shutil
 import signal
@@ -95,7 +96,7 @@ def descendants(pid: int) -> list[int]:
                 stat = fh.read()
         except OSError:
             continue
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
         children.setdefault(ppid, []).append(int(entry))
     out, todo = [], [pid]
     while todo:
@@ -139,8 +140,9 @@ signal.signal(signal.SIGTERM, _on_signal)
 
 def start(cmd: list[str], log_path: Path, env: dict | None = None) -> subprocess.Popen:
     with open(log_path, "ab") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            cmd, stdout=fh, stderr=subprocess.STDOUT, env=env, cwd=ROOT, start_new_session=True
+        )
     _started.append(proc)
     return proc
 
@@ -168,8 +170,9 @@ class Http:
         self.port, self.token, self.timeout = port, token, timeout
         self.conn: http.client.HTTPConnection | None = None
 
-    def request(self, method: str, path: str, body: dict | bytes | None = None,
-                token: str | None = None) -> tuple[int, dict | None, bytes]:
+    def request(
+        self, method: str, path: str, body: dict | bytes | None = None, token: str | None = None
+    ) -> tuple[int, dict | None, bytes]:
         headers = {}
         tok = token or self.token
         if tok:
@@ -200,8 +203,12 @@ class Http:
     def ok(self, method: str, path: str, body=None, token=None) -> dict:
         """Call, check the envelope ({status, message, result}), return result."""
         status, payload, raw = self.request(method, path, body, token)
-        if status != 200 or not isinstance(payload, dict) or payload.get("status") != 200 \
-                or "result" not in payload:
+        if (
+            status != 200
+            or not isinstance(payload, dict)
+            or payload.get("status") != 200
+            or "result" not in payload
+        ):
             raise BenchFailure(f"{method} {path} -> HTTP {status}: {raw[:400]!r}")
         return payload["result"]
 
@@ -211,8 +218,9 @@ class Http:
             self.conn = None
 
 
-def wait_healthz(port: int, proc: subprocess.Popen, timeout: float, log_path: Path,
-                 poll: float = 0.005) -> float:
+def wait_healthz(
+    port: int, proc: subprocess.Popen, timeout: float, log_path: Path, poll: float = 0.005
+) -> float:
     """Poll GET /healthz until 200; return time.monotonic() when it answered."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -249,8 +257,18 @@ class Gateway:
     admin: Http | None = None
 
     def command(self) -> list[str]:
-        cmd = [str(MQGATE), "serve", "--host", HOST, "--port", str(self.port),
-               "--data-dir", str(self.data_dir), "--fsync", "always"]
+        cmd = [
+            str(MQGATE),
+            "serve",
+            "--host",
+            HOST,
+            "--port",
+            str(self.port),
+            "--data-dir",
+            str(self.data_dir),
+            "--fsync",
+            "always",
+        ]
         if self.store != "embedded" or "--store" in serve_help():
             if "--store" not in serve_help():
                 raise BenchFailure(f"--store {self.store} asked, but `mqgate serve` has no --store")
@@ -299,8 +317,9 @@ _serve_help: str | None = None
 def serve_help() -> str:
     global _serve_help
     if _serve_help is None:
-        r = subprocess.run([str(MQGATE), "serve", "--help"], capture_output=True, text=True,
-                           timeout=60, cwd=ROOT)
+        r = subprocess.run(
+            [str(MQGATE), "serve", "--help"], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
         if r.returncode != 0:
             raise BenchFailure(f"`mqgate serve --help` failed: {r.stderr[-500:]}")
         _serve_help = r.stdout
@@ -334,16 +353,18 @@ def totals(progress: dict) -> dict:
 # --------------------------------------------------------------------------------------------
 
 
-def wrk(script: str, url: str, threads: int, conns: int, duration: float, env: dict,
-        latency: bool = True) -> dict:
+def wrk(
+    script: str, url: str, threads: int, conns: int, duration: float, env: dict, latency: bool = True
+) -> dict:
     cmd = ["wrk", f"-t{threads}", f"-c{conns}", f"-d{max(1, round(duration))}s", "--timeout", "10s"]
     if latency:
         cmd.append("--latency")
     cmd += ["-s", str(LUA_DIR / script), url]
     full_env = dict(os.environ, MQB_LUA_DIR=str(LUA_DIR), **env)
     log("  $ " + " ".join(cmd))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=full_env, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env, start_new_session=True
+    )
     _started.append(proc)
     try:
         out, err = proc.communicate(timeout=duration + 60)
@@ -353,7 +374,7 @@ def wrk(script: str, url: str, threads: int, conns: int, duration: float, env: d
     line = next((ln for ln in out.splitlines() if ln.startswith("MQBENCH ")), None)
     if proc.returncode != 0 or line is None:
         raise BenchFailure(f"wrk failed (rc {proc.returncode}): {err[-800:]} {out[-800:]}")
-    res = json.loads(line[len("MQBENCH "):])
+    res = json.loads(line[len("MQBENCH ") :])
     res["command"] = " ".join(cmd)
     res["seconds"] = res["duration_us"] / 1e6
     res["ok_requests"] = res["requests"] - res["err_status"]
@@ -369,18 +390,62 @@ def tree_cpu_seconds(pid: int) -> float:
             stat = Path(f"/proc/{p}/stat").read_text()
         except OSError:
             continue
-        f = stat[stat.rindex(")") + 2:].split()
+        f = stat[stat.rindex(")") + 2 :].split()
         total += (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
     return total
 
 
-def wrk_measured(gw: Gateway, *args, **kwargs) -> dict:
-    """wrk, plus the gateway's CPU use over the run (100 % = one core busy)."""
-    c0, t0 = tree_cpu_seconds(gw.proc.pid), time.monotonic()
+def system_busy_seconds() -> tuple[float, float]:
+    """(process CPU seconds: user+nice+system, kernel irq+softirq seconds) of the whole
+    machine, from /proc/stat. Loopback networking shows up as softirq, charged to no process."""
+    vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:8]]
+    hz = os.sysconf("SC_CLK_TCK")
+    return (vals[0] + vals[1] + vals[2]) / hz, (vals[5] + vals[6]) / hz
+
+
+def own_and_waited_cpu() -> float:
+    """CPU seconds of this harness plus its children already waited for (wrk)."""
+    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
+
+
+def wrk_measured(server_pid: int, *args, **kwargs) -> dict:
+    """wrk, plus CPU use over the run (100 % = one core busy): the server's process tree, wrk
+    (+ this harness), and everything else on the machine ("other"), which should be ~0."""
+    c0, s0, w0, t0 = (
+        tree_cpu_seconds(server_pid),
+        system_busy_seconds(),
+        own_and_waited_cpu(),
+        time.monotonic(),
+    )
     res = wrk(*args, **kwargs)
-    c1, t1 = tree_cpu_seconds(gw.proc.pid), time.monotonic()
-    res["gateway_cpu_pct"] = 100.0 * (c1 - c0) / (t1 - t0)
+    c1, s1, w1, t1 = (
+        tree_cpu_seconds(server_pid),
+        system_busy_seconds(),
+        own_and_waited_cpu(),
+        time.monotonic(),
+    )
+    wall = t1 - t0
+    res["server_cpu_pct"] = 100.0 * (c1 - c0) / wall
+    res["wrk_cpu_pct"] = 100.0 * (w1 - w0) / wall
+    res["softirq_cpu_pct"] = 100.0 * (s1[1] - s0[1]) / wall
+    res["other_cpu_pct"] = max(0.0, 100.0 * ((s1[0] - s0[0]) - (c1 - c0) - (w1 - w0)) / wall)
     return res
+
+
+def cpu_note(res: dict) -> str:
+    return (
+        f"CPU (100 % = 1 core): server {res['server_cpu_pct']:.0f} %, wrk {res['wrk_cpu_pct']:.0f} %, "
+        f"kernel softirq {res['softirq_cpu_pct']:.0f} %, other processes {res['other_cpu_pct']:.0f} %"
+    )
+
+
+def note_other_load(ctx: Ctx, what: str, res: dict) -> None:
+    if res["other_cpu_pct"] > 15:
+        ctx.problems.append(
+            f"{what}: other processes used {res['other_cpu_pct']:.0f} % of a core "
+            "during the run; its figure is depressed"
+        )
 
 
 def check_wrk_errors(res: dict, what: str, max_fraction: float = 0.001) -> list[str]:
@@ -392,8 +457,10 @@ def check_wrk_errors(res: dict, what: str, max_fraction: float = 0.001) -> list[
     if res["err_status"]:
         problems.append(f"{what}: {res['err_status']} non-2xx answers")
     if res["socket_errors"]:
-        problems.append(f"{what}: socket errors connect={res['err_connect']} read={res['err_read']} "
-                        f"write={res['err_write']} timeout={res['err_timeout']}")
+        problems.append(
+            f"{what}: socket errors connect={res['err_connect']} read={res['err_read']} "
+            f"write={res['err_write']} timeout={res['err_timeout']}"
+        )
     return problems
 
 
@@ -402,8 +469,15 @@ def check_wrk_errors(res: dict, what: str, max_fraction: float = 0.001) -> list[
 # --------------------------------------------------------------------------------------------
 
 
-def fill(port: int, token: str, producer: str, count: int, batch: int = 1000, conns: int = 4,
-         timeout: float = 600.0) -> float:
+def fill(
+    port: int,
+    token: str,
+    producer: str,
+    count: int,
+    batch: int = 1000,
+    conns: int = 4,
+    timeout: float = 600.0,
+) -> float:
     """Produce exactly `count` messages with batch requests; return messages/s."""
     msg = "y" * MSG_BYTES
     left = [count]
@@ -413,8 +487,7 @@ def fill(port: int, token: str, producer: str, count: int, batch: int = 1000, co
 
     def body(n: int) -> bytes:
         if n not in bodies:
-            bodies[n] = json.dumps({"producer": producer,
-                                    "messages": [{"message": msg}] * n}).encode()
+            bodies[n] = json.dumps({"producer": producer, "messages": [{"message": msg}] * n}).encode()
         return bodies[n]
 
     deadline = time.monotonic() + timeout
@@ -462,6 +535,8 @@ class Ctx:
     duration: float
     results: dict = field(default_factory=dict)
     problems: list = field(default_factory=list)
+    notes: list = field(default_factory=list)
+    preflight: str = ""
     gw: Gateway | None = None
     ptoken: str = ""
     ctoken: str = ""
@@ -487,14 +562,19 @@ def settle(gw: Gateway, before_max: int, expect_at_least: int, wait: float = 5.0
 def preflight(ctx: Ctx) -> None:
     """A few cheap protocol checks (PROTOCOL.md); mismatches are reported, not fatal."""
     gw = ctx.gw
+    before = len(ctx.problems)
     h = Http(gw.port)
     body = {"producer": PRODUCER, "message": "preflight"}
 
     def expect(what: str, status: int, payload, raw: bytes, want: int) -> None:
         if status != want:
             ctx.problems.append(f"protocol: {what}: expected HTTP {want}, got {status}: {raw[:200]!r}")
-        elif not isinstance(payload, dict) or payload.get("status") != status \
-                or "message" not in payload or "result" not in payload:
+        elif (
+            not isinstance(payload, dict)
+            or payload.get("status") != status
+            or "message" not in payload
+            or "result" not in payload
+        ):
             ctx.problems.append(f"protocol: {what}: answer is not the envelope: {raw[:200]!r}")
 
     try:
@@ -513,8 +593,22 @@ def preflight(ctx: Ctx) -> None:
             ctx.problems.append(f"protocol: pull after a produce did not give one FOUND message: {r}")
         else:
             m = r["msgList"][0]
-            missing = [k for k in ("messageId", "message", "keys", "tags", "properties", "timestamp",
-                                   "broker", "queue", "offset", "reconsumeTimes") if k not in m]
+            missing = [
+                k
+                for k in (
+                    "messageId",
+                    "message",
+                    "keys",
+                    "tags",
+                    "properties",
+                    "timestamp",
+                    "broker",
+                    "queue",
+                    "offset",
+                    "reconsumeTimes",
+                )
+                if k not in m
+            ]
             if missing:
                 ctx.problems.append(f"protocol: msgList item lacks {missing}: {m}")
             h.ok("POST", "/mq/release", {"requestId": r["requestId"]}, token=ctx.ctoken)
@@ -522,6 +616,8 @@ def preflight(ctx: Ctx) -> None:
         ctx.problems.append(f"protocol: preflight: {exc}")
     finally:
         h.close()
+    bad = len(ctx.problems) - before
+    ctx.preflight = "all passed" if bad == 0 else f"{bad} failed (see Problems seen)"
 
 
 def bench_produce(ctx: Ctx) -> None:
@@ -534,42 +630,68 @@ def bench_produce(ctx: Ctx) -> None:
         if k not in r:
             ctx.problems.append(f"POST /mq/produce receipt lacks {k}: {r}")
     before = totals(gw.progress())
-    res = wrk_measured(gw, "produce.lua", f"http://{HOST}:{gw.port}/mq/produce", 2, 64, ctx.duration,
-              {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)})
+    res = wrk_measured(
+        gw.proc.pid,
+        "produce.lua",
+        f"http://{HOST}:{gw.port}/mq/produce",
+        2,
+        64,
+        ctx.duration,
+        {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)},
+    )
     ctx.problems += check_wrk_errors(res, "produce")
+    note_other_load(ctx, "produce", res)
     after = settle(gw, before["max"], res["ok_requests"])
     stored = after["max"] - before["max"]
     res["stored"] = stored
     if stored < res["ok_requests"]:
-        raise BenchFailure(f"produce: wrk got {res['ok_requests']} 200s but only {stored} "
-                           "messages were stored (progress max)")
+        raise BenchFailure(
+            f"produce: wrk got {res['ok_requests']} 200s but only {stored} "
+            "messages were stored (progress max)"
+        )
     if stored > res["requests"] + 64:
         ctx.problems.append(f"produce: {stored} stored for {res['requests']} requests")
     res["msgs_per_s"] = res["ok_requests"] / res["seconds"]
     ctx.results["produce"] = res
-    log(f"  produce: {res['msgs_per_s']:.0f} msgs/s, p50 {res['lat_p50_us']/1000:.2f} ms, "
-        f"p99 {res['lat_p99_us']/1000:.2f} ms (stored {stored})")
+    log(
+        f"  produce: {res['msgs_per_s']:.0f} msgs/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, "
+        f"p99 {res['lat_p99_us'] / 1000:.2f} ms (stored {stored})"
+    )
 
 
 def bench_batch(ctx: Ctx) -> None:
     gw = ctx.gw
     n = ctx.args.batch
     before = totals(gw.progress())
-    res = wrk_measured(gw, "produce_batch.lua", f"http://{HOST}:{gw.port}/mq/produce/batch", 2,
-              ctx.args.batch_conns, ctx.duration,
-              {"MQB_TOKEN": ctx.ptoken, "MQB_PRODUCER": PRODUCER, "MQB_BATCH": str(n),
-               "MQB_MSG_BYTES": str(MSG_BYTES)})
+    res = wrk_measured(
+        gw.proc.pid,
+        "produce_batch.lua",
+        f"http://{HOST}:{gw.port}/mq/produce/batch",
+        2,
+        ctx.args.batch_conns,
+        ctx.duration,
+        {
+            "MQB_TOKEN": ctx.ptoken,
+            "MQB_PRODUCER": PRODUCER,
+            "MQB_BATCH": str(n),
+            "MQB_MSG_BYTES": str(MSG_BYTES),
+        },
+    )
     ctx.problems += check_wrk_errors(res, "batch")
+    note_other_load(ctx, "batch", res)
     after = settle(gw, before["max"], res["ok_requests"] * n)
     stored = after["max"] - before["max"]
     res["stored"] = stored
     if stored < res["ok_requests"] * n:
-        raise BenchFailure(f"batch: {res['ok_requests']} batches of {n} answered 200 but only "
-                           f"{stored} messages were stored")
+        raise BenchFailure(
+            f"batch: {res['ok_requests']} batches of {n} answered 200 but only {stored} messages were stored"
+        )
     res["msgs_per_s"] = res["ok_requests"] * n / res["seconds"]
     ctx.results["batch"] = res
-    log(f"  batch: {res['msgs_per_s']:.0f} msgs/s ({res['ok_requests']/res['seconds']:.0f} req/s), "
-        f"p50 {res['lat_p50_us']/1000:.2f} ms, p99 {res['lat_p99_us']/1000:.2f} ms")
+    log(
+        f"  batch: {res['msgs_per_s']:.0f} msgs/s ({res['ok_requests'] / res['seconds']:.0f} req/s), "
+        f"p50 {res['lat_p50_us'] / 1000:.2f} ms, p99 {res['lat_p99_us'] / 1000:.2f} ms"
+    )
 
 
 def bench_consume(ctx: Ctx) -> None:
@@ -583,48 +705,73 @@ def bench_consume(ctx: Ctx) -> None:
         before = totals(gw.progress())
     if before["lag"] <= 0:
         raise BenchFailure("consume: nothing to consume (lag 0 after pre-fill)")
-    res = wrk_measured(gw, "consume.lua", f"http://{HOST}:{gw.port}/", 2, ctx.args.consume_conns,
-                       ctx.duration,
-              {"MQB_TOKEN": ctx.ctoken, "MQB_TOPIC": TOPIC, "MQB_CONSUMER": CONSUMER,
-               "MQB_MAX": str(ctx.args.pull_max),
-               "MQB_TARGET": str(math.ceil(before["lag"] / 2)), "MQB_EMPTY_STOP": "50"})
+    res = wrk_measured(
+        gw.proc.pid,
+        "consume.lua",
+        f"http://{HOST}:{gw.port}/",
+        2,
+        ctx.args.consume_conns,
+        ctx.duration,
+        {
+            "MQB_TOKEN": ctx.ctoken,
+            "MQB_TOPIC": TOPIC,
+            "MQB_CONSUMER": CONSUMER,
+            "MQB_MAX": str(ctx.args.pull_max),
+            "MQB_TARGET": str(math.ceil(before["lag"] / 2)),
+            "MQB_EMPTY_STOP": "50",
+        },
+    )
+    note_other_load(ctx, "consume", res)
     time.sleep(0.5)
     after = totals(gw.progress())
     committed = after["committed"] - before["committed"]
     lag_drop = before["lag"] - after["lag"]
-    res.update(lag_before=before["lag"], lag_after=after["lag"], committed=committed,
-               lag_drop=lag_drop, locked_after=after["locked"])
+    res.update(
+        lag_before=before["lag"],
+        lag_after=after["lag"],
+        committed=committed,
+        lag_drop=lag_drop,
+        locked_after=after["locked"],
+    )
     if res["received"] == 0 or committed <= 0 or lag_drop <= 0:
         raise BenchFailure(
             f"consume: consumed nothing — received {res['received']} messages, committed "
-            f"{committed}, lag {before['lag']} -> {after['lag']}; first error: {res['first_err']!r}")
+            f"{committed}, lag {before['lag']} -> {after['lag']}; first error: {res['first_err']!r}"
+        )
     if res["http_err"] or res["other"]:
-        ctx.problems.append(f"consume: {res['http_err']} non-200 answers, {res['other']} other "
-                            f"result.status; first: {res['first_err']!r}")
+        ctx.problems.append(
+            f"consume: {res['http_err']} non-200 answers, {res['other']} other "
+            f"result.status; first: {res['first_err']!r}"
+        )
     if res["acks_bad"]:
         ctx.problems.append(f"consume: {res['acks_bad']} acks failed; e.g. {res['bad_ack']!r}")
     if res["no_token"]:
         ctx.problems.append(f"consume: {res['no_token']} FOUND answers without requestId")
     if lag_drop != committed:
-        ctx.problems.append(f"consume: lag dropped by {lag_drop} but committed offsets moved "
-                            f"by {committed}")
+        ctx.problems.append(f"consume: lag dropped by {lag_drop} but committed offsets moved by {committed}")
     slack = (res["unacked_tokens"] + res["acks_bad"] + ctx.args.consume_conns) * ctx.args.pull_max
     if not (res["received"] - slack <= committed <= res["received"]):
-        ctx.problems.append(f"consume: received {res['received']} but committed {committed} "
-                            f"(unacked tokens {res['unacked_tokens']})")
+        ctx.problems.append(
+            f"consume: received {res['received']} but committed {committed} "
+            f"(unacked tokens {res['unacked_tokens']})"
+        )
     # rate window: the whole run, or up to the last FOUND answer if the backlog drained
     window = res["seconds"]
     if res["drained"] and res["t_last_found"] > res["t_start"]:
         window = res["t_last_found"] - res["t_start"]
-        ctx.problems.append(f"consume: backlog drained after {window:.1f} s (pre-fill more "
-                            "with --prefill); rate computed over that window")
+        ctx.notes.append(
+            f"consume: the backlog drained after {window:.1f} s of the {res['seconds']:.0f} s run; "
+            "the rate is over that window (more with --prefill)"
+        )
     res["window_s"] = window
     res["msgs_per_s"] = committed / window
     res["delivered_per_s"] = res["received"] / window
     res["pulls_per_s"] = (res["found"] + res["empty"]) / window
     ctx.results["consume"] = res
-    log(f"  consume: {res['msgs_per_s']:.0f} acked msgs/s ({res['delivered_per_s']:.0f} delivered/s), "
-        f"lag {before['lag']} -> {after['lag']}, acks ok {res['acks_ok']}, failed {res['acks_bad']}")
+    log(
+        f"  consume: {res['msgs_per_s']:.0f} acked msgs/s ({res['delivered_per_s']:.0f} delivered/s), "
+        f"lag {before['lag']} -> {after['lag']}, acks ok {res['acks_ok']}, failed {res['acks_bad']}"
+    )
 
 
 def detect_server(gw: Gateway) -> dict:
@@ -658,9 +805,21 @@ def detect_server(gw: Gateway) -> dict:
 
 def baseline_command(server: dict, port: int) -> list[str]:
     if server["server"] == "granian":
-        cmd = [str(VENV_BIN / "granian"), "--interface", "asgi", "--host", HOST, "--port", str(port),
-               "--workers", str(server["workers"]), "--no-access-log", "--log-level", "warning",
-               "--no-ws"]
+        cmd = [
+            str(VENV_BIN / "granian"),
+            "--interface",
+            "asgi",
+            "--host",
+            HOST,
+            "--port",
+            str(port),
+            "--workers",
+            str(server["workers"]),
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            "--no-ws",
+        ]
         if server.get("runtime_mode"):
             cmd += ["--runtime-mode", server["runtime_mode"].lower()]
         if server.get("runtime_threads", "").isdigit():
@@ -668,9 +827,19 @@ def baseline_command(server: dict, port: int) -> list[str]:
         if server.get("uvloop"):
             cmd += ["--loop", "uvloop"]
         return [*cmd, "benchmarks.baseline_asgi:app"]
-    cmd = [str(VENV_BIN / "uvicorn"), "benchmarks.baseline_asgi:app", "--host", HOST,
-           "--port", str(port), "--workers", str(server["workers"]), "--no-access-log",
-           "--log-level", "warning"]
+    cmd = [
+        str(VENV_BIN / "uvicorn"),
+        "benchmarks.baseline_asgi:app",
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--workers",
+        str(server["workers"]),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+    ]
     if server.get("httptools"):
         cmd += ["--http", "httptools"]
     if server.get("uvloop"):
@@ -686,16 +855,26 @@ def bench_baseline(ctx: Ctx) -> None:
     proc = start(cmd, lp)
     try:
         wait_healthz_any(port, proc, lp)
-        res = wrk("produce.lua", f"http://{HOST}:{port}/mq/produce", 2, 64, ctx.duration,
-                  {"MQB_TOKEN": "baseline", "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)})
+        res = wrk_measured(
+            proc.pid,
+            "produce.lua",
+            f"http://{HOST}:{port}/mq/produce",
+            2,
+            64,
+            ctx.duration,
+            {"MQB_TOKEN": "baseline", "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)},
+        )
     finally:
         kill_tree(proc)
     ctx.problems += check_wrk_errors(res, "baseline A")
+    note_other_load(ctx, "baseline A", res)
     res["server_command"] = " ".join(cmd)
     res["req_per_s"] = res["ok_requests"] / res["seconds"]
     ctx.results["baseline"] = res
-    log(f"  baseline A: {res['req_per_s']:.0f} req/s, p50 {res['lat_p50_us']/1000:.2f} ms, "
-        f"p99 {res['lat_p99_us']/1000:.2f} ms")
+    log(
+        f"  baseline A: {res['req_per_s']:.0f} req/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, "
+        f"p99 {res['lat_p99_us'] / 1000:.2f} ms"
+    )
 
 
 def wait_healthz_any(port: int, proc: subprocess.Popen, lp: Path) -> None:
@@ -706,24 +885,46 @@ def wait_healthz_any(port: int, proc: subprocess.Popen, lp: Path) -> None:
 def bench_store(ctx: Ctx) -> None:
     d = ctx.work / "store-bench"
     d.mkdir()
-    cmd = [str(VENV_PY), str(BENCH_DIR / "store_bench.py"), "throughput", "--data-dir", str(d),
-           "--duration", str(ctx.duration), "--concurrency", "64",
-           "--batch", str(ctx.args.batch), "--batch-concurrency", str(ctx.args.batch_conns),
-           "--read-max", str(ctx.args.pull_max)]
+    cmd = [
+        str(VENV_PY),
+        str(BENCH_DIR / "store_bench.py"),
+        "throughput",
+        "--data-dir",
+        str(d),
+        "--duration",
+        str(ctx.duration),
+        "--concurrency",
+        "64",
+        "--batch",
+        str(ctx.args.batch),
+        "--batch-concurrency",
+        str(ctx.args.batch_conns),
+        "--read-max",
+        str(ctx.args.pull_max),
+    ]
     log("  $ " + " ".join(cmd))
+    s0, w0, t0 = system_busy_seconds(), own_and_waited_cpu(), time.monotonic()
     r = run_json(cmd, timeout=ctx.duration * 6 + 120)
+    s1, w1, t1 = system_busy_seconds(), own_and_waited_cpu(), time.monotonic()
+    r["store_cpu_pct"] = 100.0 * (w1 - w0) / (t1 - t0)
+    r["other_cpu_pct"] = max(0.0, 100.0 * ((s1[0] - s0[0]) - (w1 - w0)) / (t1 - t0))
+    note_other_load(ctx, "store", r)
     r["command"] = " ".join(cmd)
     ctx.results["store"] = r
     shutil.rmtree(d, ignore_errors=True)
-    log(f"  store: append 1 (64 tasks) {r['append_single_conc']['messages_per_s']:.0f}/s, "
+    log(
+        f"  store: append 1 (64 tasks) {r['append_single_conc']['messages_per_s']:.0f}/s, "
         f"append 1 (1 task) {r['append_single_seq']['messages_per_s']:.0f}/s, "
         f"append {ctx.args.batch} {r['append_batch']['messages_per_s']:.0f} msgs/s, "
-        f"read {ctx.args.pull_max} {r['read']['messages_per_s']:.0f} msgs/s")
+        f"read {ctx.args.pull_max} {r['read']['messages_per_s']:.0f} msgs/s, "
+        f"read_raw {r.get('read_raw', {}).get('messages_per_s', 0):.0f} msgs/s"
+    )
 
 
 def run_json(cmd: list[str], timeout: float) -> dict:
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            cwd=ROOT, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True
+    )
     _started.append(proc)
     try:
         out, err = proc.communicate(timeout=timeout)
@@ -738,8 +939,7 @@ def run_json(cmd: list[str], timeout: float) -> dict:
 def bench_recovery(ctx: Ctx) -> None:
     n = ctx.args.recovery_messages
     d = ctx.work / "recovery-data"
-    gw = Gateway(free_port(), d, secrets.token_urlsafe(24), ctx.work / "recovery-gateway.log",
-                 ctx.args.store)
+    gw = Gateway(free_port(), d, secrets.token_urlsafe(24), ctx.work / "recovery-gateway.log", ctx.args.store)
     res: dict = {"messages": n}
     try:
         gw.start()
@@ -769,8 +969,10 @@ def bench_recovery(ctx: Ctx) -> None:
         h.ok("POST", "/mq/produce", {"producer": REC_PRODUCER, "message": "after restart"})
         h.close()
         res["produce_after_restart_s"] = time.monotonic() - t0
-        log(f"  restart: /healthz after {res['healthz_s']:.3f} s, all {n} messages visible "
-            f"after {res['data_s']:.3f} s")
+        log(
+            f"  restart: /healthz after {res['healthz_s']:.3f} s, all {n} messages visible "
+            f"after {res['data_s']:.3f} s"
+        )
         gw.stop()
         cmd = [str(VENV_PY), str(BENCH_DIR / "store_bench.py"), "open", "--data-dir", str(crash_copy)]
         log("  $ " + " ".join(cmd))
@@ -780,8 +982,9 @@ def bench_recovery(ctx: Ctx) -> None:
         res["open_bytes_cut"] = o["recovered_bytes_cut"]
         res["open_command"] = " ".join(cmd)
         if o["messages"].get(REC_TOPIC) != n:
-            ctx.problems.append(f"recovery: in-process open of the crash copy saw "
-                                f"{o['messages']} messages, expected {n}")
+            ctx.problems.append(
+                f"recovery: in-process open of the crash copy saw {o['messages']} messages, expected {n}"
+            )
         log(f"  in-process EmbeddedStore.open() on the crash copy: {o['open_s']:.3f} s")
         shutil.rmtree(crash_copy, ignore_errors=True)
     finally:
@@ -817,10 +1020,15 @@ def machine(data_dir: Path) -> dict:
         mem = f"{kb / 1024 / 1024:.1f} GiB"
     except (OSError, AttributeError):
         pass
-    vers = sh([str(VENV_PY), "-c",
-               "import sys, importlib.metadata as m; print(sys.version.split()[0], "
-               "*[f'{p} {m.version(p)}' for p in "
-               "('uvicorn','uvloop','httptools','granian','msgspec')], sep='; ')"])
+    vers = sh(
+        [
+            str(VENV_PY),
+            "-c",
+            "import sys, importlib.metadata as m; print(sys.version.split()[0], "
+            "*[f'{p} {m.version(p)}' for p in "
+            "('uvicorn','uvloop','httptools','granian','msgspec')], sep='; ')",
+        ]
+    )
     digest = hashlib.sha1()
     for p in sorted((ROOT / "src" / "mqgate").rglob("*.py")):
         digest.update(p.relative_to(ROOT).as_posix().encode())
@@ -841,10 +1049,12 @@ def machine(data_dir: Path) -> dict:
 
 def cpu_busy(seconds: float = 1.0) -> float:
     """Percent of all CPUs busy over `seconds` (other load on the box skews every figure)."""
+
     def sample() -> tuple[int, int]:
         vals = [int(v) for v in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
         idle = vals[3] + vals[4]
         return sum(vals), idle
+
     t0, i0 = sample()
     time.sleep(seconds)
     t1, i1 = sample()
@@ -895,11 +1105,20 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
         f"(MQGATE_ADMIN_TOKEN set), store `{a.store}`",
     ]
     if ctx.server:
-        lines.append(f"- HTTP server detected in the gateway process: {ctx.server.get('server')}, "
-                     f"{ctx.server.get('workers')} worker(s), uvloop={ctx.server.get('uvloop')}, "
-                     f"httptools={ctx.server.get('httptools')}")
-    lines.append(f"- durations: {ctx.duration:g} s per load run; topic `{TOPIC}` with 8 queues; "
-                 f"messages of {MSG_BYTES} bytes")
+        lines.append(
+            f"- HTTP server detected in the gateway process: {ctx.server.get('server')}, "
+            f"{ctx.server.get('workers')} worker(s), uvloop={ctx.server.get('uvloop')}, "
+            f"httptools={ctx.server.get('httptools')}"
+        )
+    if ctx.preflight:
+        lines.append(
+            "- pre-flight protocol checks (envelope, 401/403 on data path, pull fields, release): "
+            + ctx.preflight
+        )
+    lines.append(
+        f"- durations: {ctx.duration:g} s per load run; topic `{TOPIC}` with 8 queues; "
+        f"messages of {MSG_BYTES} bytes"
+    )
     lines += ["", "| # | benchmark | figure | target | ratio |", "|---|---|---:|---|---|"]
 
     def row(num, name, figure, target="—", rat="—"):
@@ -909,76 +1128,164 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
     st = R.get("store", {})
     if "produce" in R:
         p = R["produce"]
-        row(1, "produce, 1 msg/request, wrk -t2 -c64", fmt(p["msgs_per_s"], " msgs/s"), "—",
+        row(
+            1,
+            "produce, 1 msg/request, wrk -t2 -c64",
+            fmt(p["msgs_per_s"], " msgs/s"),
+            "—",
             f"{ratio(p['msgs_per_s'], base)} of baseline A; "
             f"{ratio(p['msgs_per_s'], st.get('append_single_conc', {}).get('messages_per_s'))} "
-            "of store single append (64 tasks)")
-        row(1, "produce latency p50 / p99",
-            f"{p['lat_p50_us']/1000:.2f} ms / {p['lat_p99_us']/1000:.2f} ms", "—",
-            f"gateway CPU {p['gateway_cpu_pct']:.0f} % of a core")
+            "of store single append (64 tasks)",
+        )
+        row(
+            1,
+            "produce latency p50 / p99",
+            f"{p['lat_p50_us'] / 1000:.2f} ms / {p['lat_p99_us'] / 1000:.2f} ms",
+            "—",
+            cpu_note(p),
+        )
     elif "produce" in failures:
         row(1, "produce", f"FAILED: {failures['produce']}")
     if "batch" in R:
         b = R["batch"]
-        row(2, f"produce batch of {a.batch}, wrk -t2 -c{a.batch_conns}", fmt(b["msgs_per_s"], " msgs/s"),
-            "—", f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} "
-            "of store batched append")
-        row(2, "batch requests/s, p50 / p99",
-            f"{fmt(b['ok_requests']/b['seconds'])} req/s, "
-            f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms",
-            "—", f"gateway CPU {b['gateway_cpu_pct']:.0f} % of a core")
+        row(
+            2,
+            f"produce batch of {a.batch}, wrk -t2 -c{a.batch_conns}",
+            fmt(b["msgs_per_s"], " msgs/s"),
+            "—",
+            f"{ratio(b['msgs_per_s'], st.get('append_batch', {}).get('messages_per_s'))} "
+            "of store batched append",
+        )
+        row(
+            2,
+            "batch requests/s, p50 / p99",
+            f"{fmt(b['ok_requests'] / b['seconds'])} req/s, "
+            f"{b['lat_p50_us'] / 1000:.2f} ms / {b['lat_p99_us'] / 1000:.2f} ms",
+            "—",
+            cpu_note(b),
+        )
     elif "batch" in failures:
         row(2, "produce batch", f"FAILED: {failures['batch']}")
     if "consume" in R:
         c = R["consume"]
-        row(3, f"consume, pull max={a.pull_max} + ack via next requestId, wrk -t2 -c{a.consume_conns}",
-            fmt(c["msgs_per_s"], " msgs/s acked"), "—",
-            f"{ratio(c['msgs_per_s'], st.get('read', {}).get('messages_per_s'))} of store reads")
-        row(3, "consume check (progress)",
+        row(
+            3,
+            f"consume, pull max={a.pull_max} + ack via next requestId, wrk -t2 -c{a.consume_conns}",
+            fmt(c["msgs_per_s"], " msgs/s acked"),
+            "—",
+            f"{ratio(c['msgs_per_s'], st.get('read_raw', st.get('read', {})).get('messages_per_s'))} "
+            "of store reads",
+        )
+        row(
+            3,
+            "consume check (progress)",
             f"lag {c['lag_before']:,} → {c['lag_after']:,} (−{c['lag_drop']:,}); delivered "
             f"{c['received']:,}; acks ok {c['acks_ok']:,} / failed {c['acks_bad']}; "
-            f"{fmt(c['pulls_per_s'])} pulls/s over {c['window_s']:.1f} s", "—",
-            f"gateway CPU {c['gateway_cpu_pct']:.0f} % of a core")
+            f"{fmt(c['pulls_per_s'])} pulls/s over {c['window_s']:.1f} s",
+            "—",
+            cpu_note(c),
+        )
     elif "consume" in failures:
         row(3, "consume", f"FAILED: {failures['consume']}")
     if "baseline" in R:
         b = R["baseline"]
-        row(4, "baseline A: raw ASGI app, same server, same wrk as 1", fmt(b["req_per_s"], " req/s"),
-            "—", f"gateway/baseline = {ratio(R.get('produce', {}).get('msgs_per_s'), b['req_per_s'])}")
-        row(4, "baseline A latency p50 / p99",
-            f"{b['lat_p50_us']/1000:.2f} ms / {b['lat_p99_us']/1000:.2f} ms")
+        row(
+            4,
+            "baseline A: raw ASGI app, same server, same wrk as 1",
+            fmt(b["req_per_s"], " req/s"),
+            "—",
+            f"gateway/baseline = {ratio(R.get('produce', {}).get('msgs_per_s'), b['req_per_s'])}",
+        )
+        row(
+            4,
+            "baseline A latency p50 / p99",
+            f"{b['lat_p50_us'] / 1000:.2f} ms / {b['lat_p99_us'] / 1000:.2f} ms",
+            "—",
+            cpu_note(b),
+        )
     elif "baseline" in failures:
         row(4, "baseline A", f"FAILED: {failures['baseline']}")
     if st:
         s1, s0, sb, rd = st["append_single_conc"], st["append_single_seq"], st["append_batch"], st["read"]
-        row(5, "baseline B: store append 1 msg, 64 tasks, fsync always",
-            fmt(s1["messages_per_s"], " appends/s"), "—",
-            f"gateway produce/store = {ratio(R.get('produce', {}).get('msgs_per_s'), s1['messages_per_s'])}")
-        row(5, "baseline B: store append 1 msg, 1 task (fsync per append)",
-            fmt(s0["messages_per_s"], " appends/s"), "—", f"p50 {s0['p50_ms']:.3f} ms")
-        row(5, f"baseline B: store append batch of {sb['batch']}, {sb['tasks']} tasks",
-            fmt(sb["messages_per_s"], " msgs/s"), "—",
-            f"gateway batch/store = {ratio(R.get('batch', {}).get('msgs_per_s'), sb['messages_per_s'])}")
-        row(5, f"baseline B: store read {rd['read_max']} msgs", fmt(rd["messages_per_s"], " msgs/s"),
-            "—", "gateway consume/store = "
-            f"{ratio(R.get('consume', {}).get('msgs_per_s'), rd['messages_per_s'])}"
-            f"; {fmt(rd['calls_per_s'])} reads/s")
+        row(
+            5,
+            "baseline B: store append 1 msg, 64 tasks, fsync always",
+            fmt(s1["messages_per_s"], " appends/s"),
+            "—",
+            f"gateway produce/store = {ratio(R.get('produce', {}).get('msgs_per_s'), s1['messages_per_s'])}",
+        )
+        row(
+            5,
+            "baseline B: store append 1 msg, 1 task (fsync per append)",
+            fmt(s0["messages_per_s"], " appends/s"),
+            "—",
+            f"p50 {s0['p50_ms']:.3f} ms; store run CPU {st['store_cpu_pct']:.0f} %, "
+            f"other processes {st['other_cpu_pct']:.0f} % of a core",
+        )
+        row(
+            5,
+            f"baseline B: store append batch of {sb['batch']}, {sb['tasks']} tasks",
+            fmt(sb["messages_per_s"], " msgs/s"),
+            "—",
+            f"gateway batch/store = {ratio(R.get('batch', {}).get('msgs_per_s'), sb['messages_per_s'])}",
+        )
+        rr = st.get("read_raw")
+        gw_read = rr or rd  # the gateway's pull uses read_raw when the store has it
+        row(
+            5,
+            f"baseline B: store read {rd['read_max']} msgs, decoded (`read`)",
+            fmt(rd["messages_per_s"], " msgs/s"),
+            "—",
+            f"{fmt(rd['calls_per_s'])} reads/s"
+            + (
+                ""
+                if rr
+                else "; gateway consume/store = "
+                f"{ratio(R.get('consume', {}).get('msgs_per_s'), rd['messages_per_s'])}"
+            ),
+        )
+        if rr:
+            row(
+                5,
+                f"baseline B: store read {rr['read_max']} msgs, raw bytes (`read_raw`, used by pulls)",
+                fmt(rr["messages_per_s"], " msgs/s"),
+                "—",
+                "gateway consume/store = "
+                f"{ratio(R.get('consume', {}).get('msgs_per_s'), gw_read['messages_per_s'])}"
+                f"; {fmt(rr['calls_per_s'])} reads/s",
+            )
     elif "store" in failures:
         row(5, "baseline B", f"FAILED: {failures['store']}")
     if "recovery" in R and "healthz_s" in R["recovery"]:
         r = R["recovery"]
-        row(6, f"recovery: {r['messages']:,}-msg queue, kill -9, process start → /healthz 200",
-            f"{r['healthz_s']:.3f} s", target_cell("recovery_healthz_s", r["healthz_s"]))
+        row(
+            6,
+            f"recovery: {r['messages']:,}-msg queue, kill -9, process start → /healthz 200",
+            f"{r['healthz_s']:.3f} s",
+            target_cell("recovery_healthz_s", r["healthz_s"]),
+        )
         if "data_s" in r:
-            row(6, "recovery: process start → progress shows all messages",
-                f"{r['data_s']:.3f} s", target_cell("recovery_data_s", r["data_s"]))
+            row(
+                6,
+                "recovery: process start → progress shows all messages",
+                f"{r['data_s']:.3f} s",
+                target_cell("recovery_data_s", r["data_s"]),
+            )
         if "open_s" in r:
-            row(6, "recovery: EmbeddedStore.open() in-process on the crashed data dir",
-                f"{r['open_s']:.3f} s", target_cell("recovery_open_s", r["open_s"]),
-                f"{r['data_bytes']/1e6:.0f} MB on disk; {r['open_bytes_cut']} bytes cut")
+            row(
+                6,
+                "recovery: EmbeddedStore.open() in-process on the crashed data dir",
+                f"{r['open_s']:.3f} s",
+                target_cell("recovery_open_s", r["open_s"]),
+                f"{r['data_bytes'] / 1e6:.0f} MB on disk; {r['open_bytes_cut']} bytes cut",
+            )
     if "recovery" in failures:
         row(6, "recovery", f"FAILED: {failures['recovery']}")
     lines.append("")
+    if ctx.notes:
+        lines.append("Notes:")
+        lines += [f"- {n}" for n in ctx.notes]
+        lines.append("")
     if failures or ctx.problems:
         lines.append("Problems seen:")
         lines += [f"- FAILED {k}: {v}" for k, v in failures.items()]
@@ -1000,8 +1307,10 @@ def report(ctx: Ctx, cmdline: str, started: dt.datetime, failures: dict[str, str
 
 
 def append_results(section: str) -> None:
-    header = ("# mqgate benchmark results\n\nOne section per run of `python benchmarks/run.py`, "
-              "newest last. See benchmarks/README.md for what each figure means.\n\n")
+    header = (
+        "# mqgate benchmark results\n\nOne section per run of `python benchmarks/run.py`, "
+        "newest last. See benchmarks/README.md for what each figure means.\n\n"
+    )
     existing = RESULTS.read_text() if RESULTS.exists() else header
     if not existing.endswith("\n\n"):
         existing = existing.rstrip("\n") + "\n\n"
@@ -1019,21 +1328,33 @@ def main() -> int:
     ap.add_argument("--duration", type=float, help="seconds per load run (default 10, quick 3)")
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--batch-conns", type=int, default=16)
-    ap.add_argument("--consume-conns", type=int, default=8,
-                    help="connections for consume (≤ queues, so no pull finds every queue locked)")
+    ap.add_argument(
+        "--consume-conns",
+        type=int,
+        default=8,
+        help="connections for consume (≤ queues, so no pull finds every queue locked)",
+    )
     ap.add_argument("--pull-max", type=int, default=100)
-    ap.add_argument("--prefill", type=int, help="backlog before consume (default 3,000,000; quick 800,000)")
-    ap.add_argument("--recovery-messages", type=int,
-                    help="messages in the recovery queue (default 1,000,000; quick 200,000)")
-    ap.add_argument("--wait-idle", type=float, default=0.0,
-                    help="wait up to this many seconds for the machine to be idle before starting")
-    ap.add_argument("--idle-below", type=float, default=15.0,
-                    help="percent CPU busy counted as idle (default 15)")
+    ap.add_argument("--prefill", type=int, help="backlog before consume (default 4,000,000; quick 800,000)")
+    ap.add_argument(
+        "--recovery-messages",
+        type=int,
+        help="messages in the recovery queue (default 1,000,000; quick 200,000)",
+    )
+    ap.add_argument(
+        "--wait-idle",
+        type=float,
+        default=0.0,
+        help="wait up to this many seconds for the machine to be idle before starting",
+    )
+    ap.add_argument(
+        "--idle-below", type=float, default=15.0, help="percent CPU busy counted as idle (default 15)"
+    )
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
     a.duration = a.duration or (3.0 if a.quick else 10.0)
-    a.prefill = a.prefill or (800_000 if a.quick else 3_000_000)
+    a.prefill = a.prefill or (800_000 if a.quick else 4_000_000)
     a.recovery_messages = a.recovery_messages or (200_000 if a.quick else 1_000_000)
     only = [x.strip() for x in a.only.split(",") if x.strip()] or ALL
     unknown = set(only) - set(ALL)
@@ -1050,22 +1371,29 @@ def main() -> int:
     ctx = Ctx(a, work, a.duration)
     failures: dict[str, str] = {}
     log(f"work dir {work}")
-    ctx.busy_before = cpu_busy()
-    waited = 0.0
-    while ctx.busy_before > a.idle_below and waited < a.wait_idle:
-        log(f"machine {ctx.busy_before:.0f} % busy; waiting for < {a.idle_below:.0f} % "
-            f"({waited:.0f}/{a.wait_idle:.0f} s)")
-        time.sleep(9)
-        waited += 10
-        ctx.busy_before = cpu_busy()
+    # idle = three 2-second samples in a row below the threshold
+    t_wait = time.monotonic()
+    quiet = 0
+    while True:
+        ctx.busy_before = cpu_busy(2.0)
+        quiet = quiet + 1 if ctx.busy_before <= a.idle_below else 0
+        waited = time.monotonic() - t_wait
+        if quiet >= 3 or waited >= a.wait_idle:
+            break
+        if quiet == 0:
+            log(
+                f"machine {ctx.busy_before:.0f} % busy; waiting for < {a.idle_below:.0f} % "
+                f"({waited:.0f}/{a.wait_idle:.0f} s)"
+            )
     ctx.loadavg = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     if ctx.busy_before > a.idle_below:
         log(f"warning: the machine is {ctx.busy_before:.0f} % busy before the run; figures will be low")
     try:
         needs_gateway = [b for b in only if b in ("produce", "batch", "consume", "baseline")]
         if needs_gateway:
-            ctx.gw = Gateway(free_port(), work / "data", secrets.token_urlsafe(24),
-                             work / "gateway.log", a.store)
+            ctx.gw = Gateway(
+                free_port(), work / "data", secrets.token_urlsafe(24), work / "gateway.log", a.store
+            )
             try:
                 t = ctx.gw.start()
                 log(f"gateway up on port {ctx.gw.port} in {t:.2f} s: {' '.join(ctx.gw.cmd)}")
@@ -1076,8 +1404,7 @@ def main() -> int:
             except BenchFailure as exc:
                 for b in needs_gateway:
                     failures[b] = f"gateway setup: {exc}"
-            for name, fn in (("produce", bench_produce), ("batch", bench_batch),
-                             ("consume", bench_consume)):
+            for name, fn in (("produce", bench_produce), ("batch", bench_batch), ("consume", bench_consume)):
                 if name in only and name not in failures:
                     log(f"{name} ...")
                     try:
@@ -1086,15 +1413,19 @@ def main() -> int:
                         failures[name] = str(exc)
                         log(f"  FAILED: {exc}")
             if ctx.gw.proc is not None and ctx.gw.proc.poll() is not None:
-                ctx.problems.append(f"gateway exited during the run with {ctx.gw.proc.returncode}: "
-                                    f"{tail(ctx.gw.log_path, 10)}")
+                ctx.problems.append(
+                    f"gateway exited during the run with {ctx.gw.proc.returncode}: "
+                    f"{tail(ctx.gw.log_path, 10)}"
+                )
             ctx.gw.stop()
-            errs = [ln for ln in tail(ctx.gw.log_path, 2000).splitlines()
-                    if re.search(r"Traceback|ERROR|Exception", ln)]
+            errs = [
+                ln
+                for ln in tail(ctx.gw.log_path, 2000).splitlines()
+                if re.search(r"Traceback|ERROR|Exception", ln)
+            ]
             if errs:
                 ctx.problems.append(f"gateway log has {len(errs)} error lines, first: {errs[0][:300]}")
-        for name, fn in (("baseline", bench_baseline), ("store", bench_store),
-                         ("recovery", bench_recovery)):
+        for name, fn in (("baseline", bench_baseline), ("store", bench_store), ("recovery", bench_recovery)):
             if name in only and name not in failures:
                 log(f"{name} ...")
                 try:

@@ -34,6 +34,8 @@ try:
 except ImportError:  # pragma: no cover
     uvloop = None
 
+import msgspec
+
 from mqgate.core.ids import new_message_id
 from mqgate.model import StoredMessage
 from mqgate.store.backends.embedded import EmbeddedStore
@@ -44,17 +46,27 @@ BODY = b"x" * 100
 WEEK_MS = 7 * 24 * 3600 * 1000
 
 
-def _msg() -> StoredMessage:
-    return StoredMessage(
-        msg_id=new_message_id(),
-        timestamp_ms=int(time.time() * 1000),
-        producer="bench-producer",
-        body=BODY,
-    )
+def _message_factory():
+    """StoredMessage's fields have changed shape before (body bytes -> str, defaults dropped):
+    build the keyword arguments from the struct's own field list."""
+    fields = {f.name: f for f in msgspec.structs.fields(StoredMessage)}
+    body_type = fields["body"].type
+    body = BODY if body_type is bytes else BODY.decode()
+    fixed = {"producer": "bench-producer", "body": body, "keys": [], "tags": [], "properties": {}}
+    fixed = {k: v for k, v in fixed.items() if k in fields}
+
+    def make() -> StoredMessage:
+        return StoredMessage(msg_id=new_message_id(), timestamp_ms=int(time.time() * 1000), **fixed)
+
+    return make
 
 
-async def _run_appenders(store, queues: int, tasks: int, batch: int, duration: float,
-                         max_messages: int) -> dict:
+_msg = _message_factory()
+
+
+async def _run_appenders(
+    store, queues: int, tasks: int, batch: int, duration: float, max_messages: int
+) -> dict:
     """`tasks` coroutines append `batch` messages at a time until time or count runs out."""
     deadline = time.perf_counter() + duration
     counts = [0] * tasks
@@ -67,9 +79,7 @@ async def _run_appenders(store, queues: int, tasks: int, batch: int, duration: f
         while not stop:
             msgs = [_msg() for _ in range(batch)]
             t0 = time.perf_counter()
-            await store.append(TOPIC, q, msgs) if batch == 1 else await store.append_many(
-                TOPIC, {q: msgs}
-            )
+            await store.append(TOPIC, q, msgs) if batch == 1 else await store.append_many(TOPIC, {q: msgs})
             t1 = time.perf_counter()
             latencies.append(t1 - t0)
             counts[i] += batch
@@ -99,7 +109,8 @@ async def _run_appenders(store, queues: int, tasks: int, batch: int, duration: f
     }
 
 
-async def _run_reads(store, queues: int, read_max: int, duration: float) -> dict:
+async def _run_reads(store, queues: int, read_max: int, duration: float, raw: bool = False) -> dict:
+    reader = store.read_raw if raw else store.read
     bounds = await store.bounds(TOPIC)
     offsets = [b.min for b in bounds]
     ends = [b.max for b in bounds]
@@ -110,7 +121,7 @@ async def _run_reads(store, queues: int, read_max: int, duration: float) -> dict
     while True:
         if offsets[q] >= ends[q]:
             offsets[q] = bounds[q].min  # wrap: read the queue again
-        got = await store.read(TOPIC, q, offsets[q], read_max)
+        got = await reader(TOPIC, q, offsets[q], read_max)
         if not got:
             raise SystemExit(f"store read returned nothing at queue {q} offset {offsets[q]}")
         offsets[q] = got[-1][0] + 1
@@ -127,6 +138,7 @@ async def _run_reads(store, queues: int, read_max: int, duration: float) -> dict
         "messages_per_s": round(msgs / elapsed, 1),
         "calls_per_s": round(calls / elapsed, 1),
         "read_max": read_max,
+        "method": "read_raw" if raw else "read",
     }
 
 
@@ -137,13 +149,18 @@ async def throughput(args) -> dict:
         await store.create_topic(TopicConfig(name=TOPIC, queues=args.queues, retention_ms=WEEK_MS))
         out = {"queues": args.queues, "fsync": "always"}
         out["append_single_conc"] = await _run_appenders(
-            store, args.queues, args.concurrency, 1, args.duration, args.max_messages)
+            store, args.queues, args.concurrency, 1, args.duration, args.max_messages
+        )
         out["append_single_seq"] = await _run_appenders(
-            store, args.queues, 1, 1, min(args.duration, 3.0), args.max_messages)
+            store, args.queues, 1, 1, min(args.duration, 3.0), args.max_messages
+        )
         out["append_batch"] = await _run_appenders(
-            store, args.queues, args.batch_concurrency, args.batch, args.duration,
-            args.max_messages)
+            store, args.queues, args.batch_concurrency, args.batch, args.duration, args.max_messages
+        )
         out["read"] = await _run_reads(store, args.queues, args.read_max, args.duration)
+        if hasattr(store, "read_raw"):
+            # what the gateway's pull uses since records are stored as the JSON a consumer gets
+            out["read_raw"] = await _run_reads(store, args.queues, args.read_max, args.duration, raw=True)
         return out
     finally:
         await store.close()
@@ -158,8 +175,11 @@ async def open_time(args) -> dict:
         counts = {}
         for name in sorted(store._topics):
             counts[name] = sum(b.max - b.min for b in await store.bounds(name))
-        return {"open_s": round(opened, 4), "messages": counts,
-                "recovered_bytes_cut": store.recovered_bytes_cut}
+        return {
+            "open_s": round(opened, 4),
+            "messages": counts,
+            "recovered_bytes_cut": store.recovered_bytes_cut,
+        }
     finally:
         await store.close()
 
