@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqgate.core.acks import LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ack_refusal
-from mqgate.core.ids import message_id_time_ms, new_message_id
+from mqgate.core.ids import message_id_time_ms, new_message_id, new_message_ids
 from mqgate.core.queue_choice import QueueView, choose_queue, lock_is_held, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken, decode_token, encode_token
@@ -182,3 +182,8 @@ def test_message_ids_are_unique_and_time_sortable() -> None:
     assert len(set(ids)) == 1000
     assert ids == sorted(ids)
     assert message_id_time_ms(ids[-1]) == NOW + 99
+
+
+def test_batch_ids_share_the_time_prefix_and_stay_unique() -> None:
+    ids = [*new_message_ids(NOW, 500), new_message_id(NOW)]
+    assert len(set(ids)) == 501 and all(message_id_time_ms(i) == NOW for i in ids)

@@ -18,3 +18,9 @@ def new_message_id(now_ms: int | None = None) -> str:
 
 def message_id_time_ms(msg_id: str) -> int:
     return int(msg_id[:12], 16)
+
+
+def new_message_ids(now_ms: int, count: int) -> list[str]:
+    """`count` ids for one batch: the time prefix is formatted once."""
+    prefix = f"{now_ms:012x}{_PROCESS_TAG:08x}"
+    return [f"{prefix}{next(_counter) & 0xFFFFFFFFFFFF:012x}" for _ in range(count)]

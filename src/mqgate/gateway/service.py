@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqgate.core.acks import AckRefusal
-from mqgate.core.ids import new_message_id
+from mqgate.core.ids import new_message_ids
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken, decode_token, encode_token
@@ -233,13 +233,11 @@ class Gateway:
         ts = now_ms()
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
-        for m in messages:
+        for m, msg_id in zip(messages, new_message_ids(ts, len(messages)), strict=True):
             q = self._queue_for(topic, m)
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
-            batch.append(
-                StoredMessage(new_message_id(ts), ts, producer.name, m.body, m.keys, m.tags, m.properties)
-            )
+            batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties))
         firsts = await self.store.append_many(topic.name, by_queue)
         self.metrics.child(self.metrics.produced, topic.name).inc(len(messages))
         broker = self.store.broker
