@@ -267,6 +267,14 @@ class Gateway:
         return self.server
 
 
+def server_errors(server: Server) -> str:
+    """The first error the server logged (all incarnations log to one file), for failure messages."""
+    path = server.data_dir.parent / f"server-{server.port}.log"
+    text = path.read_text(errors="replace") if path.exists() else ""
+    first = min((i for i in (text.find("unexpected error"), text.find("Traceback")) if i >= 0), default=-1)
+    return text[first : first + 6000] if first >= 0 else "(no error in the server log)"
+
+
 def kill_and_check(gw: Gateway, load: Load, kill: int) -> dict[str, Any]:
     """kill -9 and restart; before the consumer resumes, check nothing acknowledged went back."""
     with load.lock:
@@ -356,11 +364,13 @@ def test_kill9_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
                 t.join(15)
         srv = gw.server
         assert not any(t.is_alive() for t in threads), "a client thread hung"
-        assert not load.problems, load.problems[:10]
+        assert not load.problems, (load.problems[:10], server_errors(srv))
         assert gw.restarts == KILLS and len(restart_checks) == KILLS
         assert load.connection_errors > 0, "the clients never saw an outage: the kills did not hit the load"
         assert len(load.produced) > 1000 and load.acks_ok > 50, (len(load.produced), load.acks_ok)
         assert all(any(q == queue for q, _ in load.produced) for queue in range(N_QUEUES))
+        ids = [msg_id for msg_id, _ in load.produced.values()]
+        assert len(set(ids)) == len(ids), "a msgId was given to two messages (across restarts)"
         # Growth between kills: the load ran during every interval, not just at the start.
         counts = [c["produced"] for c in restart_checks]
         assert all(b > a for a, b in itertools.pairwise(counts)), counts

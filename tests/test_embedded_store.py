@@ -246,3 +246,18 @@ def test_index_file_is_rebuilt_when_it_does_not_match(tmp_path: Path) -> None:
         await s.close()
 
     run(go)
+
+
+def test_a_data_directory_of_another_format_is_refused(tmp_path: Path) -> None:
+    async def go() -> None:
+        s = await opened(tmp_path)
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        await s.close()
+        (tmp_path / "FORMAT").write_text("mqgate-embedded-1\n")
+        with pytest.raises(StorageError, match="format"):
+            await opened(tmp_path)
+        (tmp_path / "FORMAT").unlink()  # an unmarked directory with topics is the old format
+        with pytest.raises(StorageError, match="format"):
+            await opened(tmp_path)
+
+    run(go)

@@ -490,9 +490,27 @@ def test_idle_broadcast_clients_expire_and_start_at_a_timestamp(tmp_path: Any) -
             "the idle clientId to expire",
             interval_s=0.1,
         )
-        c.ctoken = server.admin("POST", "/admin/consumers", name="from-ts", topic="bc", start=str(cutoff))["token"]
+        c.ctoken = server.admin("POST", "/admin/consumers", name="from-ts", topic="bc", start=str(cutoff))[
+            "token"
+        ]
         body = result(c.pull("bc", "from-ts", max=10))
         assert [m["message"] for m in body["msgList"]] == ["after"]
         c.close()
     finally:
         server.stop()
+
+
+def test_broker_names_with_format_characters_are_served_verbatim(tmp_path: Any) -> None:
+    server = Server(tmp_path / "data", env={"MQGATE_BROKER_NAME": "b-1.eu_west"}).start()
+    try:
+        ptoken, ctoken = server.setup_topic("br")
+        c = Client(server, ptoken, ctoken)
+        c.produce("br-p", "x")
+        (m,) = result(c.pull("br", "br-c"))["msgList"]
+        assert m["broker"] == "b-1.eu_west"
+        c.close()
+    finally:
+        server.stop()
+    bad = Server(tmp_path / "data2", env={"MQGATE_BROKER_NAME": "b%d"})
+    with pytest.raises(AssertionError, match="exited"):
+        bad.start(timeout_s=10)

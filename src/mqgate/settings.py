@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from mqgate.errors import BadRequest
+from mqgate.names import validate_name
 
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
@@ -111,4 +112,5 @@ def load_settings(
         values[name] = _coerce(name, raw, getattr(settings, name))
     settings = dataclasses.replace(settings, **values)
     parse_fsync(settings.fsync)
+    validate_name(settings.broker_name, "broker_name")
     return settings

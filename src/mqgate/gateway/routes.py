@@ -32,12 +32,9 @@ def found_body(result: PullResult, broker: str) -> bytes:
     """The FOUND answer, assembled from the stored JSON objects: each gets its delivery
     fields appended in place of its closing brace, nothing is decoded or re-encoded."""
     assert result.messages is not None and result.request_id is not None
-    tail = b',"broker":%b,"queue":%d,"offset":%%d,"reconsumeTimes":%d}' % (
-        msgspec.json.encode(broker),
-        result.queue,
-        result.reconsume_times,
-    )
-    items = b",".join([payload[:-1] + tail % offset for offset, payload in result.messages])
+    head = b',"broker":' + msgspec.json.encode(broker) + b',"queue":%d,"offset":' % result.queue
+    tail = b',"reconsumeTimes":%d}' % result.reconsume_times
+    items = b",".join([payload[:-1] + head + b"%d" % offset + tail for offset, payload in result.messages])
     ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
     return b'{"status":200,"message":"ok","result":{"status":"FOUND","requestId":"%b"%b,"msgList":[%b]}}' % (
         result.request_id.encode(),

@@ -262,6 +262,8 @@ class Gateway:
                 raise Forbidden("requestId belongs to another consumer", field="requestId")
             refusal = await self.offsets.ack(token, now_ms())
             ack_outcome = refusal or "ok"
+            if refusal is None:
+                self.store.wake(c.topic)
             self.metrics.child(self.metrics.acks, c.name, ack_outcome).inc()
         if c.paused:
             return PullResult(PAUSED, ack=ack_outcome)

@@ -27,6 +27,10 @@ from mqgate.store.backends.embedded.queue_log import QueueLog
 from mqgate.store.interface import TopicConfig
 
 TOPIC_FILE: Final = "topic.json"
+# Bumped whenever the on-disk record format changes; a data directory of another format is
+# refused rather than misread.
+FORMAT_FILE: Final = "FORMAT"
+FORMAT: Final = "mqgate-embedded-2 json-records"
 CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
 
 _encode = msgspec.json.Encoder().encode
@@ -88,6 +92,7 @@ class EmbeddedStore:
         except BlockingIOError as exc:
             os.close(self._lock_fd)
             raise StorageError(f"data directory {self.root} is in use by another process") from exc
+        self._check_format()
         if self.committer is None:
             self.committer = GroupCommitter(self._fsync_interval_ms)
             self.committer.start()
@@ -98,6 +103,23 @@ class EmbeddedStore:
                 continue
             self._load_topic(TopicConfig(**meta))
         self._checkpointer = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+
+    def _check_format(self) -> None:
+        path = self.root / FORMAT_FILE
+        try:
+            found = path.read_text().strip()
+        except FileNotFoundError:
+            if any(self.topics_dir.iterdir()):
+                found = "mqgate-embedded-1 (unmarked)"
+            else:
+                path.write_text(FORMAT + "\n")
+                return
+        if found != FORMAT:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+            raise StorageError(
+                f"data directory {self.root} holds format {found!r}, this build reads {FORMAT!r}"
+            )
 
     async def close(self) -> None:
         if self._checkpointer is not None:
