@@ -6,8 +6,7 @@ bumps one version row, so a gateway notices any change with a single cheap query
 
 from __future__ import annotations
 
-import time
-from dataclasses import fields, replace
+from dataclasses import fields
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -56,10 +55,6 @@ version = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("version", sa.BigInteger, nullable=False),
 )
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 class SqlRegistry:
@@ -141,7 +136,3 @@ class SqlRegistry:
 
 def _row(rec: Any) -> dict[str, Any]:
     return {f.name: getattr(rec, f.name) for f in fields(rec)}
-
-
-def with_created(rec: Any) -> Any:
-    return replace(rec, created_ms=_now_ms())

@@ -73,7 +73,6 @@ class EmbeddedStore:
         self.topics_dir = self.root / "topics"
         self.segment_bytes = segment_bytes
         self._own_committer = committer is None
-        self._committer_arg = committer
         self._fsync_interval_ms = fsync_interval_ms
         self.committer: GroupCommitter | None = committer
         self.checkpoint_interval_s = checkpoint_interval_s
