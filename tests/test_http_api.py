@@ -514,3 +514,34 @@ def test_broker_names_with_format_characters_are_served_verbatim(tmp_path: Any) 
     bad = Server(tmp_path / "data2", env={"MQGATE_BROKER_NAME": "b%d"})
     with pytest.raises(AssertionError, match="exited"):
         bad.start(timeout_s=10)
+
+
+def test_batch_fast_path_and_fallback_agree(shared_server: Server) -> None:
+    """Valid batches take the typed decoder; anything unusual takes the field-naming path."""
+    topic = unique("fp")
+    ptoken, ctoken = shared_server.setup_topic(topic, queues=1)
+    c = Client(shared_server, ptoken, ctoken)
+    fast = [{"message": "a", "keys": ["k"], "tags": ["t"], "properties": {"p": "v"}, "orderKey": "o"}]
+    slow = [{"message": "é", "keys": "k1,k2", "orderKey": ""}]  # non-ASCII, comma keys, empty key
+    assert c.produce_batch(f"{topic}-p", fast).status_code == 200
+    assert c.produce_batch(f"{topic}-p", slow).status_code == 200
+    r = c.http.post(
+        f"/mq/produce/batch?producer={topic}-p",
+        json={"messages": [{"message": "via query"}]},
+        headers={"Authorization": f"Bearer {ptoken}"},
+    )
+    assert r.status_code == 200, r.text
+    got = pull_all(c, topic)
+    assert [(m["message"], m["keys"]) for m in got] == [("a", ["k"]), ("é", ["k1", "k2"]), ("via query", [])]
+    assert got[0]["properties"] == {"p": "v"} and got[0]["tags"] == ["t"]
+    bad = c.produce_batch(f"{topic}-p", [{"message": "x", "keys": [1]}])
+    assert bad.status_code == 400 and result(bad)["field"] == "messages[0].keys"
+    bad = c.produce_batch(f"{topic}-p", [{"message": "x", "tags": ["t" * 300]}])
+    assert bad.status_code == 400 and result(bad)["field"] == "messages[0].tags"
+    r = c.http.post(
+        "/mq/produce/batch",
+        data={"producer": f"{topic}-p", "messages": "x"},
+        headers={"Authorization": f"Bearer {ptoken}"},
+    )
+    assert r.status_code == 415 and result(r)["field"] == "body"
+    c.close()

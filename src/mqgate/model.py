@@ -10,8 +10,9 @@ MODE_CLUSTER: Final = "cluster"
 MODE_BROADCAST: Final = "broadcast"
 
 
-class NewMessage(msgspec.Struct, frozen=True):
-    """What a producer hands in, validated."""
+class NewMessage(msgspec.Struct, frozen=True, rename={"body": "message", "order_key": "orderKey"}):
+    """What a producer hands in, validated. Its wire names are those of the produce calls,
+    so a batch body decodes straight into these."""
 
     body: str
     keys: list[str] = []

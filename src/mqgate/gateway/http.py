@@ -41,6 +41,7 @@ class Request:
     path_params: dict[str, str]
     headers: dict[bytes, bytes]
     client_host: str
+    body: bytes = b""
 
     @property
     def bearer(self) -> str | None:
@@ -71,7 +72,7 @@ class Route:
     auth: str  # "producer" | "consumer" | "admin" | "none"
     summary: str
     params: tuple[tuple[str, str, bool, str], ...] = ()  # (name, type, required, description)
-    body: str = "any"  # "json", "any" (JSON or form) or "none"
+    body: str = "any"  # "json", "any" (JSON or form), "raw" (JSON the handler decodes) or "none"
 
 
 def envelope(status: int, message: str, result: Any) -> bytes:
@@ -166,10 +167,11 @@ class App:
             params: dict[str, Any] = (
                 dict(parse_qsl(scope["query_string"].decode("latin-1"))) if scope["query_string"] else {}
             )
+            body = b""
             if route.body != "none":
                 body = await self._read_body(headers, receive)
-                if body:
-                    params.update(_parse_body(body, headers.get(b"content-type", b""), route.body))
+                if body and route.body != "raw":
+                    params.update(parse_body(body, headers.get(b"content-type", b""), route.body))
             client = scope.get("client")
             request = Request(
                 scope["method"],
@@ -178,6 +180,7 @@ class App:
                 path_params,
                 headers,
                 client[0] if client else "",
+                body,
             )
             response = await route.handler(request)
         except MqgateError as exc:
@@ -222,7 +225,7 @@ class App:
                 return b"".join(chunks)
 
 
-def _parse_body(body: bytes, content_type: bytes, accepts: str) -> dict[str, Any]:
+def parse_body(body: bytes, content_type: bytes, accepts: str) -> dict[str, Any]:
     kind = content_type.split(b";", 1)[0].strip().lower()
     if kind == JSON_TYPE or (not kind and body[:1] in (b"{", b"[")):
         try:

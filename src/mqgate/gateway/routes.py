@@ -10,10 +10,10 @@ import msgspec
 from mqgate.errors import Forbidden, Unauthorized
 from mqgate.gateway.http import Request, Response, Route
 from mqgate.gateway.inputs import (
+    decode_batch,
     float_param,
     int_param,
     new_message,
-    new_messages,
     optional_str,
     require_present,
     require_str,
@@ -65,8 +65,10 @@ class Api:
         return Response(receipt)
 
     async def produce_batch(self, req: Request) -> Response:
-        producer = self.gw.producer_for(require_str(req.params, "producer"), req.bearer)
-        receipts = await self.gw.produce(producer, new_messages(req.params, self.settings))
+        content_type = req.headers.get(b"content-type", b"")
+        name, messages = decode_batch(req.body, content_type, req.params, self.settings)
+        producer = self.gw.producer_for(name, req.bearer)
+        receipts = await self.gw.produce(producer, messages)
         return Response({"receipts": receipts})
 
     async def pull(self, req: Request) -> Response:
@@ -282,7 +284,7 @@ class Api:
                         "objects with message, keys, tags, properties, orderKey",
                     ),
                 ),
-                body="json",
+                body="raw",
             ),
             Route(
                 "GET",
