@@ -248,6 +248,15 @@ def _setup(server: Server, topic: str, **consumer_args: Any) -> tuple[str, str]:
 
 
 @pytest.mark.timeout(60)
+def _finish(run: Run, producer: threading.Thread, threads: list[threading.Thread], total: int) -> None:
+    """Wait for every thread within the run's deadline; none may hang or have failed."""
+    for t in [producer, *threads]:
+        t.join(RUN_DEADLINE_S + 5)
+    assert not any(t.is_alive() for t in [producer, *threads]), "threads hung"
+    assert not run.errors, run.errors[:10]
+    assert len(run.produced) == total
+
+
 def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
     topic, total, n_consumers = "conc", 4000, 4
     ptoken, ctoken = _setup(server, topic)
@@ -262,12 +271,7 @@ def test_cluster_consumers_share_queues_without_overlap(server: Server) -> None:
         c.thread.start()
     producer = threading.Thread(target=_producer, args=(server, run, topic, ptoken, total, 100), daemon=True)
     producer.start()
-    producer.join(RUN_DEADLINE_S + 5)
-    for c in consumers:
-        c.thread.join(RUN_DEADLINE_S + 5)
-    assert not producer.is_alive() and not any(c.thread.is_alive() for c in consumers), "threads hung"
-    assert not run.errors, run.errors[:10]
-    assert len(run.produced) == total
+    _finish(run, producer, [c.thread for c in consumers], total)
 
     # Every message exactly once, at the place its produce receipt named, with its body.
     delivered = [d for c in consumers for d in c.delivered]
@@ -329,12 +333,7 @@ def test_broadcast_clients_each_see_everything_once(server: Server) -> None:
     producer.start()
     for c in clients:
         c.thread.start()
-    producer.join(RUN_DEADLINE_S + 5)
-    for c in clients:
-        c.thread.join(RUN_DEADLINE_S + 5)
-    assert not producer.is_alive() and not any(c.thread.is_alive() for c in clients), "threads hung"
-    assert not run.errors, run.errors[:10]
-    assert len(run.produced) == total
+    _finish(run, producer, [c.thread for c in clients], total)
 
     for c in clients:
         _check_delivered_match_produced(run, c.delivered, c.name)

@@ -58,7 +58,10 @@ def _admin_token(args: argparse.Namespace) -> str:
     raise SystemExit("no admin token: pass --admin-token or set MQGATE_ADMIN_TOKEN")
 
 
-def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+def _request(
+    args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None
+) -> tuple[int, Any]:
+    """Call the admin API; return (exit code, result), printing the error on failure."""
     url = args.url.rstrip("/") + path
     data = None if body is None else json.dumps({k: v for k, v in body.items() if v is not None}).encode()
     req = urllib.request.Request(url, data=data, method=method)
@@ -67,29 +70,29 @@ def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any]
         req.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(req, timeout=30) as resp:
-            payload = json.loads(resp.read())
+            return 0, json.loads(resp.read())["result"]
     except urllib.error.HTTPError as exc:
         payload = json.loads(exc.read() or b"{}")
         print(f"error {exc.code}: {payload.get('message', exc.reason)}", file=sys.stderr)
-        return 1
+        return 1, None
     except urllib.error.URLError as exc:
         print(f"cannot reach {url}: {exc.reason}", file=sys.stderr)
-        return 2
-    print(json.dumps(payload["result"], indent=2))
-    return 0
+        return 2, None
+
+
+def _call(args: argparse.Namespace, method: str, path: str, body: dict[str, Any] | None = None) -> int:
+    code, result = _request(args, method, path, body)
+    if code == 0:
+        print(json.dumps(result, indent=2))
+    return code
 
 
 def _progress_table(args: argparse.Namespace) -> int:
     if args.json:
         return _call(args, "GET", f"/admin/consumers/{args.name}/progress")
-    url = args.url.rstrip("/") + f"/admin/consumers/{args.name}/progress"
-    req = urllib.request.Request(url, headers={"Authorization": f"Bearer {_admin_token(args)}"})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as resp:
-            p = json.loads(resp.read())["result"]
-    except urllib.error.HTTPError as exc:
-        print(f"error {exc.code}: {json.loads(exc.read() or b'{}').get('message')}", file=sys.stderr)
-        return 1
+    code, p = _request(args, "GET", f"/admin/consumers/{args.name}/progress")
+    if code:
+        return code
     print(
         f"consumer {p['consumer']} on {p['topic']} ({p['mode']}{', paused' if p['paused'] else ''}): "
         f"lag {p['lag']}, dead-lettered {p['deadLettered']}"

@@ -208,9 +208,7 @@ class Gateway:
 
     def consumer_for(self, name: str, bearer: str | None) -> ConsumerRecord:
         validate_name(name, "consumer")
-        rec = self.registry.consumer(name)
-        if rec is None:
-            raise NotFound(f"consumer {name} is not registered", field="consumer")
+        rec = self.consumer(name)
         _check_bearer(bearer, rec.token_hash, f"consumer {name}")
         return rec
 

@@ -84,8 +84,7 @@ class QueueLog:
             seg.size = size
             seg.load_index()
             if not seg.index_matches_log(size):
-                seg.positions = type(seg.positions)(seg.positions.typecode)
-                seg.indexed_on_disk = 0
+                seg.clear_index()
                 seg.size = seg.scan_tail(0)
                 seg.write_index_tail()
         last = self.active
@@ -94,11 +93,10 @@ class QueueLog:
             last.load_index(limit=checkpoint[1] - last.base)
             start = checkpoint[2] if len(last.positions) == checkpoint[1] - last.base else 0
             if start == 0:
-                last.positions = type(last.positions)(last.positions.typecode)
+                last.clear_index()
         else:
             last.load_index(limit=0)
             start = 0
-        last.indexed_on_disk = min(last.indexed_on_disk, len(last.positions))
         good_end = last.scan_tail(start)
         cut = file_size - good_end
         self._write_fd = os.open(last.log_path, os.O_WRONLY | os.O_CREAT, 0o644)

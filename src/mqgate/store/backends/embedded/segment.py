@@ -83,6 +83,10 @@ class Segment:
             del self.positions[limit:]
         self.indexed_on_disk = len(self.positions)
 
+    def clear_index(self) -> None:
+        self.positions = array(_POSITION_TYPE)
+        self.indexed_on_disk = 0
+
     def index_matches_log(self, log_size: int) -> bool:
         """True if the index covers the log exactly: its last entry's record ends at EOF."""
         if not self.positions:
