@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 MQGATE = str(Path(sys.executable).parent / "mqgate")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+PG_ADMIN_URL = "host=127.0.0.1 port=5432 user=postgres dbname=test"
 
 
 def free_port() -> int:
@@ -49,6 +52,23 @@ def require_service(host: str, port: int, name: str) -> None:
         if IN_CI:
             pytest.fail(message + " (required in CI)")
         pytest.skip("SKIPPED LOUDLY: " + message)
+
+
+def kill9(proc: subprocess.Popen[bytes] | None) -> None:
+    assert proc is not None
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(10)
+
+
+def terminate(proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:
+    """SIGTERM, then SIGKILL if it is still running after `grace_s`."""
+    if proc is not None and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
 
 
 @dataclass
@@ -102,18 +122,10 @@ class Server:
         return path.read_text(errors="replace")[-3000:] if path.exists() else ""
 
     def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        kill9(self.proc)
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        terminate(self.proc, grace_s=15)
 
     # --- admin helpers ------------------------------------------------------------------
 
@@ -140,18 +152,48 @@ class Server:
         return ptoken, ctoken
 
 
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[Server]:
-    srv = Server(tmp_path / "data").start()
-    yield srv
-    srv.stop()
+MACHINE_REDIS = "redis://127.0.0.1:6379/0"
+STORES = ("embedded", "redis")
 
 
-@pytest.fixture(scope="module")
-def shared_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    srv = Server(tmp_path_factory.mktemp("shared") / "data").start()
+def store_server(data_dir: Path, store: str) -> tuple[Server, Any]:
+    """A gateway on the given store, and what to call after it stopped: on the machine's Redis
+    each gateway gets its own key prefix, deleted afterwards."""
+    if store == "embedded":
+        return Server(data_dir), lambda: None
+    require_service("127.0.0.1", 6379, "Redis")
+    prefix = "mqtest" + secrets.token_hex(6)
+
+    def drop_keys() -> None:
+        import redis
+
+        with redis.Redis.from_url(MACHINE_REDIS) as r:
+            keys = list(r.scan_iter(match=prefix + ":*", count=1000))
+            for i in range(0, len(keys), 500):
+                r.delete(*keys[i : i + 500])
+
+    srv = Server(data_dir, extra_args=["--store", MACHINE_REDIS], env={"MQGATE_REDIS_PREFIX": prefix})
+    return srv, drop_keys
+
+
+@pytest.fixture(params=STORES)
+def server(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
+    srv, cleanup = store_server(tmp_path / "data", request.param)
+    srv.start()
     yield srv
     srv.stop()
+    cleanup()
+
+
+@pytest.fixture(scope="module", params=STORES)
+def shared_server(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Server]:
+    srv, cleanup = store_server(tmp_path_factory.mktemp("shared") / "data", request.param)
+    srv.start()
+    yield srv
+    srv.stop()
+    cleanup()
 
 
 class Client:
@@ -189,3 +231,82 @@ class Client:
 
     def close(self) -> None:
         self.http.close()
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    """A fresh PostgreSQL database per test (the machine's server), dropped afterwards."""
+    require_service("127.0.0.1", 5432, "PostgreSQL")
+    import psycopg
+
+    name = f"mqgate_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@dataclass
+class RedisServer:
+    """A `redis-server` of the test's own on a free loopback port, durable (AOF, fsync always),
+    so tests can kill it and start it again on the same files."""
+
+    directory: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self, timeout_s: float = 10.0) -> RedisServer:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            if IN_CI:
+                pytest.fail("redis-server is not installed (required in CI)")
+            pytest.skip("SKIPPED LOUDLY: redis-server is not installed")
+        self.directory.mkdir(parents=True, exist_ok=True)
+        log = open(self.directory / "redis.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port", str(self.port),
+                "--bind", "127.0.0.1",
+                "--dir", str(self.directory),
+                "--appendonly", "yes",
+                "--appendfsync", "always",
+                "--save", "",
+                "--protected-mode", "yes",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        log.close()
+
+        def answers() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(f"redis-server exited with {self.proc.returncode}")
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                    s.sendall(b"PING\r\n")
+                    return s.recv(64).startswith(b"+PONG")
+            except OSError:
+                return False
+
+        wait_until(answers, timeout_s, "redis-server to answer PING")
+        return self
+
+    def kill9(self) -> None:
+        kill9(self.proc)
+
+    def stop(self) -> None:
+        terminate(self.proc, grace_s=10)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    srv = RedisServer(tmp_path / "redis").start()
+    yield srv
+    srv.stop()

@@ -220,13 +220,13 @@ def test_one_process_per_data_directory(tmp_path: Path) -> None:
     run(go)
 
 
-def test_queue_count_of_an_existing_topic_cannot_change(tmp_path: Path) -> None:
+def test_queue_count_of_an_existing_topic_cannot_shrink(tmp_path: Path) -> None:
     async def go() -> None:
         s = await opened(tmp_path)
         await s.create_topic(TopicConfig("t", 2, WEEK_MS))
         await s.create_topic(TopicConfig("t", 2, WEEK_MS))
         with pytest.raises(Exception, match="2 queues"):
-            await s.create_topic(TopicConfig("t", 3, WEEK_MS))
+            await s.create_topic(TopicConfig("t", 1, WEEK_MS))
         await s.close()
 
     run(go)

@@ -21,7 +21,7 @@ def unique(prefix: str) -> str:
 @pytest.fixture
 def topic_client(shared_server: Server, request: pytest.FixtureRequest) -> Any:
     """A fresh topic on the shared server; consumer options come from indirect parametrization."""
-    opts = getattr(request, "param", {}) or {}
+    opts = dict(getattr(request, "param", None) or {})  # a copy: the same param serves every store
     topic = unique("t")
     ptoken, ctoken = shared_server.setup_topic(topic, queues=opts.pop("queues", 4), consumer_args=opts)
     client = Client(shared_server, ptoken, ctoken)
@@ -51,7 +51,8 @@ class TestProduceAndConsume:
         r = c.produce(f"{topic}-p", "héllo", keys=["k1"], tags=["a"], properties={"x": "1"})
         assert r.status_code == 200
         receipt = result(r)
-        assert set(receipt) == {"msgId", "broker", "queue", "offset"}
+        assert set(receipt) == {"msgId", "broker", "status", "queue", "offset"}
+        assert receipt["status"] == "stored"
         body = result(c.pull(topic, f"{topic}-c"))
         assert body["status"] == "FOUND"
         (m,) = body["msgList"]
@@ -103,16 +104,21 @@ class TestProduceAndConsume:
         q = next(q for q in progress["queues"] if q["queue"] == first["msgList"][0]["queue"])
         assert q["committed"] == first["msgList"][-1]["offset"] + 1
 
-    def test_release_delivers_again_at_once(self, topic_client: Any) -> None:
+    def test_release_delivers_again_after_a_backoff(self, topic_client: Any) -> None:
         topic, c = topic_client
         c.produce(f"{topic}-p", "again")
         first = result(c.pull(topic, f"{topic}-c"))
+        released = time.monotonic()
         assert c.call("/mq/release", requestId=first["requestId"]).status_code == 200
-        second = result(c.pull(topic, f"{topic}-c"))
-        assert second["msgList"][0]["messageId"] == first["msgList"][0]["messageId"]
-        assert second["msgList"][0]["reconsumeTimes"] == 1
+        assert result(c.pull(topic, f"{topic}-c"))["status"] == "NO_NEW_MSG"  # backing off
+        second = result(c.pull(topic, f"{topic}-c", wait=5))
+        assert time.monotonic() - released >= 0.9  # the first backoff is 1 s (SPEC S5)
+        again = second["msgList"][0]
+        assert again["messageId"] == first["msgList"][0]["messageId"]
+        assert again["reconsumeTimes"] == 1 and again["properties"]["mq.deliveries"] == "1"
         stale = c.call("/mq/ack", requestId=first["requestId"])
-        assert stale.status_code == 409 and result(stale)["code"] == "lock_taken"
+        assert stale.status_code == 409 and result(stale)["code"] == "offset_moved"
+        assert c.call("/mq/ack", requestId=second["requestId"]).status_code == 200
 
     def test_forged_token_is_403_and_garbage_is_400(self, topic_client: Any) -> None:
         topic, c = topic_client
@@ -132,10 +138,11 @@ class TestLocks:
         c.produce(f"{topic}-p", "slow")
         first = result(c.pull(topic, f"{topic}-c"))
         assert result(c.pull(topic, f"{topic}-c"))["status"] == "NO_NEW_MSG"  # locked
+        # Lock timeout (1 s), then the first redelivery backoff (1 s).
         second = result(c.pull(topic, f"{topic}-c", wait=5))
         assert second["status"] == "FOUND" and second["msgList"][0]["reconsumeTimes"] == 1
         late = c.call("/mq/ack", requestId=first["requestId"])
-        assert late.status_code == 409 and result(late)["code"] == "lock_taken"
+        assert late.status_code == 409 and result(late)["code"] == "offset_moved"
         assert c.call("/mq/ack", requestId=second["requestId"]).status_code == 200
 
     @pytest.mark.parametrize("topic_client", [{"lockTimeoutS": 1}], indirect=True)
@@ -169,8 +176,14 @@ class TestLocks:
         c.produce(f"{topic}-p", "healthy")
         after = result(c.pull(topic, f"{topic}-c", max=10, wait=5))
         assert [m["message"] for m in after["msgList"]] == ["healthy"]
-        progress = server.admin("GET", f"/admin/consumers/{topic}-c/progress")
-        assert progress["deadLettered"] == 2
+        assert c.call("/mq/ack", requestId=after["requestId"]).status_code == 200
+
+        # The second delivery's lock runs out too: the next pull moves the batch to the DLQ.
+        def dead_lettered() -> bool:
+            assert result(c.pull(topic, f"{topic}-c", wait=1))["status"] == "NO_NEW_MSG"
+            return server.admin("GET", f"/admin/consumers/{topic}-c/progress")["deadLettered"] == 2
+
+        wait_until(dead_lettered, 10, "the poison batch to be dead-lettered")
         dlq = f"%DLQ%{topic}-c"
         dtoken = server.admin("POST", "/admin/consumers", name=f"{topic}-dlq", topic=dlq)["token"]
         r = c.http.get(

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import secrets
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
+from mqgate import redisio
 from mqgate.core.tokens import AckToken
 from mqgate.fsync import GroupCommitter
 from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
+from mqgate.offsets.backends.redis import RedisOffsetStore
 from mqgate.offsets.interface import Lease, OffsetStore
+from tests.conftest import require_service
 
 NOW = 10_000_000
 LEASE = {"max_count": 10, "lock_timeout_ms": 1000, "max_attempts": 3, "owner": "t"}
@@ -32,12 +37,53 @@ async def embedded(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable[None
     return store, close
 
 
-BACKENDS = {"embedded": embedded}
+REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+REDIS_URL = f"redis://{REDIS_HOST}:{REDIS_PORT}/0"
+# tmp_path -> the test's key prefix: a reopened store (a "restart") finds the same keys.
+_REDIS_PREFIXES: dict[Path, str] = {}
+
+
+async def redis_backend(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable[None]]]:
+    client = redisio.connect(REDIS_URL)
+    store = RedisOffsetStore(client, broker="local", prefix=_REDIS_PREFIXES[path])
+    await store.open()
+
+    async def close() -> None:
+        await store.close()
+        await client.aclose()  # the store does not own its client
+
+    return store, close
+
+
+BACKENDS = {"embedded": embedded, "redis": redis_backend}
+
+
+def redis_test_prefix() -> str:
+    return "mqtest-" + secrets.token_hex(8)
+
+
+def delete_redis_keys(prefix: str) -> None:
+    """Delete this test's keys only: the server is shared with other tests."""
+    with redis.Redis(host=REDIS_HOST, port=REDIS_PORT) as client:
+        keys = list(client.scan_iter(match=prefix + ":*", count=1000))
+        if keys:
+            client.delete(*keys)
 
 
 @pytest.fixture(params=sorted(BACKENDS))
-def backend(request: pytest.FixtureRequest) -> Callable[[Path], Awaitable[tuple[OffsetStore, Any]]]:
-    return BACKENDS[request.param]
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Callable[[Path], Awaitable[tuple[OffsetStore, Any]]]]:
+    if request.param != "redis":
+        yield BACKENDS[request.param]
+        return
+    require_service(REDIS_HOST, REDIS_PORT, "Redis")
+    prefix = _REDIS_PREFIXES[tmp_path] = redis_test_prefix()
+    try:
+        yield BACKENDS[request.param]
+    finally:
+        del _REDIS_PREFIXES[tmp_path]
+        delete_redis_keys(prefix)
 
 
 def bounds(*maxes: int) -> list[QueueBounds]:
@@ -177,3 +223,62 @@ def test_committed_offsets_and_clients_survive_a_restart(backend: Any, tmp_path:
 
     run(backend, tmp_path, first)
     run(backend, tmp_path, second)
+
+
+def test_a_table_grows_when_the_topic_gains_queues(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        assert await s.ensure_table("g", "", [0, 0], NOW)
+        lease = await s.lease("g", "", bounds(3, 0), now_ms=NOW, **LEASE)
+        assert lease is not None and await s.ack(token(lease), NOW) is None
+        assert not await s.ensure_table("g", "", [9, 9, 4], NOW)
+        table = await s.table("g", "")
+        assert table is not None and [e.committed for e in table] == [3, 0, 4]
+
+    run(backend, tmp_path, body)
+
+
+def test_an_unacked_batch_comes_back_as_the_same_range(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        first = await s.lease("g", "", bounds(4), now_ms=NOW, **LEASE)
+        assert first is not None and (first.offset, first.next_offset) == (0, 4)
+        assert await s.release(token(first), NOW) is None
+        # More messages arrived, but the redelivery is the batch that was not acked.
+        again = await s.lease("g", "", bounds(30), now_ms=NOW, **LEASE)
+        assert again is not None and (again.offset, again.next_offset, again.attempts) == (0, 4, 2)
+        # A smaller pull cuts it.
+        assert await s.release(token(again), NOW) is None
+        small = await s.lease("g", "", bounds(30), now_ms=NOW, **{**LEASE, "max_count": 2})
+        assert small is not None and (small.offset, small.next_offset, small.attempts) == (0, 2, 3)
+        assert await s.ack(token(small), NOW) is None
+        fresh = await s.lease("g", "", bounds(30), now_ms=NOW, **LEASE)
+        assert fresh is not None and (fresh.offset, fresh.next_offset, fresh.attempts) == (2, 12, 1)
+
+    run(backend, tmp_path, body)
+
+
+def test_a_higher_lane_is_served_first(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0, 0, 0], NOW)
+        lanes = [QueueBounds(0, 0, 50, lane=0), QueueBounds(1, 0, 2, lane=1), QueueBounds(2, 0, 3, lane=1)]
+        order = []
+        for _ in range(3):
+            lease = await s.lease("g", "", lanes, now_ms=NOW, **LEASE)
+            assert lease is not None
+            order.append(lease.queue)
+        assert order == [2, 1, 0]  # lane 1 first (fuller queue first), then lane 0
+
+    run(backend, tmp_path, body)
+
+
+def test_the_rate_limit_bucket_is_shared_and_refills(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        assert await s.take_tokens("g", 10.0, 25, NOW) == (10, 0.0)
+        granted, retry = await s.take_tokens("g", 10.0, 5, NOW)
+        assert granted == 0 and 0 < retry <= 0.1
+        await s.return_tokens("g", 10.0, 4)
+        assert (await s.take_tokens("g", 10.0, 25, NOW))[0] == 4
+        assert (await s.take_tokens("g", 10.0, 25, NOW + 500))[0] == 5  # 0.5 s at 10/s
+        assert (await s.take_tokens("other", 10.0, 3, NOW))[0] == 3
+
+    run(backend, tmp_path, body)

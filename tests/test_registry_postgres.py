@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -12,23 +10,7 @@ import pytest
 from mqgate.errors import AlreadyExists, NotFound
 from mqgate.registry.records import ConsumerRecord, TopicRecord
 from mqgate.registry.sql import SqlRegistry
-from tests.conftest import Server, require_service
-
-PG_ADMIN_URL = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-
-
-@pytest.fixture
-def pg_url() -> Iterator[str]:
-    """A fresh database per test, dropped afterwards."""
-    require_service("127.0.0.1", 5432, "PostgreSQL")
-    import psycopg
-
-    name = f"mqgate_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+from tests.conftest import Server
 
 
 def test_sql_registry_on_postgresql(pg_url: str) -> None:
@@ -50,7 +32,7 @@ def test_sql_registry_on_postgresql(pg_url: str) -> None:
 
 
 def test_gateway_with_a_postgresql_registry(pg_url: str, tmp_path: Path) -> None:
-    server = Server(tmp_path / "data", extra_args=["--registry-url", pg_url]).start()
+    server = Server(tmp_path / "data", extra_args=["--registry", pg_url]).start()
     try:
         ptoken, ctoken = server.setup_topic("pg", queues=2)
         r = httpx.post(
@@ -70,7 +52,7 @@ def test_gateway_with_a_postgresql_registry(pg_url: str, tmp_path: Path) -> None
         tmp_path / "data",
         port=server.port,
         admin_token=server.admin_token,
-        extra_args=["--registry-url", pg_url],
+        extra_args=["--registry", pg_url],
     ).start()
     try:
         r = httpx.get(
@@ -81,3 +63,25 @@ def test_gateway_with_a_postgresql_registry(pg_url: str, tmp_path: Path) -> None
         assert [m["message"] for m in r.json()["result"]["msgList"]] == ["stored"]
     finally:
         server.stop()
+
+
+def test_a_registry_made_by_an_older_version_gains_the_new_columns(tmp_path: Path) -> None:
+    import sqlalchemy as sa
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "CREATE TABLE mqgate_topics (name VARCHAR(160) PRIMARY KEY, queues INTEGER NOT NULL, "
+                "retention_ms BIGINT NOT NULL, retention_bytes BIGINT, created_ms BIGINT NOT NULL)"
+            )
+        )
+        conn.execute(sa.text("INSERT INTO mqgate_topics VALUES ('old', 4, 1000, NULL, 1)"))
+    engine.dispose()
+    reg = SqlRegistry(url)
+    reg.create_schema()
+    reg.add_topic(TopicRecord("new", 2, 1000, None, 2, max_priority=3))
+    snap = reg.snapshot()
+    assert snap.topics["old"].max_priority == 0 and snap.topics["new"].max_priority == 3
+    reg.dispose()

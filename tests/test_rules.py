@@ -146,18 +146,26 @@ class TestTokens:
 
 class TestRateLimit:
     def test_grants_up_to_the_rate_then_refills(self) -> None:
-        bucket = TokenBucket.full(10, now_s=0.0)
-        assert bucket.take(32, 0.0) == 10
-        assert bucket.take(5, 0.0) == 0
+        t0 = 1_790_000_000_000  # a real clock reading: elapsed time must stay exact
+        bucket = TokenBucket.full(10, now_ms=t0)
+        assert bucket.take(32, t0) == 10
+        assert bucket.take(5, t0) == 0
         assert 0 < bucket.retry_after_s() <= 0.1
-        assert bucket.take(5, 0.3) == 3
-        assert bucket.take(100, 10.0) == 10  # capacity is one second's worth
+        assert bucket.take(5, t0 + 300) == 3
+        assert bucket.take(1, t0 + 400) == 1  # exactly one token refilled in 100 ms
+        assert bucket.take(100, t0 + 10_000) == 10  # capacity is one second's worth
 
     def test_slow_rates_still_grant_one_message(self) -> None:
-        bucket = TokenBucket.full(0.5, now_s=0.0)
-        assert bucket.take(10, 0.0) == 1
-        assert bucket.take(10, 1.0) == 0
-        assert bucket.take(10, 2.0) == 1
+        bucket = TokenBucket.full(0.5, now_ms=0)
+        assert bucket.take(10, 0) == 1
+        assert bucket.take(10, 1000) == 0
+        assert bucket.take(10, 2000) == 1
+
+    def test_a_clock_running_backwards_neither_refills_nor_goes_negative(self) -> None:
+        bucket = TokenBucket.full(10, now_ms=5000)
+        assert bucket.take(10, 5000) == 10
+        assert bucket.take(10, 4000) == 0 and bucket.tokens == 0
+        assert bucket.take(10, 5100) == 1
 
 
 class TestNames:

@@ -13,36 +13,41 @@ from pathlib import Path
 from typing import Any
 
 from mqgate.errors import MqgateError
-from mqgate.settings import load_settings
+from mqgate.settings import ENV_PREFIX, load_settings
+
+SERVE_FLAGS = ("host", "port", "data_dir", "fsync", "store", "registry", "workers")
 
 
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from mqgate.gateway.app import build_app
+    from mqgate.gateway.app import build_app, prepare
 
-    settings = load_settings(
-        Path(args.config) if args.config else None,
-        host=args.host,
-        port=args.port,
-        data_dir=args.data_dir,
-        fsync=args.fsync,
-        registry_url=args.registry_url,
-    )
-    app = build_app(settings)
-    uvicorn.run(
-        app,
-        host=settings.host,
-        port=settings.port,
-        loop="uvloop",
-        http="httptools",
-        lifespan="on",
-        access_log=False,
-        proxy_headers=False,
-        server_header=False,
-        log_level=settings.log_level,
-        timeout_graceful_shutdown=5,
-    )
+    flags = {name: getattr(args, name) for name in SERVE_FLAGS}
+    settings = load_settings(Path(args.config) if args.config else None, **flags)
+    prepare(settings)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "proxy_headers": False,
+        "server_header": False,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 5,
+    }
+    if settings.workers == 1:
+        uvicorn.run(build_app(settings), **options)
+        return 0
+    # Worker processes build their app from the environment: hand them the same settings.
+    if args.config:
+        os.environ[ENV_PREFIX + "CONFIG"] = str(Path(args.config).resolve())
+    for name, value in flags.items():
+        if value is not None:
+            os.environ[ENV_PREFIX + name.upper()] = str(value)
+    uvicorn.run("mqgate.gateway.asgi:create_app", factory=True, workers=settings.workers, **options)
     return 0
 
 
@@ -118,7 +123,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=int)
     serve.add_argument("--data-dir")
     serve.add_argument("--fsync", help="always (default) or interval:<ms>")
-    serve.add_argument("--registry-url", help="SQLAlchemy URL, e.g. postgresql+psycopg://...")
+    serve.add_argument("--store", help="embedded (default) or a Redis URL, e.g. redis://127.0.0.1:6379/0")
+    serve.add_argument("--registry", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db")
+    serve.add_argument("--workers", type=int, help="gateway processes on this port (needs --store redis://)")
     serve.set_defaults(func=_serve)
 
     def admin(p: argparse.ArgumentParser) -> argparse.ArgumentParser:

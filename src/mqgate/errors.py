@@ -11,6 +11,8 @@ from __future__ import annotations
 class MqgateError(Exception):
     http_status: int = 500
     code: str = "internal"
+    # Sent as Retry-After (rounded up to whole seconds) when set: the call may succeed later.
+    retry_after_s: float | None = None
 
     def __init__(self, message: str, *, field: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
@@ -68,8 +70,11 @@ class UnsupportedMediaType(MqgateError):
 
 
 class Unavailable(MqgateError):
+    """A server the gateway depends on (Redis, the registry database) cannot be reached."""
+
     http_status = 503
     code = "unavailable"
+    retry_after_s = 1.0
 
 
 class StorageError(MqgateError):

@@ -10,6 +10,8 @@ from mqgate.errors import BadRequest
 NAME_MAX_CHARS: Final = 128
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 DLQ_PREFIX: Final = "%DLQ%"
+# Topics the gateway makes for each consumer: dead letters, redelivery with backoff, inbox.
+INTERNAL_PREFIXES: Final = (DLQ_PREFIX, "%RETRY%", "%INBOX%")
 
 
 def validate_name(value: object, field: str) -> str:
@@ -32,8 +34,10 @@ def dlq_topic(consumer: str) -> str:
 
 
 def validate_topic_name(value: object, field: str = "topic") -> str:
-    """Topics may also be a consumer's dead-letter topic, `%DLQ%<consumer>`."""
-    if isinstance(value, str) and value.startswith(DLQ_PREFIX):
-        validate_name(value[len(DLQ_PREFIX) :], field)
-        return value
+    """Topics may also be one of a consumer's own topics, e.g. `%DLQ%<consumer>`."""
+    if isinstance(value, str):
+        for prefix in INTERNAL_PREFIXES:
+            if value.startswith(prefix):
+                validate_name(value[len(prefix) :], field)
+                return value
     return validate_name(value, field)

@@ -18,6 +18,8 @@ from mqgate.names import validate_name
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
 ENV_PREFIX: Final = "MQGATE_"
+REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+MAX_WORKERS: Final = 64
 
 
 @dataclass(slots=True)
@@ -28,8 +30,16 @@ class Settings:
     # "always": a produce or ack is answered after fsync (group commit);
     # "interval:<ms>": fsync at most every <ms>; a crash may lose that window.
     fsync: str = "always"
-    # SQLAlchemy URL; empty means an SQLite file in the data directory.
-    registry_url: str = ""
+    # Where messages and consumer offsets live: "embedded" (files in data_dir, one gateway
+    # process) or a Redis URL such as "redis://host:6379/0" (any number of gateways).
+    store: str = "embedded"
+    # Prefix of every Redis key, so several mqgate clusters can share one Redis.
+    redis_prefix: str = "mq"
+    # SQLAlchemy URL of the registry; empty means an SQLite file in the data directory.
+    # Gateways on several machines share one registry: use PostgreSQL.
+    registry: str = ""
+    # Gateway processes `mqgate serve` starts on one port (more than 1 needs a Redis store).
+    workers: int = 1
     # Empty means: generate one on first start and keep it in <data_dir>/admin.token.
     admin_token: str = ""
     # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
@@ -57,8 +67,12 @@ class Settings:
         """None for fsync=always, else the interval in ms."""
         return parse_fsync(self.fsync)
 
+    @property
+    def uses_redis(self) -> bool:
+        return self.store.startswith(REDIS_SCHEMES)
+
     def resolved_registry_url(self) -> str:
-        return self.registry_url or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
+        return self.registry or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
 
 
 def parse_fsync(value: str) -> int | None:
@@ -113,4 +127,15 @@ def load_settings(
     settings = dataclasses.replace(settings, **values)
     parse_fsync(settings.fsync)
     validate_name(settings.broker_name, "broker_name")
+    validate_name(settings.redis_prefix, "redis_prefix")
+    if settings.store != "embedded" and not settings.uses_redis:
+        raise BadRequest(f"store must be 'embedded' or a redis:// URL, not {settings.store!r}", field="store")
+    if not 1 <= settings.workers <= MAX_WORKERS:
+        raise BadRequest(f"workers must be between 1 and {MAX_WORKERS}", field="workers")
+    if settings.workers > 1 and not settings.uses_redis:
+        raise BadRequest(
+            "workers > 1 needs a shared store (store = 'redis://...'): the embedded store "
+            "belongs to one process",
+            field="workers",
+        )
     return settings

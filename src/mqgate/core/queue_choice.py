@@ -15,6 +15,7 @@ class QueueView:
     lock_ts: int
     lock_deadline_ms: int
     last_access_ms: int
+    lane: int = 0
 
     @property
     def backlog(self) -> int:
@@ -27,14 +28,15 @@ def lock_is_held(lock_ts: int, lock_deadline_ms: int, now_ms: int) -> bool:
 
 
 def choose_queue(queues: Iterable[QueueView], now_ms: int) -> QueueView | None:
-    """The unlocked queue with the most unconsumed messages; ties go to the one consumed
-    longest ago, then to the lowest queue id. None when nothing is available."""
+    """Among unlocked queues with unconsumed messages, those of the highest priority lane;
+    of these the one with the most unconsumed messages; ties go to the one consumed longest
+    ago, then to the lowest queue id. None when nothing is available."""
     best: QueueView | None = None
-    best_key: tuple[int, int, int] | None = None
+    best_key: tuple[int, int, int, int] | None = None
     for q in queues:
         if q.backlog <= 0 or lock_is_held(q.lock_ts, q.lock_deadline_ms, now_ms):
             continue
-        key = (-q.backlog, q.last_access_ms, q.queue)
+        key = (-q.lane, -q.backlog, q.last_access_ms, q.queue)
         if best_key is None or key < best_key:
             best, best_key = q, key
     return best

@@ -2,82 +2,155 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import secrets
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
+from mqgate import redisio
 from mqgate.fsync import GroupCommitter
 from mqgate.gateway.http import App, Router
 from mqgate.gateway.metrics import Metrics
 from mqgate.gateway.routes import Api
 from mqgate.gateway.service import Gateway
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
+from mqgate.offsets.interface import OffsetStore
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
+from mqgate.scheduler.backends.embedded import EmbeddedScheduler
+from mqgate.scheduler.interface import Scheduler
 from mqgate.settings import Settings
 from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.interface import MessageStore
 
 log = logging.getLogger("mqgate")
 
 
-def _read_or_create(path: Path, make: str, announce: str | None = None) -> str:
-    """A secret kept in the data directory, created (mode 0600) on first start."""
+def _shared_secret(registry: SqlRegistry, name: str, path: Path, make: str, announce: str = "") -> str:
+    """A secret shared by every gateway through the registry, with a copy in the data directory
+    (mode 0600) for the CLI. An existing copy from an older version becomes the shared value."""
     try:
-        return path.read_text().strip()
+        local: str | None = path.read_text().strip()
     except FileNotFoundError:
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as fh:
-        fh.write(make + "\n")
-    if announce:
-        print(announce.format(value=make, path=path), flush=True)
-    return make
+        local = None
+    value = registry.shared_secret(name, local or make)
+    if value != local:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(value + "\n")
+        os.replace(tmp, path)
+        if announce and value == make:
+            print(announce.format(value=value, path=path), flush=True)
+    return value
 
 
-def admin_token_for(settings: Settings) -> str:
+def admin_token_for(settings: Settings, registry: SqlRegistry) -> str:
     if settings.admin_token:
         return settings.admin_token
-    return _read_or_create(
+    return _shared_secret(
+        registry,
+        "admin_token",
         Path(settings.data_dir) / "admin.token",
         "mqa_" + secrets.token_urlsafe(32),
         "mqgate: generated admin token {value} (kept in {path}; set MQGATE_ADMIN_TOKEN to choose one)",
     )
 
 
-def token_secret_for(settings: Settings) -> bytes:
+def token_secret_for(settings: Settings, registry: SqlRegistry) -> bytes:
     if settings.token_secret:
         return settings.token_secret.encode()
-    return _read_or_create(Path(settings.data_dir) / "secret.key", secrets.token_hex(32)).encode()
+    return _shared_secret(
+        registry, "ack_secret", Path(settings.data_dir) / "secret.key", secrets.token_hex(32)
+    ).encode()
 
 
-def build_app(settings: Settings) -> App:
-    """The ASGI app of one gateway process on the embedded backends."""
-    data_dir = Path(settings.data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+def prepare(settings: Settings) -> None:
+    """Checks and one-time setup before any gateway process starts: fail early and clearly."""
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    if settings.uses_redis:
+        asyncio.run(redisio.check_reachable(settings.store))
+    registry = SqlRegistry(settings.resolved_registry_url())
+    try:
+        registry.create_schema()
+        admin_token_for(settings, registry)
+        token_secret_for(settings, registry)
+    finally:
+        registry.dispose()
+
+
+@dataclass(slots=True)
+class Backends:
+    store: MessageStore
+    offsets: OffsetStore
+    scheduler: Scheduler
+    start: Callable[[], Awaitable[None]]
+    stop: Callable[[], Awaitable[None]]
+
+
+def backends_for(settings: Settings) -> Backends:
+    if settings.uses_redis:
+        from mqgate.offsets.backends.redis import RedisOffsetStore
+        from mqgate.scheduler.backends.redis import RedisScheduler
+        from mqgate.store.backends.redis import RedisStore
+
+        client = redisio.connect(settings.store)
+        names = {"broker": settings.broker_name, "prefix": settings.redis_prefix}
+
+        async def nothing() -> None:
+            return None
+
+        return Backends(
+            RedisStore(client, **names),
+            RedisOffsetStore(client, **names),
+            RedisScheduler(client, prefix=settings.redis_prefix),
+            nothing,
+            client.aclose,
+        )
     committer = GroupCommitter(settings.fsync_interval_ms)
     store = EmbeddedStore(
-        data_dir,
+        Path(settings.data_dir),
         broker=settings.broker_name,
         segment_bytes=settings.segment_bytes,
         committer=committer,
         checkpoint_interval_s=settings.checkpoint_interval_s,
     )
-    offsets = EmbeddedOffsetStore(data_dir, committer)
-    registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), settings.registry_refresh_s)
+
+    async def start() -> None:
+        committer.start()
+
+    offsets = EmbeddedOffsetStore(Path(settings.data_dir), committer)
+    scheduler = EmbeddedScheduler(Path(settings.data_dir) / "scheduler", committer)
+    return Backends(store, offsets, scheduler, start, committer.stop)
+
+
+def build_app(settings: Settings) -> App:
+    """The ASGI app of one gateway process."""
+    Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
+    sql = SqlRegistry(settings.resolved_registry_url())
+    sql.create_schema()
+    secret = token_secret_for(settings, sql)
+    admin_token = admin_token_for(settings, sql)
+    backends = backends_for(settings)
+    registry = RegistryCache(sql, settings.registry_refresh_s)
     metrics = Metrics()
-    gateway = Gateway(settings, store, offsets, registry, token_secret_for(settings), metrics)
-    api = Api(gateway, settings, admin_token_for(settings))
+    gateway = Gateway(
+        settings, backends.store, backends.offsets, registry, secret, metrics, backends.scheduler
+    )
+    api = Api(gateway, settings, admin_token)
 
     async def startup() -> None:
-        committer.start()
+        await backends.start()
         await gateway.start()
-        log.info("mqgate ready on %s:%s, data in %s", settings.host, settings.port, settings.data_dir)
+        log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
     async def shutdown() -> None:
         await gateway.stop()
-        await committer.stop()
+        await backends.stop()
 
     def observe(route: str, seconds: float, status: int) -> None:
         metrics.child(metrics.latency, route).observe(seconds)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -187,6 +188,8 @@ class App:
             response = Response(
                 {"code": exc.code, "field": exc.field}, status=exc.http_status, message=exc.message
             )
+            if exc.retry_after_s is not None:
+                response.headers.append((b"retry-after", str(math.ceil(exc.retry_after_s)).encode()))
         except Exception:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             response = Response({"code": "internal", "field": None}, status=500, message="internal error")

@@ -7,9 +7,11 @@ from typing import Any, Final
 
 import msgspec
 
+from mqgate.core.scheduling import MAX_PRIORITY
 from mqgate.errors import BadRequest, PayloadTooLarge
 from mqgate.gateway.http import parse_body
-from mqgate.model import NewMessage
+from mqgate.model import DestinationSpec, NewMessage
+from mqgate.names import validate_name, validate_topic_name
 from mqgate.settings import Settings
 
 MAX_LIST_ITEMS: Final = 32
@@ -17,6 +19,12 @@ MAX_ITEM_CHARS: Final = 256
 MAX_PROPERTIES: Final = 64
 MAX_PROPERTY_NAME_CHARS: Final = 256
 MAX_PROPERTY_VALUE_CHARS: Final = 4096
+MAX_DESTINATIONS: Final = 16
+DAY_MS: Final = 24 * 3600 * 1000
+MAX_DELAY_MS: Final = 365 * DAY_MS  # how far ahead a message may be scheduled
+MAX_TTL_MS: Final = 10 * 365 * DAY_MS
+MAX_EPOCH_MS: Final = 2**47 - 1
+DESTINATION_FIELDS: Final = frozenset({"topic", "consumer", "deliverAt", "delayMs", "ttlMs", "priority"})
 
 
 def require_str(params: Mapping[str, Any], name: str) -> str:
@@ -139,7 +147,64 @@ def new_message(params: Mapping[str, Any], settings: Settings, prefix: str = "")
         tags=_string_list(params.get("tags"), f"{prefix}tags"),
         properties=_properties(params.get("properties"), f"{prefix}properties"),
         order_key=order_key or None,
+        **_qos(params, prefix),
+        destinations=_destinations(params.get("destinations"), prefix),
     )
+
+
+def _int_text(value: str, field: str, low: int, high: int) -> int:
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise BadRequest(f"{field} must be an integer", field=field) from exc
+    if not low <= number <= high:
+        raise BadRequest(f"{field} must be between {low} and {high}", field=field)
+    return number
+
+
+def _qos(params: Mapping[str, Any], prefix: str) -> dict[str, int | None]:
+    """deliverAt / delayMs / ttlMs / priority of a message or a destination, range-checked;
+    each refusal names the field with its place (e.g. `messages[2].destinations[0].ttlMs`)."""
+    out: dict[str, int | None] = {}
+    for wire, name, low, high in (
+        ("deliverAt", "deliver_at", 0, MAX_EPOCH_MS),
+        ("delayMs", "delay_ms", 0, MAX_DELAY_MS),
+        ("ttlMs", "ttl_ms", 1, MAX_TTL_MS),
+        ("priority", "priority", 0, MAX_PRIORITY),
+    ):
+        field = f"{prefix}{wire}"
+        value = params.get(wire)
+        if isinstance(value, bool) or (value is not None and not isinstance(value, int | str)):
+            raise BadRequest(f"{field} must be an integer", field=field)
+        out[name] = None if value in (None, "") else _int_text(str(value), field, low, high)
+    if out["deliver_at"] is not None and out["delay_ms"] is not None:
+        raise BadRequest(f"give {prefix}deliverAt or {prefix}delayMs, not both", field=f"{prefix}delayMs")
+    return out
+
+
+def _destinations(value: Any, prefix: str) -> list[DestinationSpec] | None:
+    field = f"{prefix}destinations"
+    if value is None:
+        return None
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_DESTINATIONS:
+        raise BadRequest(f"{field} must be a list of 1 to {MAX_DESTINATIONS} objects", field=field)
+    out = []
+    for i, item in enumerate(value):
+        where = f"{field}[{i}]."
+        if not isinstance(item, dict):
+            raise BadRequest(f"{field}[{i}] must be an object", field=f"{field}[{i}]")
+        unknown = set(item) - DESTINATION_FIELDS
+        if unknown:
+            raise BadRequest(f"{where}{sorted(unknown)[0]} is not a destination field", field=f"{field}[{i}]")
+        topic, consumer = item.get("topic"), item.get("consumer")
+        if (topic is None) == (consumer is None):
+            raise BadRequest(f"{field}[{i}] needs exactly one of topic or consumer", field=f"{field}[{i}]")
+        if topic is not None:
+            validate_topic_name(topic, f"{where}topic")
+        if consumer is not None:
+            validate_name(consumer, f"{where}consumer")
+        out.append(DestinationSpec(topic=topic, consumer=consumer, **_qos(item, where)))
+    return out
 
 
 class _Batch(msgspec.Struct):
@@ -151,7 +216,10 @@ _decode_batch = msgspec.json.Decoder(_Batch).decode
 
 
 def _within_limits(m: NewMessage, settings: Settings) -> int:
-    """The message's UTF-8 size if every per-message limit holds, else -1."""
+    """The message's UTF-8 size if every per-message limit holds, else -1 (also for a message
+    with QoS fields: those take the validating path)."""
+    if not m.plain:
+        return -1
     size = len(m.body) if m.body.isascii() else -1
     if size < 0 or size > settings.max_message_bytes:
         return -1
@@ -213,3 +281,15 @@ def new_messages(params: Mapping[str, Any], settings: Settings) -> list[NewMessa
             )
         out.append(msg)
     return out
+
+
+def destination_list(value: Any) -> list[str]:
+    """A producer's further destinations: topic names, `inbox:<consumer>` or `inbox:*`."""
+    items = _string_list(value, "destinations")
+    for item in items:
+        if item.startswith("inbox:"):
+            if item != "inbox:*":
+                validate_name(item[len("inbox:") :], "destinations")
+        else:
+            validate_name(item, "destinations")
+    return items

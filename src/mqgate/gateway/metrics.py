@@ -19,6 +19,21 @@ class Metrics:
         self.dead_lettered = Counter(
             "mqgate_dead_lettered_messages", "Messages moved to a DLQ", ["consumer"], registry=r
         )
+        self.waiting = Gauge(
+            "mqgate_waiting_pulls", "Long polls waiting for messages", ["consumer"], registry=r
+        )
+        self.expired = Counter(
+            "mqgate_expired_messages",
+            "Messages past their deadline when pulled, dead-lettered",
+            ["consumer"],
+            registry=r,
+        )
+        self.expired_held = Counter(
+            "mqgate_expired_held_messages",
+            "Scheduled destinations past their deadline before they came due",
+            ["target"],
+            registry=r,
+        )
         self.lag = Gauge("mqgate_consumer_lag", "Unconsumed messages", ["consumer"], registry=r)
         self.latency = Histogram(
             "mqgate_request_seconds",

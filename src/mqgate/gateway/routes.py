@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import hmac
+import os
 from typing import Any
 
 import msgspec
 
-from mqgate.errors import Forbidden, Unauthorized
+from mqgate.core.scheduling import MAX_PRIORITY
+from mqgate.errors import BadRequest, Forbidden, Unauthorized
 from mqgate.gateway.http import Request, Response, Route
 from mqgate.gateway.inputs import (
     decode_batch,
+    destination_list,
     float_param,
     int_param,
     new_message,
@@ -21,6 +24,7 @@ from mqgate.gateway.inputs import (
 from mqgate.gateway.openapi import build_openapi
 from mqgate.gateway.service import FOUND, RATE_LIMITED, Gateway, PullResult
 from mqgate.model import MODE_CLUSTER
+from mqgate.names import INTERNAL_PREFIXES
 from mqgate.settings import Settings
 
 MAX_QUEUES = 256
@@ -60,21 +64,22 @@ class Api:
     # --- data path ----------------------------------------------------------------------
 
     async def produce(self, req: Request) -> Response:
-        producer = self.gw.producer_for(require_str(req.params, "producer"), req.bearer)
-        (receipt,) = await self.gw.produce(producer, [new_message(req.params, self.settings)])
-        return Response(receipt)
+        producer = await self.gw.producer_for(require_str(req.params, "producer"), req.bearer)
+        receipts = await self.gw.produce(producer, [new_message(req.params, self.settings)])
+        # One destination: its receipt, as always; several: one receipt per destination.
+        return Response(receipts[0] if len(receipts) == 1 else {"receipts": receipts})
 
     async def produce_batch(self, req: Request) -> Response:
         content_type = req.headers.get(b"content-type", b"")
         name, messages = decode_batch(req.body, content_type, req.params, self.settings)
-        producer = self.gw.producer_for(name, req.bearer)
+        producer = await self.gw.producer_for(name, req.bearer)
         receipts = await self.gw.produce(producer, messages)
         return Response({"receipts": receipts})
 
     async def pull(self, req: Request) -> Response:
         p = req.params
         topic = require_str(p, "topic")
-        consumer = self.gw.consumer_for(require_str(p, "consumer"), req.bearer)
+        consumer = await self.gw.consumer_for(require_str(p, "consumer"), req.bearer)
         if consumer.topic != topic:
             raise Forbidden(
                 f"consumer {consumer.name} reads topic {consumer.topic}, not {topic}", field="topic"
@@ -109,17 +114,17 @@ class Api:
         return Response(body, message="ok" if result.status == FOUND else result.status.lower())
 
     async def ack(self, req: Request) -> Response:
-        consumer, token = self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
+        consumer, token = await self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
         await self.gw.ack(consumer, token)
         return Response({"queue": token.queue, "committed": token.next_offset})
 
     async def release(self, req: Request) -> Response:
-        consumer, token = self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
+        consumer, token = await self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
         await self.gw.release(consumer, token)
         return Response({"queue": token.queue, "committed": token.offset})
 
     async def extend(self, req: Request) -> Response:
-        consumer, token = self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
+        consumer, token = await self.gw.token_for(require_str(req.params, "requestId"), req.bearer)
         seconds = float_param(req.params, "seconds", consumer.lock_timeout_s, 1.0, 3600.0)
         await self.gw.extend(consumer, token, seconds)
         return Response({"queue": token.queue, "extendedBySeconds": seconds})
@@ -130,11 +135,15 @@ class Api:
         self._admin(req)
         p = req.params
         retention_bytes = int_param(p, "retentionBytes", 0, 0, 2**62)
+        name = require_str(p, "name")
+        if name.startswith(INTERNAL_PREFIXES):
+            raise BadRequest(f"topic names starting with {name[0]} are the gateway's own", field="name")
         rec = await self.gw.create_topic(
-            require_str(p, "name"),
+            name,
             int_param(p, "queues", self.settings.default_queues, 1, MAX_QUEUES),
             int_param(p, "retentionMs", self.settings.default_retention_ms, 1000, 2**62),
             retention_bytes or None,
+            int_param(p, "maxPriority", 0, 0, MAX_PRIORITY),
         )
         return Response(_topic_json(rec))
 
@@ -145,9 +154,11 @@ class Api:
     async def register_producer(self, req: Request) -> Response:
         self._admin(req)
         rec, token = await self.gw.register_producer(
-            require_str(req.params, "name"), require_str(req.params, "topic")
+            require_str(req.params, "name"),
+            require_str(req.params, "topic"),
+            destination_list(req.params.get("destinations")),
         )
-        return Response({"name": rec.name, "topic": rec.topic, "token": token})
+        return Response({"name": rec.name, "topic": rec.topic, "destinations": rec.allowed(), "token": token})
 
     async def register_consumer(self, req: Request) -> Response:
         self._admin(req)
@@ -240,7 +251,7 @@ class Api:
     # --- service ------------------------------------------------------------------------
 
     async def healthz(self, req: Request) -> Response:
-        return Response({"healthy": True, "broker": self.gw.store.broker})
+        return Response({"healthy": True, "broker": self.gw.store.broker, "pid": os.getpid()})
 
     async def metrics(self, req: Request) -> Response:
         await self.gw.refresh_lag_metrics()
@@ -340,6 +351,7 @@ class Api:
                     ("queues", "integer", False, "1–256, default 8"),
                     ("retentionMs", "integer", False, "default 7 days"),
                     ("retentionBytes", "integer", False, "per queue, default unlimited"),
+                    ("maxPriority", "integer", False, "0–9: priority lanes 0..maxPriority, default 0"),
                 ),
             ),
             Route("GET", "/admin/topics", self.list_topics, "admin", "List topics", body="none"),
@@ -352,6 +364,12 @@ class Api:
                 (
                     ("name", "string", True, "producer name"),
                     ("topic", "string", True, "the topic it writes"),
+                    (
+                        "destinations",
+                        "array",
+                        False,
+                        "further topics and inbox:<consumer> (or inbox:*) it may write",
+                    ),
                 ),
             ),
             Route(
@@ -454,4 +472,5 @@ def _topic_json(t: Any) -> dict[str, Any]:
         "queues": t.queues,
         "retentionMs": t.retention_ms,
         "retentionBytes": t.retention_bytes,
+        "maxPriority": t.max_priority,
     }

@@ -48,7 +48,11 @@ class OffsetStore(Protocol):
     async def close(self) -> None: ...
 
     async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
-        """Create the table with these committed offsets if absent; True if it was created."""
+        """Create the table with these committed offsets if absent; True if it was created.
+
+        A table with fewer entries than `starts` grows: the missing queues get their start
+        offsets (a topic's queue layout only ever grows, by new priority lanes or sources).
+        """
 
     async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None: ...
 
@@ -67,7 +71,11 @@ class OffsetStore(Protocol):
         max_attempts: int,
         owner: str,
     ) -> Lease | None:
-        """Choose a queue (SPEC G4), lock it and record the delivery; None if none is free."""
+        """Choose a queue (SPEC G4), lock it and record the delivery; None if none is free.
+
+        A batch that was delivered and not acked (lock expired or released) is delivered again
+        as the same range, cut to `max_count`; `Lease.attempts` counts its deliveries.
+        """
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         """Commit `token.next_offset` and unlock, if the token still holds the lock."""
@@ -88,3 +96,13 @@ class OffsetStore(Protocol):
         """Remove broadcast clientIds not seen since `idle_before_ms`; return them."""
 
     async def drop_group(self, group: str) -> None: ...
+
+    async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
+        """Take up to `wanted` from the group's token bucket, shared by every gateway.
+
+        The bucket holds at most max(rate_per_s, 1) tokens and refills at `rate_per_s`.
+        Returns (granted, retry_after_s); retry_after_s > 0 only when nothing was granted.
+        """
+
+    async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
+        """Give back tokens a pull took but did not use (capped at the bucket size)."""

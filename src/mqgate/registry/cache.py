@@ -5,13 +5,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from typing import Any
+import time
+from typing import Any, Final
 
 from mqgate.errors import MqgateError
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
 from mqgate.registry.sql import SqlRegistry
 
 log = logging.getLogger(__name__)
+
+MISS_REFRESH_S: Final = 0.2
 
 
 class RegistryCache:
@@ -21,6 +24,7 @@ class RegistryCache:
         self.snapshot = Snapshot(0, {}, {}, {})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
+        self._miss_refresh_at = 0.0
 
     async def start(self) -> None:
         await asyncio.to_thread(self.registry.create_schema)
@@ -51,6 +55,18 @@ class RegistryCache:
                     return False
             self.snapshot = await asyncio.to_thread(self.registry.snapshot)
             return True
+
+    async def refresh_on_miss(self) -> bool:
+        """A name was not found: maybe it was just registered through another gateway. Look
+        (at most every MISS_REFRESH_S, so unknown names cannot flood the database)."""
+        now = time.monotonic()
+        if now - self._miss_refresh_at < MISS_REFRESH_S:
+            # A look just started or just ended: wait for it rather than answer "unknown".
+            async with self._lock:
+                return True
+        self._miss_refresh_at = now
+        await self.refresh()
+        return True
 
     async def change(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Apply a change through the registry and refresh this gateway's copy at once."""

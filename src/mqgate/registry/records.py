@@ -31,6 +31,8 @@ class TopicRecord:
     retention_ms: int
     retention_bytes: int | None
     created_ms: int
+    # Priorities 0..max_priority get a lane of `queues` queues each (0 = no priority lanes).
+    max_priority: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -39,6 +41,18 @@ class ProducerRecord:
     topic: str
     token_hash: str
     created_ms: int
+    # Further destinations it may write besides `topic`: topic names and "inbox:<consumer>"
+    # ("inbox:*" for every consumer's inbox), comma-separated.
+    destinations: str = ""
+
+    def allowed(self) -> list[str]:
+        return self.destinations.split(",") if self.destinations else []
+
+    def may_write(self, destination: str) -> bool:
+        if destination == self.topic:
+            return True
+        allowed = self.allowed()
+        return destination in allowed or (destination.startswith("inbox:") and "inbox:*" in allowed)
 
 
 @dataclass(slots=True, frozen=True)

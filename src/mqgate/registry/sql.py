@@ -25,6 +25,7 @@ topics = sa.Table(
     sa.Column("retention_ms", sa.BigInteger, nullable=False),
     sa.Column("retention_bytes", sa.BigInteger, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("max_priority", sa.Integer, nullable=False, server_default="0"),
 )
 producers = sa.Table(
     "mqgate_producers",
@@ -33,6 +34,7 @@ producers = sa.Table(
     sa.Column("topic", sa.String(160), nullable=False),
     sa.Column("token_hash", sa.String(64), nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("destinations", sa.Text, nullable=False, server_default=""),
 )
 consumers = sa.Table(
     "mqgate_consumers",
@@ -48,6 +50,13 @@ consumers = sa.Table(
     sa.Column("alert_backlog", sa.BigInteger, nullable=False),
     sa.Column("token_hash", sa.String(64), nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+# Secrets every gateway of a deployment must share (the ack-token key, the admin token).
+secrets = sa.Table(
+    "mqgate_secrets",
+    _meta,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.String(256), nullable=False),
 )
 version = sa.Table(
     "mqgate_registry_version",
@@ -68,6 +77,7 @@ class SqlRegistry:
     def create_schema(self) -> None:
         try:
             _meta.create_all(self.engine)
+            self._add_new_columns()
             with self.engine.begin() as conn:
                 if conn.execute(sa.select(version.c.version)).first() is None:
                     conn.execute(sa.insert(version).values(id=1, version=1))
@@ -75,6 +85,29 @@ class SqlRegistry:
             pass  # another gateway created the version row at the same moment
         except OperationalError as exc:
             raise Unavailable(f"registry database unreachable: {exc.orig}") from exc
+
+    def _add_new_columns(self) -> None:
+        """Columns added after a table was first created, with their defaults (a registry made
+        by an older version keeps working)."""
+        existing = sa.inspect(self.engine)
+        for table in (topics, producers, consumers):
+            have = {c["name"] for c in existing.get_columns(table.name)}
+            for column in table.columns:
+                if column.name in have:
+                    continue
+                kind = column.type.compile(dialect=self.engine.dialect)
+                default = column.server_default.arg if column.server_default is not None else None  # type: ignore[attr-defined]
+                ddl = f"ALTER TABLE {table.name} ADD COLUMN {column.name} {kind}"
+                if default is not None:
+                    ddl += f" NOT NULL DEFAULT '{default}'" if isinstance(default, str) else ""
+                try:
+                    with self.engine.begin() as conn:
+                        conn.execute(sa.text(ddl))
+                except sa.exc.DBAPIError:
+                    # Fine if another gateway added it at the same moment.
+                    columns = sa.inspect(self.engine).get_columns(table.name)
+                    if column.name not in {c["name"] for c in columns}:
+                        raise
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -115,6 +148,22 @@ class SqlRegistry:
                 if conn.execute(stmt).rowcount == 0:
                     raise NotFound(f"consumer {name} is not registered", field="consumer")
                 self._bump(conn)
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+    def shared_secret(self, name: str, candidate: str) -> str:
+        """The deployment's secret `name`; `candidate` becomes it if there is none yet."""
+        query = sa.select(secrets.c.value).where(secrets.c.name == name)
+        try:
+            with self.engine.begin() as conn:
+                value = conn.execute(query).scalar_one_or_none()
+                if value is None:
+                    conn.execute(sa.insert(secrets).values(name=name, value=candidate))
+                    return candidate
+                return str(value)
+        except IntegrityError:  # another gateway stored its candidate first
+            with self.engine.connect() as conn:
+                return str(conn.execute(query).scalar_one())
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
 

@@ -30,9 +30,14 @@ class MessageStore(Protocol):
     async def close(self) -> None: ...
 
     async def create_topic(self, config: TopicConfig) -> None:
-        """Create the topic, or do nothing if it exists with the same queue count."""
+        """Create the topic, or update its retention if it exists with the same queue count,
+        or grow it to more queues (new queues start empty at offset 0). Asking for fewer
+        queues than it has raises BadRequest(field="queues"). Safe to call from several
+        gateways at once."""
 
-    def has_topic(self, topic: str) -> bool: ...
+    def has_topic(self, topic: str) -> bool:
+        """Whether this store knows the topic; False may only mean "not seen here yet" (a
+        shared store), and the caller then calls `create_topic`."""
 
     async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
         """Append and return the first offset once the messages are durable per fsync mode."""
@@ -60,4 +65,5 @@ class MessageStore(Protocol):
         """Wake long-polling readers of `topic` now (a lock was freed or an offset reset)."""
 
     async def enforce_retention(self, now_ms: int) -> int:
-        """Drop messages past their topic's retention; return how many segments went."""
+        """Drop messages past their topic's retention; return how much went, for the log
+        (segments for the embedded store, messages for Redis)."""

@@ -18,6 +18,7 @@ import msgspec
 
 from mqgate.core.acks import AckRefusal, ack_refusal
 from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
+from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.fsync import GroupCommitter
@@ -42,6 +43,7 @@ class EmbeddedOffsetStore:
         self._seen_ms: dict[TableKey, int] = {}
         self._fd = -1
         self._records = 0
+        self._buckets: dict[str, TokenBucket] = {}
 
     # --- journal ------------------------------------------------------------------------
 
@@ -137,7 +139,12 @@ class EmbeddedOffsetStore:
 
     async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
         key = (group, client_id)
-        if key in self._tables:
+        table = self._tables.get(key)
+        if table is not None:
+            if len(table) < len(starts):
+                table.extend(OffsetEntry(committed=s) for s in starts[len(table) :])
+                self._log(self._table_record(key))
+                await self.committer.durable()
             return False
         self._tables[key] = [OffsetEntry(committed=s) for s in starts]
         self._seen_ms[key] = now_ms
@@ -175,7 +182,9 @@ class EmbeddedOffsetStore:
         table = self._entries(group, client_id)
         self._seen_ms[(group, client_id)] = now_ms
         views = [
-            QueueView(b.queue, b.min, b.max, e.committed, e.lock_ts, e.lock_deadline_ms, e.last_access_ms)
+            QueueView(
+                b.queue, b.min, b.max, e.committed, e.lock_ts, e.lock_deadline_ms, e.last_access_ms, b.lane
+            )
             for b, e in zip(bounds, table, strict=True)
         ]
         chosen = choose_queue(views, now_ms)
@@ -186,10 +195,11 @@ class EmbeddedOffsetStore:
             e.committed, e.attempts = chosen.min_offset, 0
         start = e.committed
         dead = e.attempts >= max_attempts
+        again = e.attempts > 0 and e.delivered_end > start
         if dead:
-            end = e.delivered_end if e.delivered_end > start else min(start + max_count, chosen.max_offset)
+            end = e.delivered_end if again else min(start + max_count, chosen.max_offset)
         else:
-            end = min(start + max_count, chosen.max_offset)
+            end = min(e.delivered_end if again else chosen.max_offset, start + max_count)
             e.attempts += 1
             e.delivered_end = end
         e.lock_ts = next_lock_ts(e.lock_ts, now_ms)
@@ -271,6 +281,24 @@ class EmbeddedOffsetStore:
             self._seen_ms.pop(key, None)
             self._log(["x", key[0], key[1]])
         await self.committer.durable()
+
+    # --- rate limit (one process: the bucket lives here) ---------------------------------
+
+    def _bucket(self, group: str, rate_per_s: float, now_ms: int) -> TokenBucket:
+        bucket = self._buckets.get(group)
+        if bucket is None or bucket.rate_per_s != rate_per_s:
+            bucket = self._buckets[group] = TokenBucket.full(rate_per_s, now_ms)
+        return bucket
+
+    async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
+        bucket = self._bucket(group, rate_per_s, now_ms)
+        granted = bucket.take(wanted, now_ms)
+        return granted, (bucket.retry_after_s() if granted == 0 else 0.0)
+
+    async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
+        bucket = self._buckets.get(group)
+        if bucket is not None and bucket.rate_per_s == rate_per_s:
+            bucket.give_back(count)
 
 
 def _unlock(e: OffsetEntry) -> None:

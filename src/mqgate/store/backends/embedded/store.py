@@ -139,21 +139,23 @@ class EmbeddedStore:
             self._lock_fd = -1
 
     def _load_topic(self, config: TopicConfig) -> _Topic:
-        assert self.committer is not None
         topic = _Topic(config)
-        base = self.topics_dir / config.name
         for q in range(config.queues):
-            log = QueueLog(
-                base / str(q),
-                segment_bytes=self.segment_bytes,
-                committer=self.committer,
-                on_visible=topic.notify,
-                timestamp_of=_timestamp_of,
-            )
-            self.recovered_bytes_cut += log.recover()
-            topic.queues.append(log)
+            self._add_queue(topic, q)
         self._topics[config.name] = topic
         return topic
+
+    def _add_queue(self, topic: _Topic, queue: int) -> None:
+        assert self.committer is not None
+        log = QueueLog(
+            self.topics_dir / topic.config.name / str(queue),
+            segment_bytes=self.segment_bytes,
+            committer=self.committer,
+            on_visible=topic.notify,
+            timestamp_of=_timestamp_of,
+        )
+        self.recovered_bytes_cut += log.recover()
+        topic.queues.append(log)
 
     async def _checkpoint_loop(self) -> None:
         last_full = time.monotonic()
@@ -173,12 +175,16 @@ class EmbeddedStore:
         validate_topic_name(config.name)
         existing = self._topics.get(config.name)
         if existing is not None:
-            if existing.config.queues != config.queues:
+            if existing.config.queues > config.queues:
                 raise BadRequest(
                     f"topic {config.name} exists with {existing.config.queues} queues",
                     field="queues",
                 )
             if existing.config != config:
+                # Queues before the meta: a crash in between leaves empty queue directories
+                # that the next start ignores and the next growth reuses.
+                for q in range(existing.config.queues, config.queues):
+                    self._add_queue(existing, q)
                 existing.config = config
                 self._write_meta(config)
             return

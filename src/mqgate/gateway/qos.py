@@ -1,0 +1,178 @@
+"""Message QoS at the gateway (SPEC S1–S5): where each destination of a produced message goes
+and when, the payload the scheduler holds, and the loop that delivers what comes due."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from mqgate.core.layout import inbox_topic, retry_topic
+from mqgate.core.scheduling import deadline_for, validate_window
+from mqgate.errors import BadRequest, Forbidden, MqgateError
+from mqgate.model import DestinationSpec, NewMessage, StoredMessage
+from mqgate.registry.records import ProducerRecord
+from mqgate.scheduler.interface import Destination, Due, Scheduler
+
+log = logging.getLogger(__name__)
+
+TOPIC_TARGET: Final = "t:"
+INBOX_TARGET: Final = "i:"
+RETRY_TARGET: Final = "r:"
+CLAIM_MS: Final = 30_000  # a claimer that died gives its claims back after this
+DELIVERY_BATCH: Final = 2_000
+IDLE_RECHECK_S: Final = 1.0
+
+_NO_OVERRIDES: Final = DestinationSpec()
+_encode_held = msgspec.msgpack.Encoder().encode
+_decode_held = msgspec.msgpack.Decoder(tuple[bytes, str]).decode
+_encode_json = msgspec.json.Encoder().encode
+_decode_stored = msgspec.json.Decoder(StoredMessage).decode
+
+
+@dataclass(slots=True, frozen=True)
+class Placement:
+    """One destination of a produced message, resolved: a target and its window."""
+
+    target: str  # "t:<topic>", "i:<consumer>" (inbox) or "r:<consumer>" (retry)
+    label: str | None  # as the producer named it, for the receipt (None: the default topic)
+    start_ms: int
+    deadline_ms: int  # 0 = none
+    priority: int
+
+    def destination(self) -> Destination:
+        return Destination(self.target, self.start_ms, self.deadline_ms, self.priority)
+
+
+def split_target(target: str) -> tuple[str, str]:
+    """(kind, name): kind is TOPIC_TARGET, INBOX_TARGET or RETRY_TARGET; name a topic or consumer."""
+    kind, name = target[:2], target[2:]
+    if kind not in (TOPIC_TARGET, INBOX_TARGET, RETRY_TARGET):
+        raise ValueError(f"unknown target {target!r}")
+    return kind, name
+
+
+def target_topic(target: str) -> str:
+    """The store topic a target's messages are appended to."""
+    kind, name = split_target(target)
+    if kind == TOPIC_TARGET:
+        return name
+    return inbox_topic(name) if kind == INBOX_TARGET else retry_topic(name)
+
+
+def placements(producer: ProducerRecord, msg: NewMessage, now_ms: int) -> list[Placement]:
+    """Resolve a message's destinations (or its producer's topic) with their windows (SPEC S2:
+    deadline = start + validity). Permission and lane checks against topics come later."""
+    specs = msg.destinations
+    if specs is None:
+        return [_placement(TOPIC_TARGET + producer.topic, None, msg, None, now_ms, "")]
+    out = []
+    for i, d in enumerate(specs):
+        where = f"destinations[{i}]."
+        if d.topic is not None:
+            target, label = TOPIC_TARGET + d.topic, d.topic
+        else:
+            assert d.consumer is not None
+            target, label = INBOX_TARGET + d.consumer, f"inbox:{d.consumer}"
+        if not producer.may_write(label):
+            raise Forbidden(
+                f"producer {producer.name} may not write to {label} (register it with that destination)",
+                field=f"{where}{'topic' if d.topic is not None else 'consumer'}",
+            )
+        out.append(_placement(target, label, msg, d, now_ms, where))
+    return out
+
+
+def _placement(
+    target: str, label: str | None, msg: NewMessage, d: DestinationSpec | None, now_ms: int, where: str
+) -> Placement:
+    """The destination's own QoS where it has some, else the message's."""
+    spec = d or _NO_OVERRIDES
+    deliver_at, delay_ms = spec.deliver_at, spec.delay_ms
+    if deliver_at is None and delay_ms is None:
+        deliver_at, delay_ms = msg.deliver_at, msg.delay_ms
+    start = deliver_at if deliver_at is not None else now_ms + (delay_ms or 0)
+    ttl = spec.ttl_ms or msg.ttl_ms
+    priority = msg.priority if spec.priority is None else spec.priority
+    deadline = deadline_for(start, ttl)
+    validate_window(start, deadline, now_ms, start_field=f"{where}deliverAt", deadline_field=f"{where}ttlMs")
+    if deadline and deadline < now_ms:
+        raise BadRequest(
+            f"the message would expire before it is stored ({where}ttlMs)", field=f"{where}ttlMs"
+        )
+    return Placement(target, label, start, deadline, priority or 0)
+
+
+def held_payload(stored: StoredMessage, order_key: str | None) -> bytes:
+    return _encode_held((_encode_json(stored), order_key or ""))
+
+
+def unheld(payload: bytes) -> tuple[StoredMessage, str | None]:
+    stored_json, order_key = _decode_held(payload)
+    return _decode_stored(stored_json), order_key or None
+
+
+Deliver = Callable[[dict[str, list[tuple[StoredMessage, str | None, int]]]], Awaitable[None]]
+
+
+class DeliveryLoop:
+    """Moves due destinations from the scheduler into their queues, highest priority first
+    (the scheduler orders what it hands out); expired ones are dropped and counted."""
+
+    def __init__(self, scheduler: Scheduler, deliver: Deliver, on_expired: Callable[[Due], None]) -> None:
+        self.scheduler = scheduler
+        self.deliver = deliver
+        self.on_expired = on_expired
+
+    async def run(self) -> None:
+        while True:
+            try:
+                if not await self.step():
+                    await self._sleep()
+            except asyncio.CancelledError:
+                raise
+            except MqgateError as exc:  # the store or Redis is down: claims expire, try again
+                log.warning("delivery of scheduled messages: %s", exc.message)
+                await asyncio.sleep(IDLE_RECHECK_S)
+            except Exception:
+                log.exception("delivery of scheduled messages failed")
+                await asyncio.sleep(IDLE_RECHECK_S)
+
+    async def step(self) -> int:
+        """Deliver what is due now; return how many destinations were handled."""
+        dues = await self.scheduler.claim_due(_now_ms(), DELIVERY_BATCH, CLAIM_MS)
+        if not dues:
+            return 0
+        by_topic: dict[str, list[tuple[StoredMessage, str | None, int]]] = {}
+        for due in dues:
+            if due.expired:
+                self.on_expired(due)
+                continue
+            stored, order_key = unheld(due.payload)
+            d = due.destination
+            stored = msgspec.structs.replace(
+                stored,
+                priority=d.priority or None,
+                deliver_at_ms=d.deliver_at_ms,
+                deadline_ms=d.deadline_ms or None,
+            )
+            by_topic.setdefault(d.target, []).append((stored, order_key, d.priority))
+        if by_topic:
+            await self.deliver(by_topic)
+        await self.scheduler.settle([(d.seq, d.index) for d in dues])
+        return len(dues)
+
+    async def _sleep(self) -> None:
+        nxt = await self.scheduler.next_due_ms()
+        timeout = IDLE_RECHECK_S if nxt is None else min(max((nxt - _now_ms()) / 1000, 0.0), IDLE_RECHECK_S)
+        if timeout > 0:
+            await self.scheduler.wait(timeout)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,3 @@
+from mqgate.offsets.backends.redis.store import RedisOffsetStore
+
+__all__ = ["RedisOffsetStore"]

@@ -1,0 +1,79 @@
+--! include common.lua
+-- Choose a queue (SPEC G4, with lanes), lock it and record the delivery. See README.md.
+-- KEYS[1] table hash, KEYS[2] clients zset
+-- ARGV[1] now ms, ARGV[2] max count, ARGV[3] lock timeout ms, ARGV[4] max attempts,
+-- ARGV[5] owner, ARGV[6] client id, ARGV[7] broker, then min, max, lane for queue 0, 1, ...
+-- Returns -1 (no table), {-2, queues in table} (bounds do not match the table), nil (no queue
+-- free) or {queue, offset, next offset, lock ts, attempts, dead letter 0/1}.
+local now = tonumber(ARGV[1])
+local n = redis.call('HGET', KEYS[1], 'n')
+if not n then return -1 end
+n = tonumber(n)
+redis.call('ZADD', KEYS[2], 'GT', now, ARGV[6])
+if #ARGV ~= 7 + 3 * n then return {-2, n} end
+
+local prefix = ARGV[7] .. ':'
+-- The choice reads 3 fields per queue; the chosen one's lock_ts comes with its other fields.
+-- Skipping lock_ts here is exact: a deadline > 0 is only ever set with a lock_ts >= 1, so for
+-- now >= 0 "lock_ts ~= 0 and deadline > now" is "deadline > now".
+local fields = {}
+for q = 0, n - 1 do
+  local f = prefix .. q .. ':'
+  fields[3 * q + 1] = f .. 'committed'
+  fields[3 * q + 2] = f .. 'lock_deadline'
+  fields[3 * q + 3] = f .. 'access'
+end
+local v = hmget(KEYS[1], fields)
+
+-- Sort key (-lane, -backlog, last access, queue): queues are scanned in id order, so on a
+-- full tie the first one seen stays.
+local tonumber, max = tonumber, math.max
+local best, best_lane, best_backlog, best_access, best_committed, best_min, best_max
+for q = 0, n - 1 do
+  local a = 7 + 3 * q
+  local qmin, qmax, lane = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local committed = tonumber(v[3 * q + 1])
+  local backlog = qmax - max(committed, qmin)
+  local deadline = tonumber(v[3 * q + 2]) or 0
+  local held = deadline > now
+    and (now >= 0 or lock_is_held(num(redis.call('HGET', KEYS[1], prefix .. q .. ':lock_ts')), deadline, now))
+  if backlog > 0 and not held then
+    local access = tonumber(v[3 * q + 3]) or 0
+    if best == nil or lane > best_lane or (lane == best_lane and (backlog > best_backlog
+        or (backlog == best_backlog and access < best_access))) then
+      best, best_lane, best_backlog, best_access = q, lane, backlog, access
+      best_committed, best_min, best_max = committed, qmin, qmax
+    end
+  end
+end
+if best == nil then return nil end
+
+local f = prefix .. best .. ':'
+local ad = redis.call('HMGET', KEYS[1], f .. 'attempts', f .. 'delivered_end', f .. 'lock_ts')
+local attempts, delivered_end, best_lock_ts = num(ad[1]), num(ad[2]), num(ad[3])
+local start = best_committed
+if start < best_min then  -- retention dropped what was never consumed
+  start, attempts = best_min, 0
+end
+local dead = attempts >= tonumber(ARGV[4])
+local again = attempts > 0 and delivered_end > start
+local max_count = tonumber(ARGV[2])
+local stop
+if dead then
+  if again then stop = delivered_end else stop = math.min(start + max_count, best_max) end
+else
+  if again then stop = delivered_end else stop = best_max end
+  stop = math.min(stop, start + max_count)
+  attempts = attempts + 1
+  delivered_end = stop
+end
+local lock_ts = next_lock_ts(best_lock_ts, now)
+redis.call('HSET', KEYS[1],
+  f .. 'committed', start,
+  f .. 'attempts', attempts,
+  f .. 'delivered_end', delivered_end,
+  f .. 'lock_ts', lock_ts,
+  f .. 'lock_deadline', now + tonumber(ARGV[3]),
+  f .. 'owner', ARGV[5],
+  f .. 'access', now)
+return {best, start, stop, lock_ts, attempts, dead and 1 or 0}

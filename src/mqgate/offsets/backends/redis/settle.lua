@@ -1,0 +1,34 @@
+--! include common.lua
+-- Ack, dead-letter, release or extend the batch an ack token names (SPEC G5). See README.md.
+-- KEYS[1] table hash, KEYS[2] clients zset
+-- ARGV[1] op: 'commit' | 'release' | 'extend', ARGV[2] broker, ARGV[3] queue,
+-- ARGV[4] token offset, ARGV[5] token lock ts, ARGV[6] now ms,
+-- ARGV[7] next offset (commit) or new deadline ms (extend), ARGV[8] dead-lettered count (commit),
+-- ARGV[9] client id
+-- Returns -1 (no table), nil (done) or the refusal: offset_moved, lock_expired, lock_taken.
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local f = ARGV[2] .. ':' .. ARGV[3] .. ':'
+local v = redis.call('HMGET', KEYS[1], f .. 'committed', f .. 'lock_ts', f .. 'lock_deadline')
+if not v[1] then return 'offset_moved' end  -- no such queue
+local now = tonumber(ARGV[6])
+local refusal = ack_refusal(tonumber(v[1]), num(v[2]), num(v[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), now)
+if refusal then return refusal end
+
+local op = ARGV[1]
+if op == 'extend' then
+  redis.call('HSET', KEYS[1], f .. 'lock_deadline', ARGV[7])
+elseif op == 'release' then
+  -- lock_ts stays: the next lock must get a larger one, so an old token never matches it.
+  redis.call('HSET', KEYS[1], f .. 'lock_deadline', 0, f .. 'owner', '')
+else
+  redis.call('HSET', KEYS[1],
+    f .. 'committed', ARGV[7],
+    f .. 'lock_deadline', 0,
+    f .. 'owner', '',
+    f .. 'attempts', 0,
+    f .. 'delivered_end', 0,
+    f .. 'access', now)
+  redis.call('HINCRBY', KEYS[1], f .. 'dead', ARGV[8])
+  redis.call('ZADD', KEYS[2], 'GT', now, ARGV[9])
+end
+return nil

@@ -1,0 +1,203 @@
+"""The consumer-group table in Redis, shared by every gateway that uses the same Redis.
+
+Each step that reads and then writes is one Lua script, so it is atomic against every other
+gateway; the key layout and each script's KEYS/ARGV are in README.md. Times always come from
+the caller (`now_ms`), never from the Redis clock, exactly as in the embedded backend.
+Durable as far as Redis persistence is configured (appendonly yes, appendfsync always).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import redis.asyncio as aioredis
+
+from mqgate.core.acks import LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
+from mqgate.core.tokens import AckToken
+from mqgate.errors import NotFound
+from mqgate.model import QueueBounds
+from mqgate.offsets.interface import Lease, OffsetEntry
+from mqgate.redisio import register, translated
+
+PACKAGE: Final = "mqgate.offsets.backends.redis"
+SCRIPTS: Final = ("ensure_table", "lease", "settle", "reset", "expire_clients", "drop_group", "rate")
+NO_TABLE: Final = -1
+MISMATCH: Final = -2
+_REFUSALS: Final[dict[str, AckRefusal]] = {r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED)}
+
+# Hash field suffix -> OffsetEntry attribute; a missing field is the attribute's default.
+_FIELDS: Final = {
+    "committed": "committed",
+    "lock_ts": "lock_ts",
+    "lock_deadline": "lock_deadline_ms",
+    "owner": "lock_owner",
+    "access": "last_access_ms",
+    "attempts": "attempts",
+    "delivered_end": "delivered_end",
+    "dead": "dead_lettered",
+}
+
+
+class RedisOffsetStore:
+    def __init__(self, client: aioredis.Redis, *, broker: str, prefix: str = "mq") -> None:
+        self.client = client
+        self.broker = broker
+        self.prefix = prefix
+        self._scripts: dict[str, Any] = {}
+
+    async def open(self) -> None:
+        # Scripts load on first use (EVALSHA, reloaded after NOSCRIPT): opening needs no Redis.
+        for name in SCRIPTS:
+            self._scripts[name] = register(self.client, PACKAGE, f"{name}.lua")
+
+    async def close(self) -> None:
+        """The client belongs to the app (other adapters share it): nothing to close here."""
+
+    # --- keys (one hash tag per group: every script's keys live in one cluster slot) -------
+
+    def _group(self, group: str) -> str:
+        return f"{self.prefix}:{{g:{group}}}"
+
+    def _table_key(self, group: str, client_id: str) -> str:
+        base = f"{self._group(group)}:o"
+        return f"{base}:{client_id}" if client_id else base
+
+    def _clients_key(self, group: str) -> str:
+        return f"{self._group(group)}:clients"
+
+    def _rate_key(self, group: str) -> str:
+        return f"{self._group(group)}:rate"
+
+    async def _run(self, what: str, script: str, keys: list[str], args: list[Any]) -> Any:
+        with translated(what):
+            return await self._scripts[script](keys=keys, args=args)
+
+    # --- tables -------------------------------------------------------------------------
+
+    async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
+        keys = [self._table_key(group, client_id), self._clients_key(group)]
+        created = await self._run(
+            "ensure offset table", "ensure_table", keys, [self.broker, client_id, now_ms, *starts]
+        )
+        return bool(created)
+
+    async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None:
+        with translated("read offset table"):
+            raw = await self.client.hgetall(self._table_key(group, client_id))
+        if not raw:
+            return None
+        fields = {_text(k): v for k, v in raw.items()}
+        entries = []
+        for q in range(int(fields["n"])):
+            values: dict[str, Any] = {}
+            for suffix, attr in _FIELDS.items():
+                value = fields.get(f"{self.broker}:{q}:{suffix}")
+                if value is not None:
+                    values[attr] = _text(value) if attr == "lock_owner" else int(value)
+            entries.append(OffsetEntry(**values))
+        return entries
+
+    async def clients(self, group: str) -> list[str]:
+        with translated("list offset clients"):
+            members = await self.client.zrange(self._clients_key(group), 0, -1)
+        return sorted(_text(m) for m in members)
+
+    # --- leasing ------------------------------------------------------------------------
+
+    async def lease(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+    ) -> Lease | None:
+        args: list[Any] = [now_ms, max_count, lock_timeout_ms, max_attempts, owner, client_id, self.broker]
+        for i, b in enumerate(bounds):
+            if b.queue != i:
+                raise ValueError(f"bounds[{i}] is queue {b.queue}: bounds must be in queue order")
+            args += (b.min, b.max, b.lane)
+        keys = [self._table_key(group, client_id), self._clients_key(group)]
+        got = await self._run("lease a queue", "lease", keys, args)
+        if got is None:
+            return None
+        if got == NO_TABLE:
+            raise _no_table(group, client_id)
+        if got[0] == MISMATCH:
+            raise ValueError(f"{len(bounds)} queue bounds for a table of {got[1]} queues")
+        queue, offset, next_offset, lock_ts, attempts, dead = got
+        return Lease(queue, offset, next_offset, lock_ts, attempts, bool(dead))
+
+    async def _settle(
+        self, what: str, token: AckToken, now_ms: int, op: str, value: int = 0, dead: int = 0
+    ) -> AckRefusal | None:
+        keys = [self._table_key(token.consumer, token.client_id), self._clients_key(token.consumer)]
+        args = [op, token.broker, token.queue, token.offset, token.lock_ts, now_ms, value, dead]
+        got = await self._run(what, "settle", keys, [*args, token.client_id])
+        if got is None:
+            return None
+        if got == NO_TABLE:
+            raise _no_table(token.consumer, token.client_id)
+        return _REFUSALS[_text(got)]
+
+    async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        return await self._settle("ack", token, now_ms, "commit", token.next_offset)
+
+    async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._settle("record dead letters", token, now_ms, "commit", token.next_offset, count)
+
+    async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        return await self._settle("release", token, now_ms, "release")
+
+    async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
+        return await self._settle("extend", token, now_ms, "extend", now_ms + int(seconds * 1000))
+
+    async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
+        keys = [self._table_key(group, client_id)]
+        got = await self._run("reset offset", "reset", keys, [self.broker, queue, offset])
+        if got == NO_TABLE:
+            raise _no_table(group, client_id)
+        if got == MISMATCH:
+            raise IndexError(f"queue {queue} is not in the offset table of {group} client {client_id!r}")
+
+    async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
+        clients_key = self._clients_key(group)
+        with translated("find idle clients"):
+            members = await self.client.zrangebyscore(clients_key, "-inf", f"({idle_before_ms}")
+        idle = [c for c in map(_text, members) if c]  # the cluster table never expires
+        if not idle:
+            return []
+        keys = [clients_key, *(self._table_key(group, c) for c in idle)]
+        gone = await self._run("expire clients", "expire_clients", keys, [idle_before_ms, *idle])
+        return sorted(_text(c) for c in gone)
+
+    async def drop_group(self, group: str) -> None:
+        clients_key = self._clients_key(group)
+        with translated("list offset clients"):
+            clients = [_text(m) for m in await self.client.zrange(clients_key, 0, -1)]
+        keys = [clients_key, self._rate_key(group), *(self._table_key(group, c) for c in clients)]
+        await self._run("drop group", "drop_group", keys, clients)
+
+    # --- rate limit (one bucket per group in Redis, shared by every gateway) -------------
+
+    async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
+        args = ["take", rate_per_s, wanted, now_ms]
+        granted, retry = await self._run("take rate tokens", "rate", [self._rate_key(group)], args)
+        return int(granted), float(retry)
+
+    async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
+        args = ["return", rate_per_s, count, 0]
+        await self._run("return rate tokens", "rate", [self._rate_key(group)], args)
+
+
+def _no_table(group: str, client_id: str) -> NotFound:
+    return NotFound(f"no offsets for consumer {group} client {client_id!r}", field="consumer")
+
+
+def _text(value: Any) -> str:
+    # The client is shared: it may or may not have been made with decode_responses.
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -1,0 +1,3 @@
+from mqgate.scheduler.backends.embedded.scheduler import EmbeddedScheduler
+
+__all__ = ["EmbeddedScheduler"]

@@ -1,0 +1,340 @@
+"""The scheduler in the gateway's memory, made durable by a flagged log (SPEC S4–S6).
+
+Single process, single event loop: each method changes the log and the memory without
+awaiting in between, so each is atomic; it then awaits the shared group commit. Every change
+is appended to `<directory>/schedule.log` (format in `log.py`) before it shows in memory.
+Claims and attempt counts live in memory only: after a restart every claimed destination is
+due again (at-least-once delivery). A change whose fsync fails raises StorageError but stays
+in memory and in the file: it may still be delivered (at-least-once again).
+
+`open` is the crash recovery of SPEC S6: read the log up to any torn tail, rebuild the live
+messages from the flags, write them as a new compacted log (temp file, fsync, atomic rename,
+directory fsync), index them, and only then return. While running, the log is compacted
+again once it holds more than twice as many records as the live set; the snapshot is written
+in a worker thread while intake goes on, and what was appended meanwhile is copied after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Final
+
+import msgspec
+
+from mqgate.core.scheduling import MAX_TIME_MS, is_expired
+from mqgate.errors import PayloadTooLarge, StorageError
+from mqgate.fsync import GroupCommitter
+from mqgate.scheduler.backends.embedded import log
+from mqgate.scheduler.backends.embedded.index import DueIndex
+from mqgate.scheduler.backends.embedded.log import Add, Delete, Modify
+from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
+from mqgate.store.backends.embedded.records import HEADER_BYTES, MAX_PAYLOAD_BYTES
+
+LOG_FILE: Final = "schedule.log"
+TEMP_SUFFIX: Final = ".tmp"
+COMPACT_MIN_RECORDS: Final = 10_000
+PROMOTE_SLICE: Final = 50_000
+
+_log = logging.getLogger(__name__)
+
+
+class EmbeddedScheduler:
+    def __init__(self, directory: Path, committer: GroupCommitter) -> None:
+        self.directory = Path(directory)
+        self.committer = committer
+        self._held: dict[int, Add] = {}
+        self._index = DueIndex(self._held)
+        self._destinations = 0
+        self._next_seq = 1
+        self._fd = -1
+        self._records = 0
+        self._bytes = 0
+        self._compaction: asyncio.Task[None] | None = None
+        self._retry_compaction_at = 0  # after a failed compaction, not before this many records
+        self._tail: list[bytes] | None = None  # appended while a compaction runs
+        self._tail_records = 0
+        self._wake = asyncio.Event()
+        self._promised: int | None = None  # what next_due_ms last answered
+
+    @property
+    def path(self) -> Path:
+        return self.directory / LOG_FILE
+
+    # --- recovery (SPEC S6) ---------------------------------------------------------------
+
+    async def open(self) -> None:
+        # In a worker thread so the event loop still answers (health checks) meanwhile; nothing
+        # else touches this object until open returns.
+        await asyncio.to_thread(self._recover)
+
+    def _recover(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(TEMP_SUFFIX)
+        tmp.unlink(missing_ok=True)  # a compaction that a crash interrupted
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
+            data = b""
+        # Millions of small objects are created and none is garbage: collections would only
+        # rescan them, over and over.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            replayed = log.replay(data)
+            if replayed.valid_bytes < len(data):
+                _log.warning(
+                    "schedule log %s: dropped a torn or corrupt tail of %d bytes at %d",
+                    self.path,
+                    len(data) - replayed.valid_bytes,
+                    replayed.valid_bytes,
+                )
+            # Writing the compacted log waits on the disk, indexing on the CPU: side by side.
+            with ThreadPoolExecutor(1, thread_name_prefix="schedule-recovery") as pool:
+                writing = pool.submit(self._install, tmp, replayed.compacted)
+                index = DueIndex(replayed.held)
+                destinations = index.load()
+                fd, size = writing.result()
+        finally:
+            if collecting:
+                gc.enable()
+        self._held = replayed.held
+        self._index = index
+        self._destinations = destinations
+        self._fd = fd
+        self._bytes = size
+        self._records = 1 + len(self._held)
+        self._next_seq = replayed.next_seq
+
+    def _install(self, tmp: Path, pieces: list[bytes | memoryview]) -> tuple[int, int]:
+        fd, size = log.write_new(tmp, pieces)
+        try:
+            os.replace(tmp, self.path)
+            log.fsync_dir(self.directory)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd, size
+
+    async def close(self) -> None:
+        if self._compaction is not None:
+            await self._compaction
+        if self._fd >= 0:
+            fd = self._fd
+            # The flush below fsyncs what is pending, then closes the file.
+            self.committer.close_after_next_sync(lambda: os.close(fd))
+            await self.committer.flush()
+            self._fd = -1
+
+    # --- the log --------------------------------------------------------------------------
+
+    def sync_fds(self) -> list[int]:
+        return [self._fd] if self._fd >= 0 else []
+
+    def after_sync(self) -> None:
+        return None
+
+    def _append(self, pieces: list[bytes]) -> None:
+        """Append records; on failure cut the log back so no torn record sits before later ones."""
+        if self._fd < 0:
+            raise StorageError("the scheduler is not open")
+        data = b"".join(pieces)
+        try:
+            log.write_all(self._fd, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._bytes)
+            raise StorageError(f"schedule log write failed: {exc.strerror}") from exc
+        self._bytes += len(data)
+        self._records += len(pieces)
+        if self._tail is not None:
+            self._tail.append(data)
+            self._tail_records += len(pieces)
+        self.committer.mark_dirty(self)
+
+    def _maybe_compact(self) -> None:
+        """Start a compaction once the log has more than twice the records of the live set."""
+        if self._compaction is None and self._records > max(
+            COMPACT_MIN_RECORDS, 2 * (len(self._held) + 1), self._retry_compaction_at
+        ):
+            self._compaction = asyncio.get_running_loop().create_task(
+                self._compact(), name="schedule-compaction"
+            )
+
+    async def _compact(self) -> None:
+        tmp = self.path.with_suffix(TEMP_SUFFIX)
+        snapshot = list(self._held.values())
+        self._tail, self._tail_records = [], 0
+        fd = -1
+        try:
+            fd, size = await asyncio.to_thread(
+                log.write_new, tmp, log.snapshot_pieces(self._next_seq, snapshot)
+            )
+            # From here to the switch nothing awaits: no append can slip in between.
+            size += log.write_all(fd, b"".join(self._tail))
+            os.fsync(fd)
+            os.replace(tmp, self.path)
+        except OSError as exc:
+            _log.error("schedule log compaction failed, retrying later: %s", exc)
+            if fd >= 0:
+                os.close(fd)
+            tmp.unlink(missing_ok=True)
+            self._retry_compaction_at = self._records + COMPACT_MIN_RECORDS
+            return
+        finally:
+            self._tail = None
+            self._compaction = None
+        old, self._fd = self._fd, fd
+        self._bytes = size
+        self._records = 1 + len(snapshot) + self._tail_records
+        # Writers still waiting for an fsync of the old file are covered: their records were
+        # copied into the new one, which is already fsynced.
+        self.committer.close_after_next_sync(lambda: os.close(old))
+        try:
+            log.fsync_dir(self.directory)
+        except OSError as exc:
+            _log.error("schedule log compaction: directory fsync failed: %s", exc)
+
+    # --- intake and delivery --------------------------------------------------------------
+
+    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+        if not items:
+            return []
+        for _, dests in items:
+            check_destinations(dests)
+        seq = self._next_seq
+        recs = []
+        pieces = []
+        for payload, dests in items:
+            rec = Add(seq, payload if type(payload) is bytes else bytes(payload), tuple(dests))
+            piece = log.framed(rec)
+            if len(piece) - HEADER_BYTES > MAX_PAYLOAD_BYTES:
+                raise PayloadTooLarge(f"a held message may have at most {MAX_PAYLOAD_BYTES} bytes")
+            recs.append(rec)
+            pieces.append(piece)
+            seq += 1
+        self._next_seq = seq  # before the write: a seq that reached the file is never reused
+        self._append(pieces)
+        earliest = MAX_TIME_MS
+        for rec in recs:
+            self._held[rec.seq] = rec
+            self._index.add(rec.seq, rec.dests)
+            self._destinations += len(rec.dests)
+            for d in rec.dests:
+                if d is not None and d.deliver_at_ms < earliest:
+                    earliest = d.deliver_at_ms
+        self._wake_if_sooner(earliest)
+        self._maybe_compact()
+        await self.committer.durable()
+        return [rec.seq for rec in recs]
+
+    async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
+        # A large backlog that came due at once (after a restart, say) is moved in slices, so
+        # the event loop keeps serving in between; the claim below sees all of it.
+        while self._index.promote(now_ms, PROMOTE_SLICE):
+            await asyncio.sleep(0)
+        return [
+            Due(rec.seq, index, rec.payload, d, is_expired(d.deadline_ms, now_ms), attempt)
+            for rec, index, d, attempt in self._index.take(limit, now_ms + claim_ms)
+        ]
+
+    async def settle(self, done: list[tuple[int, int]]) -> None:
+        if not done:
+            return
+        by_seq: dict[int, set[int]] = defaultdict(set)
+        for seq, index in done:
+            by_seq[seq].add(index)
+        changes: list[tuple[int, Add | None, list[int]]] = []
+        pieces = []
+        for seq, indexes in by_seq.items():
+            rec = self._held.get(seq)
+            if rec is None:
+                continue
+            dests = list(rec.dests)
+            removed = [i for i in indexes if 0 <= i < len(dests) and dests[i] is not None]
+            if not removed:
+                continue
+            for i in removed:
+                dests[i] = None
+            if any(d is not None for d in dests):
+                kept = Add(seq, rec.payload, tuple(dests))
+                pieces.append(log.framed(Modify(seq, kept.dests)))
+                changes.append((seq, kept, removed))
+            else:
+                pieces.append(log.framed(Delete(seq)))
+                changes.append((seq, None, removed))
+        if pieces:
+            self._append(pieces)
+            for seq, new, removed in changes:
+                if new is None:
+                    del self._held[seq]
+                else:
+                    self._held[seq] = new
+                for i in removed:
+                    self._index.forget(seq, i)
+                self._destinations -= len(removed)
+            self._index.prune(self._destinations)
+            self._maybe_compact()
+        # Also when nothing changed: an earlier settle of the same pair may not be durable yet.
+        await self.committer.durable()
+
+    async def postpone(self, items: list[tuple[int, int, int]]) -> None:
+        if not items:
+            return
+        changed: dict[int, list[Destination | None]] = {}
+        moves: list[tuple[int, int, int]] = []
+        for seq, index, deliver_at_ms in items:
+            if not 0 <= deliver_at_ms <= MAX_TIME_MS:
+                raise ValueError(f"start time out of range: {deliver_at_ms}")
+            rec = self._held.get(seq)
+            if rec is None or not 0 <= index < len(rec.dests):
+                continue
+            dests = changed.get(seq)
+            if dests is None:
+                dests = changed[seq] = list(rec.dests)
+            d = dests[index]
+            if d is not None:
+                dests[index] = msgspec.structs.replace(d, deliver_at_ms=deliver_at_ms)
+                moves.append((seq, index, deliver_at_ms))
+        if moves:
+            news = [Add(seq, self._held[seq].payload, tuple(dests)) for seq, dests in changed.items()]
+            self._append([log.framed(Modify(new.seq, new.dests)) for new in news])
+            for new in news:
+                self._held[new.seq] = new
+            for seq, index, deliver_at_ms in moves:
+                self._index.postpone(seq, index, deliver_at_ms)
+            self._wake_if_sooner(min(at for _, _, at in moves))
+            self._maybe_compact()
+        await self.committer.durable()
+
+    # --- waiting --------------------------------------------------------------------------
+
+    async def next_due_ms(self) -> int | None:
+        self._promised = self._index.next_due_ms()
+        self._wake.clear()  # the answer covers every hold so far
+        return self._promised
+
+    def _wake_if_sooner(self, deliver_at_ms: int) -> None:
+        if self._promised is None or deliver_at_ms < self._promised:
+            self._promised = deliver_at_ms
+            self._wake.set()
+
+    async def wait(self, timeout_s: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._wake.wait(), max(timeout_s, 0.0))
+        self._wake.clear()
+
+    async def stats(self) -> SchedulerStats:
+        return SchedulerStats(
+            held_messages=len(self._held),
+            held_destinations=self._destinations,
+            claimed=len(self._index.claims),
+            log_records=self._records,
+            log_bytes=self._bytes,
+        )

@@ -1,0 +1,3 @@
+from mqgate.scheduler.backends.redis.scheduler import RedisScheduler
+
+__all__ = ["RedisScheduler"]

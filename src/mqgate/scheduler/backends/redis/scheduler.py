@@ -1,0 +1,170 @@
+"""The scheduler in Redis, shared by every gateway that uses the same Redis and name.
+
+Each change is one Lua script, so it is atomic against every other gateway: a destination is
+claimed by one gateway at a time. Key layout and each script's KEYS/ARGV are in README.md.
+Times always come from the caller (`now_ms`), never from the Redis clock, as in the embedded
+backend. Durable as far as Redis persistence is configured (appendonly yes, appendfsync
+always); the group commit's fsync mode does not apply here.
+
+A hold or postpone that brings the earliest start forward publishes on a wake channel;
+`wait` listens on it, so a delivery loop sleeping in any gateway wakes up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any, Final
+
+import msgspec
+import redis.asyncio as aioredis
+from redis.asyncio.client import PubSub
+from redis.exceptions import RedisError
+
+from mqgate.core.scheduling import MAX_TIME_MS, TIME_BITS, is_expired
+from mqgate.redisio import register, translated
+from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
+
+PACKAGE: Final = "mqgate.scheduler.backends.redis"
+SCRIPTS: Final = ("hold", "claim", "settle", "postpone")
+# Order matters: the scripts address the keys by position (common.lua).
+KEY_NAMES: Final = ("seq", "msg", "dst", "left", "due", "ready", "claims", "tries")
+# Members moved per claim script call: bounds how long one call blocks Redis.
+MOVE_CAP: Final = 5_000
+_SEQ_DIGITS: Final = 15
+
+_encode = msgspec.msgpack.Encoder().encode
+_decode_destination = msgspec.msgpack.Decoder(Destination).decode
+
+
+def member(seq: int, index: int) -> str:
+    return f"{seq:0{_SEQ_DIGITS}d}:{index:05d}"
+
+
+def parse_member(raw: bytes) -> tuple[int, int]:
+    return int(raw[:_SEQ_DIGITS]), int(raw[_SEQ_DIGITS + 1 :])
+
+
+class RedisScheduler:
+    def __init__(self, client: aioredis.Redis, *, prefix: str = "mq", name: str = "default") -> None:
+        self.client = client
+        base = f"{prefix}:{{s:{name}}}"
+        self.keys = [f"{base}:{k}" for k in KEY_NAMES]
+        self.channel = f"{base}:wake"
+        self._scripts: dict[str, Any] = {}
+        self._pubsub: PubSub | None = None
+
+    async def open(self) -> None:
+        # Scripts load on first use (EVALSHA, reloaded after NOSCRIPT): opening needs no Redis.
+        for name in SCRIPTS:
+            self._scripts[name] = register(self.client, PACKAGE, f"{name}.lua")
+
+    async def close(self) -> None:
+        """The client belongs to the app; only the wake subscription is ours."""
+        await self._drop_subscription()
+
+    async def _run(self, what: str, script: str, args: list[Any]) -> Any:
+        with translated(what):
+            return await self._scripts[script](keys=self.keys, args=args)
+
+    # --- intake and delivery --------------------------------------------------------------
+
+    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+        if not items:
+            return []
+        args: list[Any] = [self.channel, len(items)]
+        for payload, dests in items:
+            check_destinations(dests)
+            args += [payload, len(dests)]
+            for d in dests:
+                args += [_encode(d), d.deliver_at_ms]
+        first = int(await self._run("schedule hold", "hold", args))
+        return list(range(first, first + len(items)))
+
+    async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
+        args = [now_ms, limit, now_ms + claim_ms, MOVE_CAP]
+        while True:  # each round moves MOVE_CAP members: the backlog shrinks to nothing
+            res = await self._run("schedule claim", "claim", args)
+            if int(res[0]) == 0:
+                break
+        out = []
+        for i in range(1, len(res), 4):
+            seq, index = parse_member(res[i])
+            d = _decode_destination(res[i + 2])
+            out.append(Due(seq, index, res[i + 1], d, is_expired(d.deadline_ms, now_ms), int(res[i + 3])))
+        return out
+
+    async def settle(self, done: list[tuple[int, int]]) -> None:
+        if done:
+            await self._run("schedule settle", "settle", [v for pair in done for v in pair])
+
+    async def postpone(self, items: list[tuple[int, int, int]]) -> None:
+        if not items:
+            return
+        for _, _, at in items:
+            if not 0 <= at <= MAX_TIME_MS:
+                raise ValueError(f"start time out of range: {at}")
+        await self._run("schedule postpone", "postpone", [self.channel, *(v for t in items for v in t)])
+
+    async def next_due_ms(self) -> int | None:
+        await self._drain_wakes()  # what they announced is in the answer below
+        with translated("schedule next due"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                for key in (self.keys[4], self.keys[5], self.keys[6]):  # due, ready, claims
+                    pipe.zrange(key, 0, 0, withscores=True)
+                due, ready, claims = await pipe.execute()
+        times = [int(due[0][1])] if due else []
+        if ready:  # due already; the rank's low bits are the start
+            times.append(int(ready[0][1]) % (1 << TIME_BITS))
+        if claims:
+            times.append(int(claims[0][1]))
+        return min(times) if times else None
+
+    # --- waiting --------------------------------------------------------------------------
+
+    async def _subscription(self) -> PubSub:
+        if self._pubsub is None:
+            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            try:
+                await pubsub.subscribe(self.channel)
+            except BaseException:
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+                raise
+            self._pubsub = pubsub
+        return self._pubsub
+
+    async def _drop_subscription(self) -> None:
+        pubsub, self._pubsub = self._pubsub, None
+        if pubsub is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+
+    async def _drain_wakes(self) -> None:
+        try:
+            pubsub = await self._subscription()
+            while await pubsub.get_message(ignore_subscribe_messages=True, timeout=0) is not None:
+                pass
+        except (RedisError, OSError):
+            await self._drop_subscription()
+
+    async def wait(self, timeout_s: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(timeout_s, 0.0)
+        try:
+            pubsub = await self._subscription()
+            while (remaining := deadline - loop.time()) > 0:
+                if await pubsub.get_message(ignore_subscribe_messages=True, timeout=remaining) is not None:
+                    return
+        except (RedisError, OSError):
+            # No wake-ups without Redis: sleep it out; the next claim reports the failure.
+            await self._drop_subscription()
+            await asyncio.sleep(max(deadline - loop.time(), 0.0))
+
+    async def stats(self) -> SchedulerStats:
+        with translated("schedule stats"):
+            async with self.client.pipeline(transaction=False) as pipe:
+                pipe.hlen(self.keys[1])
+                pipe.hlen(self.keys[2])
+                pipe.zcard(self.keys[6])
+                messages, destinations, claimed = await pipe.execute()
+        return SchedulerStats(held_messages=messages, held_destinations=destinations, claimed=claimed)

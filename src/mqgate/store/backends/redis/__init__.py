@@ -1,0 +1,3 @@
+from mqgate.store.backends.redis.store import RedisStore
+
+__all__ = ["RedisStore"]

@@ -1,0 +1,404 @@
+"""The Redis message store: one Redis Stream per queue, shared by every gateway.
+
+Key layout, the offset ↔ stream-ID mapping and each script's contract: README.md beside
+this file. Every write is one Lua script call, so offsets stay gap-free with any number of
+gateways appending at once. Long polls wake across gateways through pub/sub.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import random
+from contextvars import ContextVar
+from typing import Any, Final
+
+import msgspec
+import redis.asyncio as aioredis
+from redis import exceptions as rexc
+
+from mqgate.errors import BadRequest, NotFound
+from mqgate.model import QueueBounds, StoredMessage
+from mqgate.names import validate_topic_name
+from mqgate.redisio import register, translated
+from mqgate.store.interface import TopicConfig
+
+log = logging.getLogger(__name__)
+
+SCRIPTS: Final = "mqgate.store.backends.redis"
+# Appends of one topic publish a wake at most once per this interval (any gateway); a writer
+# whose publish was skipped publishes once more this long after, so no append goes unheard.
+WAKE_COALESCE_S: Final = 0.002
+# Bounded work per retention script call, so Redis never stalls on a large backlog.
+RETENTION_CHUNK: Final = 10_000
+LISTEN_IDLE_S: Final = 10.0  # a quiet wake listener pings this often
+LISTEN_DEAD_S: Final = 3 * LISTEN_IDLE_S
+RECONNECT_MIN_S: Final = 0.05
+RECONNECT_MAX_S: Final = 2.0
+SCRIPT_ERROR: Final = "MQGATE "
+
+_encode = msgspec.json.Encoder().encode
+_decode_message = msgspec.json.Decoder(StoredMessage).decode
+
+# What the current task last looked at (topic, wake epoch), taken before each bounds/read
+# round trip: a wake that lands while the answer is on its way must not be lost.
+_looked: ContextVar[tuple[_Topic, int] | None] = ContextVar("mqgate_redis_store_looked", default=None)
+
+
+def _unparsed(response: Any, **options: Any) -> Any:
+    return response
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _glob_escape(text: str) -> str:
+    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+
+
+async def _stop(task: asyncio.Task[None]) -> None:
+    """Cancel `task` and wait for it to end. Python 3.11's `asyncio.wait_for`, which redis-py
+    uses to send commands, swallows a cancel that lands as the send completes: cancel again
+    until the task is done."""
+    while not task.done():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.05)
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("redis store task %s failed: %s", task.get_name(), task.exception())
+
+
+class _Topic:
+    __slots__ = ("channel", "config", "epoch", "meta", "name", "streams", "waiter")
+
+    def __init__(self, prefix: str, config: TopicConfig) -> None:
+        self.name = config.name
+        self.config = config
+        tag = f"{prefix}:{{t:{config.name}}}"
+        self.meta = f"{tag}:meta".encode()
+        self.channel = f"{prefix}:wake:{config.name}".encode()
+        self.streams = [f"{tag}:q:{q}".encode() for q in range(config.queues)]
+        self.waiter: asyncio.Future[None] | None = None
+        self.epoch = 0  # bumped by every wake
+
+    def resize(self, config: TopicConfig) -> None:
+        tag = self.meta[: -len(b":meta")]
+        self.config = config
+        self.streams += [b"%s:q:%d" % (tag, q) for q in range(len(self.streams), config.queues)]
+
+    def notify(self) -> None:
+        self.epoch += 1
+        waiter = self.waiter
+        if waiter is not None:
+            self.waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+class RedisStore:
+    def __init__(self, client: aioredis.Redis, *, broker: str, prefix: str = "mq") -> None:
+        self.broker = broker
+        self.prefix = prefix
+        self._client = client
+        self._topics_key = f"{prefix}:topics"
+        self._wake_pattern = _glob_escape(f"{prefix}:wake:") + "*"
+        self._channel_prefix = len(f"{prefix}:wake:".encode())
+        self._origin = os.urandom(8).hex().encode()  # tells this store's wakes from others'
+        self._topics: dict[str, _Topic] = {}
+        self._create = register(client, SCRIPTS, "create_topic.lua")
+        self._append_script = register(client, SCRIPTS, "append.lua")
+        # Reads skip redis-py's XRANGE reply parsing (a dict per entry): a client of its own
+        # over the same connection pool, so the app's client keeps its callbacks.
+        self._reader = aioredis.Redis(connection_pool=client.connection_pool)
+        self._reader.set_response_callback("XRANGE", _unparsed)
+        self._offset_for_time = register(client, SCRIPTS, "offset_for_time.lua")
+        self._retention = register(client, SCRIPTS, "retention.lua")
+        self._listener: asyncio.Task[None] | None = None
+        self._wake_pending: set[str] = set()
+        self._trailing: set[str] = set()
+        self._wake_task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()  # set while the pub/sub connection is subscribed
+        self._closed = True
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    async def open(self) -> None:
+        self._closed = False
+        await self._load_all()
+        self._listener = asyncio.get_running_loop().create_task(self._listen())
+
+    async def close(self) -> None:
+        self._closed = True
+        for task in (self._listener, self._wake_task):
+            if task is not None:
+                await _stop(task)
+        self._listener = self._wake_task = None
+        self._topics.clear()
+
+    async def _load_all(self) -> None:
+        with translated("loading topics"):
+            names = sorted(_text(n) for n in await self._client.smembers(self._topics_key))
+            async with self._client.pipeline(transaction=False) as pipe:
+                for name in names:
+                    pipe.hmget(self._meta_key(name), "queues", "retention_ms", "retention_bytes")
+                rows = await pipe.execute()
+        for name, row in zip(names, rows, strict=True):
+            self._remember(name, row)
+
+    async def _load(self, name: str) -> _Topic | None:
+        with translated("loading a topic"):
+            row = await self._client.hmget(self._meta_key(name), "queues", "retention_ms", "retention_bytes")
+        return self._remember(name, row)
+
+    def _remember(self, name: str, row: list[Any]) -> _Topic | None:
+        queues, retention_ms, retention_bytes = row
+        if queues is None:
+            return None
+        return self._cache(
+            TopicConfig(
+                name,
+                int(queues),
+                int(retention_ms or 0),
+                None if retention_bytes is None else int(retention_bytes),
+            )
+        )
+
+    def _cache(self, config: TopicConfig) -> _Topic:
+        t = self._topics.get(config.name)
+        if t is None:
+            t = self._topics[config.name] = _Topic(self.prefix, config)
+        elif config.queues >= len(t.streams):  # topics only grow: an older answer is ignored
+            t.resize(config)
+        return t
+
+    def _meta_key(self, name: str) -> str:
+        return f"{self.prefix}:{{t:{name}}}:meta"
+
+    # --- topics -------------------------------------------------------------------------
+
+    async def create_topic(self, config: TopicConfig) -> None:
+        validate_topic_name(config.name)
+        if config.queues < 1:
+            raise BadRequest("a topic needs at least one queue", field="queues")
+        retention_bytes = "" if config.retention_bytes is None else config.retention_bytes
+        with translated("creating a topic"):
+            _, now = await self._create(
+                keys=[self._meta_key(config.name)],
+                args=[config.queues, config.retention_ms, retention_bytes],
+            )
+            # After the meta: a topic listed here always exists; a crash in between is healed
+            # by the next create_topic, which every gateway calls for a topic it has not seen.
+            await self._client.sadd(self._topics_key, config.name)
+        if now > config.queues:
+            raise BadRequest(f"topic {config.name} exists with {now} queues", field="queues")
+        self._cache(config)
+
+    def has_topic(self, topic: str) -> bool:
+        return topic in self._topics
+
+    async def _topic(self, topic: str) -> _Topic:
+        t = self._topics.get(topic) or await self._load(topic)
+        if t is None:
+            raise NotFound(f"topic {topic} does not exist", field="topic")
+        return t
+
+    async def _queue(self, topic: str, queue: int) -> tuple[_Topic, bytes]:
+        t = await self._topic(topic)
+        if not 0 <= queue < len(t.streams):
+            await self._load(topic)  # another gateway may have grown it
+            if not 0 <= queue < len(t.streams):
+                raise BadRequest(f"queue {queue} does not exist in topic {topic}", field="queue")
+        return t, t.streams[queue]
+
+    def _script_error(self, exc: rexc.ResponseError, topic: str) -> Exception:
+        text = str(exc)
+        if text.startswith(SCRIPT_ERROR + "no_topic"):
+            self._topics.pop(topic, None)
+            return NotFound(f"topic {topic} does not exist", field="topic")
+        if text.startswith(SCRIPT_ERROR + "no_queue"):
+            queue = text.rsplit(" ", 1)[-1]
+            return BadRequest(f"queue {queue} does not exist in topic {topic}", field="queue")
+        return exc
+
+    # --- data ---------------------------------------------------------------------------
+
+    async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
+        return (await self.append_many(topic, {queue: messages}))[queue]
+
+    async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        t = await self._topic(topic)
+        streams = t.streams
+        keys: list[bytes] = [t.meta]
+        args: list[Any] = [t.channel, self._origin, int(WAKE_COALESCE_S * 1_000_000)]
+        for q, messages in batches.items():
+            if not 0 <= q < len(streams):
+                t, _ = await self._queue(topic, q)
+                streams = t.streams
+            keys.append(streams[q])
+            args += (q, len(messages))
+            for m in messages:
+                args += (m.timestamp_ms, _encode(m))
+        with translated("appending"):
+            try:
+                published, *firsts = await self._append_script(keys=keys, args=args)
+            except rexc.ResponseError as exc:
+                raise self._script_error(exc, topic) from exc
+        t.notify()
+        if not published and topic not in self._trailing:
+            self._trailing.add(topic)
+            asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._trailing_wake, topic)
+        return dict(zip(batches, firsts, strict=True))
+
+    async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
+        t, stream = await self._queue(topic, queue)
+        _looked.set((t, t.epoch))
+        if max_count <= 0:
+            return []
+        with translated("reading"):
+            entries: Any = await self._reader.xrange(  # raw: [[id, [t, ts, d, json]], ...]
+                stream, b"%d-1" % max(offset, 0), b"+", count=max_count
+            )
+        if not entries:
+            return []
+        # Offsets are contiguous, so only the first ID is parsed; fields are [t, ts, d, json].
+        first = int(entries[0][0][:-2])
+        return [(first + i, fields[3]) for i, (_, fields) in enumerate(entries)]
+
+    async def read(
+        self, topic: str, queue: int, offset: int, max_count: int
+    ) -> list[tuple[int, StoredMessage]]:
+        return [(o, _decode_message(p)) for o, p in await self.read_raw(topic, queue, offset, max_count)]
+
+    async def bounds(self, topic: str) -> list[QueueBounds]:
+        t = await self._topic(topic)
+        _looked.set((t, t.epoch))
+        with translated("reading bounds"):
+            meta = await self._client.hgetall(t.meta)
+        if not meta:
+            self._topics.pop(topic, None)
+            raise NotFound(f"topic {topic} does not exist", field="topic")
+        queues = int(meta[b"queues"])
+        if queues > len(t.streams):
+            self._remember(topic, [meta[b"queues"], meta.get(b"retention_ms"), meta.get(b"retention_bytes")])
+        return [
+            QueueBounds(queue=q, min=int(meta[b"min:%d" % q]), max=int(meta[b"max:%d" % q]))
+            for q in range(queues)
+        ]
+
+    async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        t, stream = await self._queue(topic, queue)
+        with translated("finding an offset by time"):
+            try:
+                found = await self._offset_for_time(keys=[t.meta, stream], args=[queue, timestamp_ms])
+            except rexc.ResponseError as exc:
+                raise self._script_error(exc, topic) from exc
+        return int(found)
+
+    # --- long polling -------------------------------------------------------------------
+
+    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
+        t = await self._topic(topic)
+        looked = _looked.get()
+        if looked is not None and looked[0] is t and looked[1] != t.epoch:
+            _looked.set(None)
+            return  # woken since the caller last looked: look again first
+        if t.waiter is None:
+            t.waiter = asyncio.get_running_loop().create_future()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(t.waiter), timeout_s)
+
+    def wake(self, topic: str) -> None:
+        t = self._topics.get(topic)
+        if t is not None:
+            t.notify()
+        self._publish_wake(topic)
+
+    def _trailing_wake(self, topic: str) -> None:
+        self._trailing.discard(topic)
+        self._publish_wake(topic)
+
+    def _publish_wake(self, topic: str) -> None:
+        if self._closed:
+            return
+        self._wake_pending.add(topic)
+        if self._wake_task is None or self._wake_task.done():
+            self._wake_task = asyncio.get_running_loop().create_task(self._publish_wakes())
+
+    async def _publish_wakes(self) -> None:
+        """Publish pending wakes, one per topic however many were asked while one was on
+        its way; a wake asked after a publish was sent gets a publish of its own."""
+        while self._wake_pending:
+            topics = sorted(self._wake_pending)
+            self._wake_pending.clear()
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for name in topics:
+                        pipe.publish(f"{self.prefix}:wake:{name}", self._origin)
+                    await pipe.execute()
+            except rexc.RedisError as exc:
+                log.warning("could not publish a wake for %s: %s", ", ".join(topics), exc)
+
+    async def _listen(self) -> None:
+        """Wake local readers on other stores' wakes; reconnect for ever, never raise."""
+        delay = RECONNECT_MIN_S
+        reconnecting = False
+        loop = asyncio.get_running_loop()
+        while True:
+            pubsub = self._client.pubsub()
+            try:
+                await pubsub.psubscribe(self._wake_pattern)
+                self.listening.set()
+                if reconnecting:
+                    log.info("redis wake listener reconnected")
+                    # Wakes sent while we were away are lost: let every reader look again.
+                    for known in list(self._topics.values()):
+                        known.notify()
+                delay = RECONNECT_MIN_S
+                heard = loop.time()
+                while True:
+                    msg = await pubsub.parse_response(block=False, timeout=LISTEN_IDLE_S)
+                    if msg is None:
+                        # Quiet: ping, so a connection that died silently is noticed too.
+                        if loop.time() - heard > LISTEN_DEAD_S:
+                            raise rexc.ConnectionError(f"no answer for {LISTEN_DEAD_S:.0f}s")
+                        await pubsub.ping()
+                        continue
+                    heard = loop.time()
+                    if msg[0] != b"pmessage":
+                        continue
+                    if msg[3] != self._origin:  # our own writes woke our readers already
+                        t = self._topics.get(msg[2][self._channel_prefix :].decode())
+                        if t is not None:
+                            t.notify()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                # Loudly once per outage, then quietly while Redis stays away.
+                level = logging.WARNING if self.listening.is_set() or not reconnecting else logging.DEBUG
+                log.log(level, "redis wake listener: %s; reconnecting in %.2fs", exc, delay)
+            finally:
+                reconnecting = True
+                self.listening.clear()
+                with contextlib.suppress(Exception):
+                    await pubsub.aclose()  # type: ignore[no-untyped-call]
+            await asyncio.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, RECONNECT_MAX_S)
+
+    # --- retention ----------------------------------------------------------------------
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        """Drop messages past their topic's age or size limit; return how many went."""
+        await self._load_all()
+        dropped = 0
+        for t in list(self._topics.values()):
+            more = True
+            while more:
+                with translated("enforcing retention"):
+                    n, more_flag = await self._retention(
+                        keys=[t.meta, *t.streams], args=[now_ms, RETENTION_CHUNK]
+                    )
+                dropped += n
+                more = bool(more_flag) and n > 0
+        return dropped

@@ -1,0 +1,320 @@
+"""The message-store contract, one suite for every backend.
+
+"redis" runs against the machine's Redis on 6379 with a random key prefix per test and
+deletes its own keys afterwards (the server is shared: never FLUSHDB).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+from mqgate.errors import BadRequest, NotFound
+from mqgate.model import StoredMessage
+from mqgate.redisio import connect
+from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.interface import MessageStore, TopicConfig
+from tests.conftest import require_service
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+REDIS_URL = "redis://127.0.0.1:6379/0"
+SEGMENT_BYTES = 1024  # small embedded segments, so retention has whole segments to drop
+
+
+def msg(i: int, ts: int = 1_000, size: int = 50) -> StoredMessage:
+    return StoredMessage(f"id{i:08d}", ts, "p", f"m{i}-" + "é" * size, [f"k{i}"], ["t"], {"i": str(i)})
+
+
+class Harness:
+    """Opens stores of one backend over the same data, so a test can close and reopen."""
+
+    def __init__(self, kind: str, tmp_path: Path) -> None:
+        self.kind = kind
+        self.tmp_path = tmp_path
+        self.prefix = f"test-{secrets.token_hex(6)}"
+        self.client: Any = None
+        self.opened: list[MessageStore] = []
+
+    async def open(self) -> MessageStore:
+        store: MessageStore
+        if self.kind == "embedded":
+            store = EmbeddedStore(self.tmp_path, segment_bytes=SEGMENT_BYTES)
+        else:
+            from mqgate.store.backends.redis import RedisStore
+
+            if self.client is None:
+                self.client = connect(REDIS_URL)
+            store = RedisStore(self.client, broker="b1", prefix=self.prefix)
+        await store.open()
+        self.opened.append(store)
+        return store
+
+    async def reopen(self, store: MessageStore) -> MessageStore:
+        await store.close()
+        self.opened.remove(store)
+        return await self.open()
+
+    async def cleanup(self) -> None:
+        for store in self.opened:
+            await store.close()
+        if self.client is not None:
+            keys = [k async for k in self.client.scan_iter(match=self.prefix + ":*", count=1000)]
+            if keys:
+                await self.client.delete(*keys)
+            await self.client.aclose()
+
+
+@pytest.fixture(params=["embedded", "redis"])
+def kind(request: pytest.FixtureRequest) -> str:
+    if request.param == "redis":
+        require_service("127.0.0.1", 6379, "Redis")
+    return str(request.param)
+
+
+def run(kind: str, tmp_path: Path, body: Callable[[Harness, MessageStore], Awaitable[None]]) -> None:
+    async def go() -> None:
+        h = Harness(kind, tmp_path)
+        try:
+            await body(h, await h.open())
+        finally:
+            await h.cleanup()
+
+    asyncio.run(go())
+
+
+@asynccontextmanager
+async def waiting(store: MessageStore, topic: str, timeout_s: float) -> AsyncIterator[asyncio.Task[None]]:
+    task = asyncio.create_task(store.wait_for_data(topic, timeout_s))
+    await asyncio.sleep(0)  # let it register its waiter
+    try:
+        yield task
+    finally:
+        task.cancel()
+
+
+# --- writing and reading -------------------------------------------------------------------
+
+
+def test_append_returns_first_offsets_and_reads_return_exact_records(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 3, WEEK_MS))
+        assert s.has_topic("t") and not s.has_topic("other")
+        assert await s.append("t", 1, [msg(i) for i in range(10)]) == 0
+        assert await s.append("t", 1, [msg(10)]) == 10
+        firsts = await s.append_many("t", {0: [msg(100), msg(101)], 1: [msg(11), msg(12)], 2: [msg(200)]})
+        assert firsts == {0: 0, 1: 11, 2: 0}
+        assert await s.append_many("t", {2: [msg(201)], 0: [msg(102)]}) == {2: 1, 0: 2}
+
+        got = await s.read("t", 1, 3, 4)
+        assert got == [(o, msg(o)) for o in range(3, 7)]
+        raw = await s.read_raw("t", 1, 3, 4)
+        assert [o for o, _ in raw] == [3, 4, 5, 6]
+        decode = msgspec.json.Decoder(StoredMessage).decode
+        assert [decode(p) for _, p in raw] == [msg(o) for o in range(3, 7)]
+        assert msgspec.json.decode(raw[0][1])["messageId"] == "id00000003"  # the wire JSON
+
+        assert [m for _, m in await s.read("t", 0, 0, 100)] == [msg(100), msg(101), msg(102)]
+        assert [o for o, _ in await s.read_raw("t", 1, 0, 1000)] == list(range(13))  # up to max only
+        assert await s.read("t", 1, 13, 10) == []  # at max
+        assert await s.read_raw("t", 1, 500, 10) == []  # beyond max
+        assert await s.read_raw("t", 1, 12, 10) == [(12, raw_of(msg(12)))]
+        assert await s.read("t", 1, 5, 0) == []
+
+    run(kind, tmp_path, body)
+
+
+def raw_of(m: StoredMessage) -> bytes:
+    return msgspec.json.encode(m)
+
+
+def test_bounds_per_queue(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 3, WEEK_MS))
+        assert [(b.queue, b.min, b.max) for b in await s.bounds("t")] == [(0, 0, 0), (1, 0, 0), (2, 0, 0)]
+        await s.append("t", 2, [msg(i) for i in range(7)])
+        await s.append("t", 0, [msg(1)])
+        assert [(b.queue, b.min, b.max) for b in await s.bounds("t")] == [(0, 0, 1), (1, 0, 0), (2, 0, 7)]
+
+    run(kind, tmp_path, body)
+
+
+def test_unknown_topic_and_queue_are_refused(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 2, WEEK_MS))
+        with pytest.raises(NotFound):
+            await s.append("nope", 0, [msg(1)])
+        with pytest.raises(NotFound):
+            await s.bounds("nope")
+        with pytest.raises(BadRequest) as exc:
+            await s.append("t", 2, [msg(1)])
+        assert exc.value.field == "queue"
+        with pytest.raises(BadRequest):
+            await s.read_raw("t", -1, 0, 10)
+        with pytest.raises(BadRequest):
+            await s.append_many("t", {0: [msg(1)], 5: [msg(2)]})
+        # A refused batch wrote nothing, not even its valid part.
+        assert [b.max for b in await s.bounds("t")] == [0, 0]
+
+    run(kind, tmp_path, body)
+
+
+def test_offset_for_time(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 2, WEEK_MS))
+        for i in range(100):
+            await s.append("t", 0, [msg(i, ts=1000 + 10 * i)])
+        assert await s.offset_for_time("t", 0, 0) == 0
+        assert await s.offset_for_time("t", 0, 1500) == 50
+        assert await s.offset_for_time("t", 0, 1501) == 51
+        assert await s.offset_for_time("t", 0, 1990) == 99
+        assert await s.offset_for_time("t", 0, 10**12) == 100
+        assert await s.offset_for_time("t", 1, 1500) == 0  # empty queue: its max
+
+    run(kind, tmp_path, body)
+
+
+# --- retention -----------------------------------------------------------------------------
+
+
+def test_retention_by_age_moves_min_and_reads_start_there(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("aged", 1, 60_000))
+        await s.create_topic(TopicConfig("kept", 1, WEEK_MS))
+        for i in range(60):
+            await s.append("aged", 0, [msg(i, ts=1_000 if i < 50 else 100_000)])
+            await s.append("kept", 0, [msg(i, ts=1_000)])
+        assert await s.enforce_retention(now_ms=100_000) > 0
+        (aged,) = await s.bounds("aged")
+        assert 0 < aged.min <= 50 and aged.max == 60
+        got = await s.read("aged", 0, 0, 100)
+        assert got[0][0] == aged.min  # reading below min starts at min
+        assert got == [(o, msg(o, ts=1_000 if o < 50 else 100_000)) for o in range(aged.min, 60)]
+        assert await s.offset_for_time("aged", 0, 0) == aged.min
+        assert [(b.min, b.max) for b in await s.bounds("kept")] == [(0, 60)]
+        # Everything expired: the queue empties but keeps counting.
+        await s.enforce_retention(now_ms=10**9)
+        await s.append("aged", 0, [msg(60, ts=10**9)])
+        (aged,) = await s.bounds("aged")
+        assert aged.max == 61 and aged.min >= 50
+        assert (await s.read("aged", 0, 0, 10))[-1] == (60, msg(60, ts=10**9))
+
+    run(kind, tmp_path, body)
+
+
+def test_retention_by_bytes_keeps_the_newest(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("sized", 2, WEEK_MS, retention_bytes=3000))
+        size = len(raw_of(msg(0)))
+        for i in range(60):
+            await s.append("sized", 0, [msg(i)])
+        await s.append("sized", 1, [msg(0)])
+        assert await s.enforce_retention(now_ms=2_000) > 0
+        q0, q1 = await s.bounds("sized")
+        assert q0.max == 60 and q0.min > 0
+        # What is left fits the limit (plus one segment for a store that drops whole ones),
+        # and nothing that fits was dropped beyond that slack.
+        assert (q0.max - q0.min) * size <= 3000 + SEGMENT_BYTES
+        assert (q0.max - q0.min + 1) * size > 3000 - SEGMENT_BYTES
+        assert [o for o, _ in await s.read_raw("sized", 0, 0, 100)] == list(range(q0.min, 60))
+        assert (q1.min, q1.max) == (0, 1)
+        assert await s.enforce_retention(now_ms=2_000) == 0  # already within the limit
+
+    run(kind, tmp_path, body)
+
+
+# --- lifecycle -----------------------------------------------------------------------------
+
+
+def test_reopen_keeps_topics_messages_and_offsets(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 2, 60_000, retention_bytes=10**9))
+        await s.create_topic(TopicConfig("%DLQ%c", 1, WEEK_MS))
+        await s.append("t", 1, [msg(i, ts=1000 + i) for i in range(30)])
+        await s.append("%DLQ%c", 0, [msg(7)])
+        s = await h.reopen(s)
+        assert s.has_topic("t") and s.has_topic("%DLQ%c")
+        assert [(b.min, b.max) for b in await s.bounds("t")] == [(0, 0), (0, 30)]
+        assert await s.read("t", 1, 0, 100) == [(i, msg(i, ts=1000 + i)) for i in range(30)]
+        assert await s.read("%DLQ%c", 0, 0, 10) == [(0, msg(7))]
+        assert await s.offset_for_time("t", 1, 1010) == 10
+        assert await s.append("t", 1, [msg(30)]) == 30
+        await s.create_topic(TopicConfig("t", 2, 60_000, retention_bytes=10**9))  # a no-op
+        assert [b.max for b in await s.bounds("t")] == [0, 31]
+
+    run(kind, tmp_path, body)
+
+
+def test_topics_grow_but_never_shrink(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 2, WEEK_MS))
+        await s.append_many("t", {0: [msg(0)], 1: [msg(1), msg(2)]})
+        await s.create_topic(TopicConfig("t", 2, WEEK_MS))  # same count: nothing changes
+        assert [b.max for b in await s.bounds("t")] == [1, 2]
+        await s.create_topic(TopicConfig("t", 4, WEEK_MS))
+        assert [(b.queue, b.min, b.max) for b in await s.bounds("t")] == [
+            (0, 0, 1),
+            (1, 0, 2),
+            (2, 0, 0),
+            (3, 0, 0),
+        ]
+        assert await s.append_many("t", {3: [msg(3)], 1: [msg(4)]}) == {3: 0, 1: 2}
+        assert await s.read("t", 3, 0, 10) == [(0, msg(3))]
+        with pytest.raises(BadRequest, match="4 queues") as exc:
+            await s.create_topic(TopicConfig("t", 3, WEEK_MS))
+        assert exc.value.field == "queues"
+        s = await h.reopen(s)
+        assert [b.max for b in await s.bounds("t")] == [1, 3, 0, 1]
+        assert await s.read("t", 1, 0, 10) == [(0, msg(1)), (1, msg(2)), (2, msg(4))]
+
+    run(kind, tmp_path, body)
+
+
+# --- long polling --------------------------------------------------------------------------
+
+
+def test_wait_for_data_wakes_on_append(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 2, WEEK_MS))
+        await s.create_topic(TopicConfig("other", 1, WEEK_MS))
+        async with waiting(s, "t", 10) as waiter:
+            await s.append("other", 0, [msg(0)])  # another topic's write does not wake it
+            await asyncio.sleep(0.05)
+            assert not waiter.done()
+            started = time.monotonic()
+            await s.append("t", 1, [msg(1)])
+            await asyncio.wait_for(waiter, 1)
+            assert time.monotonic() - started < 0.5
+
+    run(kind, tmp_path, body)
+
+
+def test_wait_for_data_wakes_on_wake(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        async with waiting(s, "t", 10) as waiter:
+            started = time.monotonic()
+            s.wake("t")
+            await asyncio.wait_for(waiter, 1)
+            assert time.monotonic() - started < 0.5
+
+    run(kind, tmp_path, body)
+
+
+def test_wait_for_data_returns_after_its_timeout(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        await s.bounds("t")
+        started = time.monotonic()
+        await s.wait_for_data("t", 0.3)
+        elapsed = time.monotonic() - started
+        assert 0.28 <= elapsed < 1.5
+
+    run(kind, tmp_path, body)

@@ -1,0 +1,380 @@
+"""The scheduler contract, one suite for every backend: embedded (log + memory) and Redis.
+
+Redis runs on 127.0.0.1:6379 and is shared: every test uses its own random key prefix and
+deletes its keys afterwards. Without Redis the Redis cases fail in CI and skip loudly elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, Protocol
+
+import pytest
+
+from mqgate.errors import BadRequest
+from mqgate.fsync import GroupCommitter
+from mqgate.redisio import connect
+from mqgate.scheduler.backends.embedded import EmbeddedScheduler
+from mqgate.scheduler.backends.redis import RedisScheduler
+from mqgate.scheduler.backends.redis.scheduler import MOVE_CAP
+from mqgate.scheduler.interface import Destination, Due, Scheduler
+from tests.conftest import require_service
+
+NOW = 1_763_000_000_000
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+class Harness(Protocol):
+    scheduler: Scheduler
+
+    async def reopen(self) -> Scheduler:
+        """Close every instance and open a new one over the same data (a restart)."""
+
+    async def peer(self) -> Scheduler:
+        """The scheduler as another gateway sees it (Redis: its own client and instance)."""
+
+
+class EmbeddedHarness:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.committer = GroupCommitter(None)
+        self.scheduler: Scheduler = EmbeddedScheduler(directory, self.committer)
+
+    async def reopen(self) -> Scheduler:
+        await self.scheduler.close()
+        self.scheduler = EmbeddedScheduler(self.directory, self.committer)
+        await self.scheduler.open()
+        return self.scheduler
+
+    async def peer(self) -> Scheduler:
+        return self.scheduler  # one process owns the log: every task shares the instance
+
+
+@asynccontextmanager
+async def embedded(tmp_path: Path) -> AsyncIterator[EmbeddedHarness]:
+    h = EmbeddedHarness(tmp_path / "scheduler")
+    h.committer.start()
+    await h.scheduler.open()
+    try:
+        yield h
+    finally:
+        await h.scheduler.close()
+        await h.committer.stop()
+
+
+class RedisHarness:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.clients: list[Any] = []
+        self.instances: list[RedisScheduler] = []
+        self.scheduler: Scheduler = self._new()
+
+    def _new(self) -> RedisScheduler:
+        client = connect(REDIS_URL)
+        self.clients.append(client)
+        s = RedisScheduler(client, prefix=self.prefix, name="contract")
+        self.instances.append(s)
+        return s
+
+    async def reopen(self) -> Scheduler:
+        await self.close_all()
+        self.scheduler = self._new()
+        await self.scheduler.open()
+        return self.scheduler
+
+    async def peer(self) -> Scheduler:
+        s = self._new()
+        await s.open()
+        return s
+
+    async def close_all(self) -> None:
+        for s in self.instances:
+            await s.close()
+        for c in self.clients:
+            await c.aclose()
+        self.instances, self.clients = [], []
+
+
+@asynccontextmanager
+async def redis_backend(tmp_path: Path) -> AsyncIterator[RedisHarness]:
+    h = RedisHarness("test-sched-" + secrets.token_hex(6))
+    await h.scheduler.open()
+    try:
+        yield h
+    finally:
+        await h.close_all()
+        cleaner = connect(REDIS_URL)
+        try:
+            keys = [k async for k in cleaner.scan_iter(match=h.prefix + ":*", count=1000)]
+            if keys:
+                await cleaner.delete(*keys)
+            assert not [k async for k in cleaner.scan_iter(match=h.prefix + ":*")]
+        finally:
+            await cleaner.aclose()
+
+
+BACKENDS = {"embedded": embedded, "redis": redis_backend}
+Body = Callable[[Harness], Awaitable[None]]
+
+
+@pytest.fixture(params=sorted(BACKENDS))
+def run(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[Body], None]:
+    if request.param == "redis":
+        require_service("127.0.0.1", 6379, "Redis")
+    factory = BACKENDS[request.param]
+
+    def go(body: Body) -> None:
+        async def main() -> None:
+            async with factory(tmp_path) as harness:
+                await body(harness)
+
+        asyncio.run(main())
+
+    return go
+
+
+def dest(target: str, start: int = 0, priority: int = 0, deadline: int = 0) -> Destination:
+    return Destination(target, NOW + start, NOW + deadline if deadline else 0, priority)
+
+
+def keys(batch: list[Due]) -> list[tuple[int, int]]:
+    return [(d.seq, d.index) for d in batch]
+
+
+# --- hold, claim, order -----------------------------------------------------------------------
+
+
+def test_seqs_are_unique_and_increasing_and_never_reused(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        assert await s.hold([]) == []
+        a = await s.hold([(b"1", [dest("t")]), (b"2", [dest("t")])])
+        b = await s.hold([(b"3", [dest("t")])])
+        assert a[0] < a[1] < b[0]
+        await s.settle([(b[0], 0)])  # the newest message is gone: its seq must not come back
+        s = await h.reopen()
+        c = await s.hold([(b"4", [dest("t")])])
+        assert c[0] > b[0]
+        stats = await s.stats()
+        assert (stats.held_messages, stats.held_destinations) == (3, 3)
+
+    run(body)
+
+
+def test_only_due_destinations_are_claimed_best_priority_first(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        seqs = await s.hold(
+            [
+                (b"low", [dest("a", start=0, priority=1)]),
+                (b"high-late", [dest("b", start=5, priority=8)]),
+                (b"high-early", [dest("c", start=2, priority=8), dest("c2", start=1000, priority=9)]),
+                (b"future", [dest("d", start=500, priority=9)]),
+            ]
+        )
+        assert await s.next_due_ms() == NOW
+        assert await s.claim_due(NOW - 1, 10, 1000) == []
+        got = await s.claim_due(NOW + 10, 10, 1000)
+        assert keys(got) == [(seqs[2], 0), (seqs[1], 0), (seqs[0], 0)]
+        assert [d.payload for d in got] == [b"high-early", b"high-late", b"low"]
+        assert got[0].destination == dest("c", start=2, priority=8)
+        assert all(d.attempt == 1 and not d.expired for d in got)
+        assert await s.next_due_ms() == NOW + 500  # the earliest unclaimed start
+        assert keys(await s.claim_due(NOW + 1000, 10, 5000)) == [(seqs[3], 0), (seqs[2], 1)]
+
+    run(body)
+
+
+def test_same_priority_goes_by_start_then_seq(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        seqs = await s.hold([(b"", [dest("t", start=st, priority=4)]) for st in (30, 10, 30, 20)])
+        got = await s.claim_due(NOW + 100, 2, 1000)
+        assert keys(got) == [(seqs[1], 0), (seqs[3], 0)]
+        got = await s.claim_due(NOW + 100, 10, 1000)
+        assert keys(got) == [(seqs[0], 0), (seqs[2], 0)]
+
+    run(body)
+
+
+def test_priority_order_is_exact_across_a_large_due_backlog(run: Callable[[Body], None]) -> None:
+    """More due members than one Redis claim call moves: the best of all of them come first."""
+
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        rng = random.Random(3)
+        n = MOVE_CAP * 2 + 123
+        prios = [rng.randrange(9) for _ in range(n)]
+        top = rng.randrange(1000)  # in the first batch: the latest start, the last one moved
+        prios[top] = 9
+        for i in range(0, n, 1000):
+            await s.hold([(b"", [dest("t", start=-i, priority=p)]) for p in prios[i : i + 1000]])
+        got = await s.claim_due(NOW, 5, 1000)
+        assert got[0].seq == top + 1 and got[0].destination.priority == 9
+        assert [d.destination.priority for d in got[1:]] == [8, 8, 8, 8]
+        assert (await s.stats()).held_destinations == n
+
+    run(body)
+
+
+# --- claims ---------------------------------------------------------------------------------
+
+
+def test_a_claim_hides_a_destination_until_it_expires(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        [seq] = await s.hold([(b"x", [dest("t")])])
+        assert keys(await s.claim_due(NOW, 10, 1000)) == [(seq, 0)]
+        assert await s.claim_due(NOW + 999, 10, 1000) == []
+        assert (await s.stats()).claimed == 1
+        assert await s.next_due_ms() == NOW + 1000  # when the claim runs out
+        again = await s.claim_due(NOW + 1000, 10, 1000)
+        assert keys(again) == [(seq, 0)] and again[0].attempt == 2
+
+    run(body)
+
+
+def test_two_gateways_never_hold_the_same_claim(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        other = await h.peer()
+        n = 600
+        for _ in range(0, n, 200):
+            await s.hold([(b"", [dest("a", priority=j % 10), dest("b")]) for j in range(200)])
+        claimed: list[tuple[int, int]] = []
+
+        async def claimer(sched: Scheduler) -> None:
+            while batch := await sched.claim_due(NOW, 7, 60_000):
+                claimed.extend(keys(batch))
+                await asyncio.sleep(0)
+
+        await asyncio.gather(*(claimer(x) for x in (s, other, s, other)))
+        assert len(claimed) == 2 * n
+        assert len(set(claimed)) == 2 * n
+
+    run(body)
+
+
+def test_expired_destinations_are_handed_out_flagged(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        [seq] = await s.hold([(b"x", [dest("late", start=0, deadline=10), dest("ok", start=5)])])
+        got = await s.claim_due(NOW + 11, 10, 1000)
+        assert [(d.index, d.expired) for d in got] == [(0, True), (1, False)]
+        assert got[0].seq == seq
+
+    run(body)
+
+
+# --- settle and postpone ----------------------------------------------------------------------
+
+
+def test_settle_removes_destinations_then_the_message(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        [seq, other] = await s.hold(
+            [(b"two", [dest("a"), dest("b", start=50)]), (b"keep", [dest("k", start=9999)])]
+        )
+        await s.claim_due(NOW, 10, 100_000)
+        await s.settle([(seq, 0)])
+        stats = await s.stats()
+        assert (stats.held_messages, stats.held_destinations, stats.claimed) == (2, 2, 0)
+        got = await s.claim_due(NOW + 50, 10, 1000)
+        assert keys(got) == [(seq, 1)] and got[0].payload == b"two"
+        await s.settle([(seq, 1), (seq, 1), (seq, 0), (10**9, 0), (other, 7)])  # repeats, unknowns
+        stats = await s.stats()
+        assert (stats.held_messages, stats.held_destinations, stats.claimed) == (1, 1, 0)
+        s = await h.reopen()
+        assert keys(await s.claim_due(NOW + 10_000, 10, 1000)) == [(other, 0)]
+
+    run(body)
+
+
+def test_postpone_moves_the_start_and_keeps_the_attempt_count(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        [seq] = await s.hold([(b"x", [dest("t", priority=3, deadline=10_000)])])
+        [first] = await s.claim_due(NOW, 1, 60_000)
+        await s.postpone([(seq, 0, NOW + 2000), (10**9, 0, NOW)])
+        assert await s.next_due_ms() == NOW + 2000  # the claim is gone with the old start
+        assert await s.claim_due(NOW + 1999, 10, 60_000) == []
+        [second] = await s.claim_due(NOW + 2000, 10, 60_000)
+        assert second.attempt == first.attempt + 1 == 2
+        assert second.destination == Destination("t", NOW + 2000, NOW + 10_000, 3)
+        await s.postpone([(seq, 0, NOW + 3000)])
+        s = await h.reopen()  # the new start is durable
+        assert await s.next_due_ms() == NOW + 3000
+        assert [d.destination.deliver_at_ms for d in await s.claim_due(NOW + 3000, 10, 1)] == [NOW + 3000]
+
+    run(body)
+
+
+def test_held_messages_survive_a_restart(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        payload = bytes(range(256)) * 3
+        [a, b] = await s.hold([(payload, [dest("x", start=7, priority=2)]), (b"", [dest("y", start=3)])])
+        s = await h.reopen()
+        got = await s.claim_due(NOW + 10, 10, 1000)
+        assert keys(got) == [(a, 0), (b, 0)]
+        assert got[0].payload == payload and got[0].destination == dest("x", start=7, priority=2)
+
+    run(body)
+
+
+def test_invalid_destinations_are_refused(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        for bad in ([], [dest("t", priority=10)], [Destination("t", NOW, NOW - 1, 0)]):
+            with pytest.raises(BadRequest):
+                await s.hold([(b"x", bad)])
+        assert (await s.stats()).held_messages == 0
+        assert await s.next_due_ms() is None
+
+    run(body)
+
+
+# --- waiting ----------------------------------------------------------------------------------
+
+
+def test_wait_returns_early_when_a_hold_is_due_sooner(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        other = await h.peer()
+        await s.hold([(b"", [dest("t", start=3_600_000)])])
+        assert await s.next_due_ms() == NOW + 3_600_000
+
+        t0 = time.monotonic()
+        await s.wait(0.2)  # nothing new: the full timeout
+        assert time.monotonic() - t0 >= 0.19
+
+        await s.next_due_ms()
+        waiter = asyncio.ensure_future(s.wait(20))
+        await asyncio.sleep(0.05)
+        assert not waiter.done()
+        t0 = time.monotonic()
+        await other.hold([(b"", [dest("t", start=0)])])  # another gateway, for Redis
+        await asyncio.wait_for(waiter, 5)
+        assert time.monotonic() - t0 < 5
+        assert await s.next_due_ms() == NOW
+
+    run(body)
+
+
+def test_a_hold_between_next_due_and_wait_is_not_missed(run: Callable[[Body], None]) -> None:
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        await s.hold([(b"", [dest("t", start=3_600_000)])])
+        await s.next_due_ms()
+        await s.hold([(b"", [dest("t", start=10)])])
+        t0 = time.monotonic()
+        await s.wait(10)
+        assert time.monotonic() - t0 < 5
+
+    run(body)
