@@ -208,6 +208,28 @@ def test_reset_moves_the_offset_and_drops_the_lock(backend: Any, tmp_path: Path)
     run(backend, tmp_path, body)
 
 
+def test_advance_only_raises_committed_offsets_and_survives_a_restart(backend: Any, tmp_path: Path) -> None:
+    async def first(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0, 5, 0], NOW)
+        assert await s.advance("g", "", {0: 30, 1: 2}, NOW) == {0: 30, 1: 5}  # 1 is not lowered
+        assert await s.advance("g", "", {0: 30, 1: 2}, NOW) == {0: 30, 1: 5}  # a replay changes nothing
+        with pytest.raises(IndexError):
+            await s.advance("g", "", {2: 9, 3: 1}, NOW)
+        table = await s.table("g", "")
+        assert table is not None and [e.committed for e in table] == [30, 5, 0]  # nothing half-done
+        lease = await s.lease("g", "", bounds(40, 5, 0), now_ms=NOW, **LEASE)
+        assert lease is not None and (lease.queue, lease.offset) == (0, 30)
+        await s.advance("g", "", {0: 40}, NOW)
+        assert await s.ack(token(lease), NOW + 1) == "offset_moved"  # never moves it back
+
+    async def second(s: OffsetStore) -> None:
+        table = await s.table("g", "")
+        assert table is not None and [e.committed for e in table] == [40, 5, 0]
+
+    run(backend, tmp_path, first)
+    run(backend, tmp_path, second)
+
+
 def test_committed_offsets_and_clients_survive_a_restart(backend: Any, tmp_path: Path) -> None:
     async def first(s: OffsetStore) -> None:
         await s.ensure_table("g", "", [0, 0], NOW)

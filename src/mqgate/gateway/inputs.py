@@ -24,6 +24,7 @@ DAY_MS: Final = 24 * 3600 * 1000
 MAX_DELAY_MS: Final = 365 * DAY_MS  # how far ahead a message may be scheduled
 MAX_TTL_MS: Final = 10 * 365 * DAY_MS
 MAX_EPOCH_MS: Final = 2**47 - 1
+MAX_OFFSET: Final = 2**62
 DESTINATION_FIELDS: Final = frozenset({"topic", "consumer", "deliverAt", "delayMs", "ttlMs", "priority"})
 
 
@@ -63,6 +64,24 @@ def int_param(params: Mapping[str, Any], name: str, default: int, low: int, high
     if not low <= number <= high:
         raise BadRequest(f"{name} must be between {low} and {high}", field=name)
     return number
+
+
+def offsets_param(params: Mapping[str, Any], name: str, max_entries: int) -> dict[int, int]:
+    """A JSON object of queue number (as a string) to offset, e.g. {"0": 120, "3": 77}."""
+    value = params.get(name)
+    if not isinstance(value, dict) or not value:
+        raise BadRequest(f'{name} must be a non-empty object such as {{"0": 120}}', field=name)
+    if len(value) > max_entries:
+        raise BadRequest(f"{name} names at most {max_entries} queues", field=name)
+    out: dict[int, int] = {}
+    for key, offset in value.items():
+        where = f"{name}.{key}"
+        if not (isinstance(key, str) and key.isdigit() and len(key) <= 6):
+            raise BadRequest("queue numbers must be decimal strings", field=where)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+            raise BadRequest(f"offset must be an integer between 0 and {MAX_OFFSET}", field=where)
+        out[int(key)] = offset
+    return out
 
 
 def float_param(params: Mapping[str, Any], name: str, default: float, low: float, high: float) -> float:

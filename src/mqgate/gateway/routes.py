@@ -12,11 +12,13 @@ from mqgate.core.scheduling import MAX_PRIORITY
 from mqgate.errors import BadRequest, Forbidden, Unauthorized
 from mqgate.gateway.http import Request, Response, Route
 from mqgate.gateway.inputs import (
+    MAX_OFFSET,
     decode_batch,
     destination_list,
     float_param,
     int_param,
     new_message,
+    offsets_param,
     optional_str,
     require_present,
     require_str,
@@ -30,6 +32,7 @@ from mqgate.settings import Settings
 MAX_QUEUES = 256
 MAX_LOCK_TIMEOUT_S = 12 * 3600.0
 MAX_ATTEMPTS = 1000
+MAX_READ_MESSAGES = 10_000
 
 
 def found_body(result: PullResult, broker: str) -> bytes:
@@ -58,13 +61,36 @@ class Api:
         bearer = req.bearer
         if not bearer:
             raise Unauthorized("Authorization: Bearer <admin token> is required", field="Authorization")
-        if not hmac.compare_digest(bearer.encode(), self.admin_token.encode()):
+        if not self._is_admin(req):
             raise Forbidden("the admin token is wrong", field="Authorization")
+
+    def _is_admin(self, req: Request) -> bool:
+        bearer = req.bearer
+        return bearer is not None and hmac.compare_digest(bearer.encode(), self.admin_token.encode())
+
+    async def _log_reader(self, req: Request) -> str:
+        """The topic a log read names, if the caller holds the admin token or the token of
+        a consumer (named by `consumer`) of that topic."""
+        topic = require_str(req.params, "topic")
+        if self._is_admin(req):
+            return topic
+        if not req.bearer:
+            raise Unauthorized(
+                "Authorization: Bearer <consumer or admin token> is required", field="Authorization"
+            )
+        name = optional_str(req.params, "consumer")
+        if name is None:
+            raise Forbidden("not the admin token: name the consumer whose token this is", field="consumer")
+        consumer = await self.gw.consumer_for(name, req.bearer)
+        if consumer.topic != topic:
+            raise Forbidden(f"consumer {name} reads topic {consumer.topic}, not {topic}", field="topic")
+        return topic
 
     # --- data path ----------------------------------------------------------------------
 
     async def produce(self, req: Request) -> Response:
-        producer = await self.gw.producer_for(require_str(req.params, "producer"), req.bearer)
+        name = require_str(req.params, "producer")
+        producer = await self.gw.producer_for(name, req.bearer, admin=self._is_admin(req))
         receipts = await self.gw.produce(producer, [new_message(req.params, self.settings)])
         # One destination: its receipt, as always; several: one receipt per destination.
         return Response(receipts[0] if len(receipts) == 1 else {"receipts": receipts})
@@ -72,7 +98,7 @@ class Api:
     async def produce_batch(self, req: Request) -> Response:
         content_type = req.headers.get(b"content-type", b"")
         name, messages = decode_batch(req.body, content_type, req.params, self.settings)
-        producer = await self.gw.producer_for(name, req.bearer)
+        producer = await self.gw.producer_for(name, req.bearer, admin=self._is_admin(req))
         receipts = await self.gw.produce(producer, messages)
         return Response({"receipts": receipts})
 
@@ -257,6 +283,38 @@ class Api:
         await self.gw.refresh_lag_metrics()
         return Response(raw_body=self.gw.metrics.render(), content_type=b"text/plain; version=0.0.4")
 
+    async def log_bounds(self, req: Request) -> Response:
+        topic = await self._log_reader(req)
+        bounds = await self.gw.log_bounds(topic)
+        queues = [{"queue": b.queue, "min": b.min, "max": b.max} for b in bounds]
+        return Response({"topic": topic, "broker": self.gw.store.broker, "queues": queues})
+
+    async def read_log(self, req: Request) -> Response:
+        topic = await self._log_reader(req)
+        p = req.params
+        queue = int_param(p, "queue", 0, 0, MAX_QUEUES * (MAX_PRIORITY + 1))
+        offset = int_param(p, "offset", 0, 0, MAX_OFFSET)
+        max_count = int_param(p, "max", 1000, 1, MAX_READ_MESSAGES)
+        start, raw = await self.gw.read_log(topic, queue, offset, max_count)
+        broker = self.gw.store.broker
+        head = b',"broker":' + msgspec.json.encode(broker) + b',"queue":%d,"offset":' % queue
+        items = b",".join([payload[:-1] + head + b"%d}" % o for o, payload in raw])
+        end = raw[-1][0] + 1 if raw else start
+        return Response(
+            raw_body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
+            b'"offset":%d,"next":%d,"msgList":[%b]}}'
+            % (msgspec.json.encode(topic), msgspec.json.encode(broker), queue, start, end, items)
+        )
+
+    async def commit(self, req: Request) -> Response:
+        name = require_str(req.params, "consumer")
+        admin = self._is_admin(req)
+        consumer = await self.gw.consumer(name) if admin else await self.gw.consumer_for(name, req.bearer)
+        offsets = offsets_param(req.params, "offsets", MAX_QUEUES * (MAX_PRIORITY + 1))
+        committed = await self.gw.commit_offsets(consumer, offsets)
+        queues = [{"queue": q, "committed": c} for q, c in committed.items()]
+        return Response({"consumer": name, "queues": queues})
+
     async def openapi(self, req: Request) -> Response:
         return Response(raw_body=self.openapi_bytes)
 
@@ -338,6 +396,44 @@ class Api:
                 (
                     ("requestId", "string", True, "ack token from the pull"),
                     ("seconds", "number", False, "1–3600, default the consumer's lock timeout"),
+                ),
+            ),
+            Route(
+                "GET",
+                "/mq/bounds",
+                self.log_bounds,
+                "consumer",
+                "Oldest and next offset of each of a topic's queues (admin or consumer token)",
+                (
+                    ("topic", "string", True, "the topic"),
+                    ("consumer", "string", False, "whose token it is, unless it is the admin token"),
+                ),
+                body="none",
+            ),
+            Route(
+                "GET",
+                "/mq/read",
+                self.read_log,
+                "consumer",
+                "Read a queue by offset, without locks or commits (admin or consumer token)",
+                (
+                    ("topic", "string", True, "the topic"),
+                    ("queue", "integer", True, "store queue number, as in /mq/bounds"),
+                    ("offset", "integer", True, "first offset to read"),
+                    ("max", "integer", False, f"1–{MAX_READ_MESSAGES}, default 1000"),
+                    ("consumer", "string", False, "whose token it is, unless it is the admin token"),
+                ),
+                body="none",
+            ),
+            Route(
+                "POST",
+                "/mq/commit",
+                self.commit,
+                "consumer",
+                "Raise a cluster consumer's committed offsets (never lowers them)",
+                (
+                    ("consumer", "string", True, "the consumer group"),
+                    ("offsets", "object", True, 'store queue -> next offset to read, e.g. {"0": 120}'),
                 ),
             ),
             Route(

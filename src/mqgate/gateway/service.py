@@ -261,14 +261,16 @@ class Gateway:
 
     # --- authentication -----------------------------------------------------------------
 
-    async def producer_for(self, name: str, bearer: str | None) -> ProducerRecord:
+    async def producer_for(self, name: str, bearer: str | None, *, admin: bool = False) -> ProducerRecord:
+        """The producer `name`, if `bearer` is its token (or the caller holds the admin token)."""
         validate_name(name, "producer")
         rec = self.registry.producer(name)
         if rec is None and await self.registry.refresh_on_miss():
             rec = self.registry.producer(name)
         if rec is None:
             raise NotFound(f"producer {name} is not registered", field="producer")
-        _check_bearer(bearer, rec.token_hash, f"producer {name}")
+        if not admin:
+            _check_bearer(bearer, rec.token_hash, f"producer {name}")
         return rec
 
     async def consumer_for(self, name: str, bearer: str | None) -> ConsumerRecord:
@@ -659,6 +661,48 @@ class Gateway:
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:
         _raise_refusal(await self.offsets.extend(token, now_ms(), seconds), "extend")
+
+    # --- reading by offset (log readers such as a Spark job) -------------------------------
+
+    async def log_bounds(self, topic: str) -> list[QueueBounds]:
+        """min/max of each of the topic's store queues (every priority lane, in store order)."""
+        await self._topic(topic)
+        return await self.store.bounds(topic)
+
+    async def read_log(
+        self, topic: str, queue: int, offset: int, max_count: int
+    ) -> tuple[int, list[tuple[int, bytes]]]:
+        """Up to `max_count` stored records of one queue from `offset` on, without locks or
+        commits: (first offset read, records). Retention may have removed older records."""
+        bounds = await self.log_bounds(topic)
+        if not 0 <= queue < len(bounds):
+            raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
+        start = max(offset, bounds[queue].min)
+        raw = await self.store.read_raw(topic, queue, start, max_count)
+        return (raw[0][0] if raw else start), raw
+
+    async def commit_offsets(self, c: ConsumerRecord, offsets: dict[int, int]) -> dict[int, int]:
+        """Raise the committed offsets of `c`'s topic queues (store numbering) to those given,
+        never lowering one: the progress of a reader that tracks its own position."""
+        if c.mode != MODE_CLUSTER:
+            raise BadRequest(f"consumer {c.name} is in {c.mode} mode; commit needs cluster", field="consumer")
+        layout = await self._layout(c)
+        await self._ensure_table(c, layout, "")
+        bounds = await self._bounds(layout)
+        topic_queues = layout.queues * layout.lanes
+        moves: dict[int, int] = {}
+        for q, offset in offsets.items():
+            where = f"offsets.{q}"
+            if not 0 <= q < topic_queues:
+                raise BadRequest(f"topic {c.topic} has queues 0 to {topic_queues - 1}", field=where)
+            index = view_queue(q, layout.queues)
+            if not 0 <= offset <= bounds[index].max:
+                raise BadRequest(
+                    f"offset must be between 0 and the queue's end {bounds[index].max}", field=where
+                )
+            moves[index] = offset
+        committed = await self.offsets.advance(c.name, "", moves, now_ms())
+        return {q: committed[view_queue(q, layout.queues)] for q in offsets}
 
     # --- operations ---------------------------------------------------------------------
 

@@ -92,6 +92,14 @@ class OffsetStore(Protocol):
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         """Set the committed offset, drop any lock and the attempt count."""
 
+    async def advance(
+        self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
+    ) -> dict[int, int]:
+        """Raise each named queue's committed offset to at least the given one (never lower it)
+        and return the committed offsets after the step; idempotent, so a replayed commit is
+        harmless. A raised queue loses its attempt count; a lock it holds stays (its ack is then
+        refused as stale). For readers that track their own position, e.g. a Spark job."""
+
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
         """Remove broadcast clientIds not seen since `idle_before_ms`; return them."""
 

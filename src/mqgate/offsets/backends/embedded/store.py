@@ -265,6 +265,26 @@ class EmbeddedOffsetStore:
         self._log_commit((group, client_id), queue, self._seen_ms.get((group, client_id), 0))
         await self.committer.durable()
 
+    async def advance(
+        self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
+    ) -> dict[int, int]:
+        table = self._entries(group, client_id)
+        for queue in offsets:
+            if not 0 <= queue < len(table):
+                raise IndexError(queue)
+        changed = False
+        for queue, offset in offsets.items():
+            e = table[queue]
+            if offset > e.committed:
+                e.committed = offset
+                e.attempts = 0
+                e.delivered_end = 0
+                self._log_commit((group, client_id), queue, now_ms)
+                changed = True
+        if changed:
+            await self.committer.durable()
+        return {queue: table[queue].committed for queue in offsets}
+
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
         gone = [c for (g, c), seen in self._seen_ms.items() if g == group and c and seen < idle_before_ms]
         for c in gone:

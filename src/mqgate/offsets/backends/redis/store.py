@@ -20,7 +20,16 @@ from mqgate.offsets.interface import Lease, OffsetEntry
 from mqgate.redisio import register, translated
 
 PACKAGE: Final = "mqgate.offsets.backends.redis"
-SCRIPTS: Final = ("ensure_table", "lease", "settle", "reset", "expire_clients", "drop_group", "rate")
+SCRIPTS: Final = (
+    "ensure_table",
+    "lease",
+    "settle",
+    "reset",
+    "advance",
+    "expire_clients",
+    "drop_group",
+    "rate",
+)
 NO_TABLE: Final = -1
 MISMATCH: Final = -2
 _REFUSALS: Final[dict[str, AckRefusal]] = {r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED)}
@@ -163,6 +172,19 @@ class RedisOffsetStore:
             raise _no_table(group, client_id)
         if got == MISMATCH:
             raise IndexError(f"queue {queue} is not in the offset table of {group} client {client_id!r}")
+
+    async def advance(
+        self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
+    ) -> dict[int, int]:
+        pairs = [x for q, o in offsets.items() for x in (q, o)]
+        got = await self._run(
+            "advance offsets", "advance", [self._table_key(group, client_id)], [self.broker, *pairs]
+        )
+        if got == NO_TABLE:
+            raise _no_table(group, client_id)
+        if got == MISMATCH:
+            raise IndexError(f"a queue of {sorted(offsets)} is not in the offset table of {group}")
+        return {q: int(c) for q, c in zip(offsets, got, strict=True)}
 
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
         clients_key = self._clients_key(group)

@@ -1,0 +1,138 @@
+"""The gateway calls the Spark source and sink make: bounds, read, commit, batch produce.
+
+Synchronous (httpx): each Spark task is one thread reading its queue range page by page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Final
+
+import httpx
+import msgspec
+
+from mqgate.errors import MqgateError
+from mqgate.spark.offsets import Bounds
+
+TIMEOUT_S: Final = 60.0
+# The gateway takes at most 1,000 messages and 4 MiB of message text per batch produce, and
+# 5 MiB per request body; a batch is cut before its encoded messages pass this.
+PRODUCE_MAX_MESSAGES: Final = 1000
+PRODUCE_MAX_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
+
+
+class GatewayError(MqgateError):
+    """A gateway call failed; `http_status` and `code` are the gateway's."""
+
+    def __init__(self, what: str, status: int, message: str, code: str | None, field: str | None) -> None:
+        super().__init__(f"{what}: HTTP {status}: {message}", field=field, code=code)
+        self.http_status = status
+
+
+class _Bounds(msgspec.Struct):
+    queue: int
+    min: int
+    max: int
+
+
+class _BoundsResult(msgspec.Struct):
+    broker: str
+    queues: list[_Bounds]
+
+
+class _BoundsAnswer(msgspec.Struct):
+    result: _BoundsResult
+
+
+_decode_bounds = msgspec.json.Decoder(_BoundsAnswer).decode
+
+
+def _failure(what: str, r: httpx.Response) -> GatewayError:
+    message, code, field = r.text[:500], None, None
+    try:
+        body: Any = r.json()
+        message = str(body.get("message", message))
+        result = body.get("result")
+        if isinstance(result, dict):
+            code, field = result.get("code"), result.get("field")
+        field = field or body.get("field")
+    except ValueError:
+        pass
+    return GatewayError(what, r.status_code, message, code, field)
+
+
+class Gateway:
+    """One gateway, seen with one token (admin, consumer or producer)."""
+
+    def __init__(self, url: str, token: str, consumer: str | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.consumer = consumer
+        self._http = httpx.Client(
+            base_url=self.url, timeout=TIMEOUT_S, headers={"Authorization": f"Bearer {token}"}
+        )
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Gateway:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _get(self, what: str, path: str, params: dict[str, Any]) -> bytes:
+        if self.consumer is not None:
+            params["consumer"] = self.consumer
+        try:
+            r = self._http.get(path, params=params)
+        except httpx.HTTPError as exc:
+            raise MqgateError(f"{what}: cannot reach the gateway at {self.url}: {exc}") from exc
+        if r.status_code != 200:
+            raise _failure(what, r)
+        return r.content
+
+    def _post(self, what: str, path: str, body: bytes) -> Any:
+        try:
+            r = self._http.post(path, content=body, headers={"Content-Type": "application/json"})
+        except httpx.HTTPError as exc:
+            raise MqgateError(f"{what}: cannot reach the gateway at {self.url}: {exc}") from exc
+        if r.status_code != 200:
+            raise _failure(what, r)
+        return r.json()["result"]
+
+    def bounds(self, topic: str) -> tuple[str, list[Bounds]]:
+        """(broker, each store queue's bounds, by queue)."""
+        answer = _decode_bounds(self._get(f"bounds of topic {topic}", "/mq/bounds", {"topic": topic}))
+        queues = sorted(answer.result.queues, key=lambda b: b.queue)
+        return answer.result.broker, [Bounds(b.queue, b.min, b.max) for b in queues]
+
+    def read(self, topic: str, queue: int, offset: int, max_count: int) -> bytes:
+        """The raw /mq/read answer (decoded by mqgate.spark.arrow.decode_read)."""
+        params = {"topic": topic, "queue": queue, "offset": offset, "max": max_count}
+        return self._get(f"reading topic {topic} queue {queue}", "/mq/read", params)
+
+    def commit(self, consumer: str, offsets: Mapping[int, int]) -> dict[int, int]:
+        """Raise `consumer`'s committed offsets (never lowers them); the committed values."""
+        body = msgspec.json.encode(
+            {"consumer": consumer, "offsets": {str(q): offsets[q] for q in sorted(offsets)}}
+        )
+        result = self._post(f"committing consumer {consumer}", "/mq/commit", body)
+        return {int(q["queue"]): int(q["committed"]) for q in result["queues"]}
+
+    def produce_encoded(self, producer: str, messages: list[bytes]) -> int:
+        """Produce messages already encoded as JSON objects, in batches within the gateway's
+        limits; the number produced."""
+        head = b'{"producer":' + msgspec.json.encode(producer) + b',"messages":['
+        i = 0
+        while i < len(messages):
+            size = 0
+            j = i
+            while j < len(messages) and j - i < PRODUCE_MAX_MESSAGES:
+                size += len(messages[j]) + 1
+                if size > PRODUCE_MAX_BYTES and j > i:
+                    break
+                j += 1
+            body = head + b",".join(messages[i:j]) + b"]}"
+            self._post(f"producing as {producer}", "/mq/produce/batch", body)
+            i = j
+        return len(messages)
