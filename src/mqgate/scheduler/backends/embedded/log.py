@@ -67,6 +67,9 @@ class Replayed:
     records: int  # intact records read
     valid_bytes: int  # where the intact records end (a torn or corrupt tail follows)
     compacted: list[bytes | memoryview]  # the compacted log, in pieces
+    # The log already is its compacted form (one mark, then live unchanged adds, no torn tail):
+    # recovery may keep the file instead of writing the same bytes again.
+    already_compact: bool = False
 
 
 def replay(data: bytes) -> Replayed:
@@ -78,6 +81,7 @@ def replay(data: bytes) -> Replayed:
     next_seq = 1
     records = 0
     end = 0
+    starts_with_mark = False
     # One pass, decoding every record in full. (Two passes, flags and seqs first and then only
     # the live records, cost less for a log of mostly deletes but 40% more for a compact one.)
     for pos, payload in iter_payloads(data):
@@ -106,7 +110,9 @@ def replay(data: bytes) -> Replayed:
             unchanged.pop(rec.seq, None)
         elif type(rec) is Mark:
             next_seq = max(next_seq, rec.next_seq)
-    return Replayed(held, next_seq, records, end, _compacted(data, held, unchanged, next_seq))
+            starts_with_mark = starts_with_mark or records == 1
+    compact = starts_with_mark and records == len(held) + 1 == len(unchanged) + 1 and end == len(data)
+    return Replayed(held, next_seq, records, end, _compacted(data, held, unchanged, next_seq), compact)
 
 
 def _compacted(
@@ -159,6 +165,18 @@ def write_new(path: Path, pieces: Iterable[bytes | memoryview]) -> tuple[int, in
         size = 0
         for piece in pieces:
             size += write_all(fd, piece)
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd, size
+
+
+def open_for_append(path: Path, size: int) -> tuple[int, int]:
+    """The append fd of an existing log of `size` bytes, fsynced (a crash may have left its
+    last writes in the page cache only)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+    try:
         os.fsync(fd)
     except BaseException:
         os.close(fd)
