@@ -4,9 +4,9 @@
     df = (spark.read.format("mqgate").option("gateway", url).option("token", admin)
           .option("topic", "orders").load())
 
-Options and offsets: docs/SPARK.md. Progress of a consumer group is committed by the
-streaming sink (option `progressConsumer`) or, in foreachBatch, with `end_offsets` and
-`commit_progress`.
+Options: mqgate.spark.options; offsets (a JSON object {"<store queue>": next offset}):
+mqgate.spark.offsets. Progress of a consumer group is committed by the streaming sink
+(option `progressConsumer`) or, in foreachBatch, with `end_offsets` and `commit_progress`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """The `mqgate` format's options, checked once when a reader or writer is made.
 
 Spark hands options over lower-cased; errors name them as the user wrote them (camelCase).
-An unknown option is an error too, so a misspelt `startingOffset` is not silently ignored.
+An option that looks like a misspelt known one (`startingOffset`) is an error, not ignored.
 """
 
 from __future__ import annotations
 
+import difflib
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -30,11 +31,18 @@ WRITER_OPTIONS: Final = (
 
 
 def _check_known(options: Mapping[str, str], known: tuple[str, ...], role: str) -> None:
+    """Refuse an option that looks like a misspelt known one. Others pass: Spark adds its
+    own (checkpointLocation, path, ...) to what a source or sink sees."""
     names = {k.lower(): k for k in known}
     for key in options:
-        if key.lower() not in names and key.lower() != "path":
+        if key.lower() in names:
+            continue
+        close = difflib.get_close_matches(key.lower(), list(names), n=1, cutoff=0.8)
+        if close:
             raise OptionError(
-                f"unknown {role} option {key!r}; the mqgate {role} takes {', '.join(known)}", field=key
+                f"unknown {role} option {key!r}: did you mean {names[close[0]]}? "
+                f"The mqgate {role} takes {', '.join(known)}",
+                field=key,
             )
 
 

@@ -11,6 +11,7 @@ from pyspark.sql import SparkSession
 
 DEFAULTS: Final = {
     "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
     # Small local jobs: a handful of shuffle partitions, not 200.
     "spark.sql.shuffle.partitions": "8",
     "spark.sql.session.timeZone": "UTC",

@@ -1,4 +1,3 @@
-# mypy: disable-error-code="import-untyped"
 """The `mqgate` sink: rows produced to a topic through /mq/produce/batch, and the progress of
 a consumer group committed once per micro-batch.
 
@@ -84,7 +83,12 @@ def encode_rows(batch: pa.RecordBatch, body: str) -> list[bytes]:
 
 
 def _positions(batch: pa.RecordBatch) -> Offsets:
-    if "queue" not in batch.schema.names or "offset" not in batch.schema.names:
+    """max(offset) + 1 per queue, if the rows carry the integer columns of an mqgate source."""
+    names = batch.schema.names
+    if "queue" not in names or "offset" not in names:
+        return {}
+    types = (batch.schema.field("queue").type, batch.schema.field("offset").type)
+    if not all(pa.types.is_integer(t) for t in types):
         return {}
     table = pa.table({"queue": batch.column("queue"), "offset": batch.column("offset")})
     grouped = table.group_by("queue").aggregate([("offset", "max")])

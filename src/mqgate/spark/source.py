@@ -1,8 +1,9 @@
-# mypy: disable-error-code="import-untyped"
 """The `mqgate` data source: batch and streaming reads of a topic by exact per-queue offsets.
 
 The driver plans one input partition per store queue range; each Spark task reads its range
-directly (gateway /mq/read pages, or the Redis store's streams) and yields Arrow batches.
+directly (gateway /mq/read pages, or the Redis store's streams) and yields Arrow batches
+(mqgate.spark.reading, imported only there: Spark starts fresh Python processes to plan
+each query, so this module stays light).
 Offsets are the source's own (Spark checkpoints them); reading takes no lock and commits
 nothing. Progress for a consumer group is committed by the sink (mqgate.spark.sink), since
 a stream reader's commit() runs one batch late and its stop() may never run.
@@ -14,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
@@ -32,10 +32,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from mqgate.spark import offsets as off
-from mqgate.spark.arrow import SCHEMA, decode_read, decode_stored, to_batch
-from mqgate.spark.client import Gateway
 from mqgate.spark.options import ReadOptions, read_options
-from mqgate.spark.store import StoreReader
+from mqgate.spark.schema import SCHEMA
 
 
 @dataclass
@@ -49,52 +47,22 @@ class QueuePartition(InputPartition):
 
 
 def _bounds(opts: ReadOptions) -> tuple[str, list[off.Bounds]]:
-    if opts.store is not None:
-        with StoreReader(opts.store, opts.redis_prefix, opts.broker) as reader:
-            return opts.broker, reader.bounds(opts.topic)
-    assert opts.gateway is not None and opts.token is not None
-    with Gateway(opts.gateway, opts.token, opts.consumer) as gw:
-        return gw.bounds(opts.topic)
+    from mqgate.spark.reading import bounds
+
+    return bounds(opts)
 
 
 def _plan(opts: ReadOptions, broker: str, start: off.Offsets, end: off.Offsets) -> list[InputPartition]:
     return [QueuePartition(r.queue, r.start, r.end, broker) for r in off.ranges(start, end)]
 
 
-def read_partition(opts: ReadOptions, part: QueuePartition) -> Iterator[pa.RecordBatch]:
-    """Every stored record of the partition's range, page by page. A range may start below
-    the queue's oldest record (retention removed it): reading then starts at the oldest."""
-    offset, end, queue = part.start, part.end, part.queue
-    if opts.store is not None:
-        with StoreReader(opts.store, opts.redis_prefix, opts.broker) as store:
-            while offset < end:
-                raw = store.read_raw(opts.topic, queue, offset, min(opts.read_batch, end - offset))
-                if not raw:
-                    return
-                first = raw[0][0]
-                raw = raw[: max(0, end - first)]
-                if not raw:
-                    return
-                yield to_batch(opts.topic, part.broker, queue, first, decode_stored([p for _, p in raw]))
-                offset = first + len(raw)
-        return
-    assert opts.gateway is not None and opts.token is not None
-    with Gateway(opts.gateway, opts.token, opts.consumer) as gw:
-        while offset < end:
-            first, _, msgs = decode_read(
-                gw.read(opts.topic, queue, offset, min(opts.read_batch, end - offset))
-            )
-            msgs = msgs[: max(0, end - first)]
-            if not msgs:
-                return
-            yield to_batch(opts.topic, part.broker, queue, first, msgs)
-            offset = first + len(msgs)
+def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[Any]:
+    if not isinstance(partition, QueuePartition):
+        return iter(())  # Spark's stand-in partition when there is nothing to read
+    from mqgate.spark.reading import read_range
 
-
-def _read(opts: ReadOptions, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-    if isinstance(partition, QueuePartition):
-        return read_partition(opts, partition)
-    return iter(())  # Spark's stand-in partition when there is nothing to read
+    p = partition
+    return read_range(opts, p.broker, off.QueueRange(p.queue, p.start, p.end))
 
 
 class MqgateBatchReader(DataSourceReader):
@@ -110,7 +78,7 @@ class MqgateBatchReader(DataSourceReader):
         off.check_ordered(start, end, "endingOffsets")
         return _plan(opts, broker, start, end)
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, partition)
 
 
@@ -155,7 +123,7 @@ class MqgateStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert self._broker is not None
         return _plan(self.opts, self._broker, off.from_json(start), off.from_json(end))
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
