@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mqgate.errors import MqgateError
+from mqgate.pipeline.cli import add_parser as add_pipeline_parser
 from mqgate.settings import ENV_PREFIX, load_settings
 
 SERVE_FLAGS = ("host", "port", "data_dir", "fsync", "store", "registry", "workers")
@@ -232,6 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
     admin(sub.add_parser("alerts", help="active backlog alerts")).set_defaults(
         func=lambda a: _call(a, "GET", "/admin/alerts")
     )
+    add_pipeline_parser(sub)
     return parser
 
 

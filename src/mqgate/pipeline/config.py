@@ -57,7 +57,8 @@ class JobConfig:
     admin_token: str
     checkpoint_dir: Path
     partitions: int = 16
-    # Spark tasks the N worker queues are spread over; 0 = Spark's default parallelism.
+    # Spark tasks the N worker queues are spread over; 0: half of Spark's default
+    # parallelism, so the hot and retry queries find free slots while the workers wait.
     tasks: int = 0
     mode: str = "concurrent"
     max_messages_per_trigger: int = 20_000
@@ -69,13 +70,15 @@ class JobConfig:
 class HotKeyConfig:
     enabled: bool
     topic: str
-    # A key is hot in a batch when it has at least min_count events there and either its
-    # share of the batch reaches min_share or its share of the measured processing time
-    # reaches time_share. min_share 0 means "one worker's fair share", 1 / partitions.
+    # Events move off a worker whose share of the batch passes load_limit times the fair
+    # share (1 / partitions), taken from its biggest keys: those with at least min_count
+    # events and min_share of the batch (0: automatic, (load_limit - 1) / partitions).
+    # A key with time_share of the measured processing time moves whole.
     min_count: int = 100
     min_share: float = 0.0
     max_keys: int = 8
     time_share: float = 0.25
+    load_limit: float = 1.1
 
 
 @dataclass(slots=True, frozen=True)
@@ -91,11 +94,11 @@ class SinkConfig:
     batch_rows: int = 500
     # Per-event processing cost in the worker, to model a slower sink (benchmarks).
     cost_ms: float = 0.0
-    # Testing knobs: the first attempt of these events fails with a real PostgreSQL error.
+    # Testing knobs: the first attempt of these keys' events (or of this share of all
+    # events) fails with a real PostgreSQL error; every attempt of fail_always_keys' events.
     fail_keys: tuple[str, ...] = ()
     fail_first_attempt_share: float = 0.0
-    # How many attempts of a failing event fail (testing knob; >= retry.max_attempts dead-letters).
-    fail_attempts: int = 1
+    fail_always_keys: tuple[str, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
@@ -129,7 +132,7 @@ class PipelineConfig:
 
     @property
     def hot_share(self) -> float:
-        return self.hot_keys.min_share or 1.0 / self.job.partitions
+        return self.hot_keys.min_share or (self.hot_keys.load_limit - 1.0) / self.job.partitions
 
 
 def load_config(path: Path | str, env: Mapping[str, str] | None = None) -> PipelineConfig:
@@ -204,7 +207,9 @@ class _Section:
     def done(self) -> None:
         unknown = sorted(set(self.raw) - self.used)
         if unknown:
-            raise PipelineConfigError(f"{self.key(unknown[0])} is not a known setting", field=self.key(unknown[0]))
+            raise PipelineConfigError(
+                f"{self.key(unknown[0])} is not a known setting", field=self.key(unknown[0])
+            )
 
 
 def _kind_name(kinds: tuple[type, ...]) -> str:
@@ -234,7 +239,9 @@ def _job(s: _Section, env: Mapping[str, str]) -> JobConfig:
     name = s.name_value("name")
     gateway = s.get("gateway", str)
     if not gateway.startswith(("http://", "https://")):
-        raise PipelineConfigError(f"{s.key('gateway')} must be an http:// or https:// URL", field=s.key("gateway"))
+        raise PipelineConfigError(
+            f"{s.key('gateway')} must be an http:// or https:// URL", field=s.key("gateway")
+        )
     token = s.get("admin_token", str, "") or env.get(ADMIN_TOKEN_ENV, "")
     if not token:
         raise PipelineConfigError(
@@ -291,7 +298,8 @@ def _event_type(s: _Section) -> EventType:
     for column in list(types_section.raw):
         if column not in fields:
             raise PipelineConfigError(
-                f"{types_section.key(column)} types a column that is not in fields", field=types_section.key(column)
+                f"{types_section.key(column)} types a column that is not in fields",
+                field=types_section.key(column),
             )
         field_types[column] = types_section.choice(column, FIELD_TYPES)
     et = EventType(
@@ -339,6 +347,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str]) -> PipelineConf
         min_share=h.number("min_share", 0.0, 0.0, 1.0),
         max_keys=h.number("max_keys", 8, 0, 10_000),
         time_share=h.number("time_share", 0.25, 0.0, 1.0),
+        load_limit=h.number("load_limit", 1.1, 1.0, 1000.0),
     )
     h.done()
 
@@ -354,16 +363,17 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str]) -> PipelineConf
     url = s.get("url", str)
     if not url.startswith(("postgresql://", "postgres://", "postgresql+psycopg://")):
         raise PipelineConfigError(f"{s.key('url')} must be a postgresql:// URL", field=s.key("url"))
-    fail_keys = s.get("fail_keys", list, [])
-    if not all(isinstance(k, str) for k in fail_keys):
-        raise PipelineConfigError(f"{s.key('fail_keys')} must be a list of strings", field=s.key("fail_keys"))
+    fail_keys, fail_always_keys = (s.get(k, list, []) for k in ("fail_keys", "fail_always_keys"))
+    for k, value in (("fail_keys", fail_keys), ("fail_always_keys", fail_always_keys)):
+        if not all(isinstance(v, str) for v in value):
+            raise PipelineConfigError(f"{s.key(k)} must be a list of strings", field=s.key(k))
     sink = SinkConfig(
         url=url.replace("postgresql+psycopg://", "postgresql://", 1),
         batch_rows=s.number("batch_rows", 500, 1, 100_000),
         cost_ms=s.number("cost_ms", 0.0, 0.0, 60_000.0),
         fail_keys=tuple(fail_keys),
         fail_first_attempt_share=s.number("fail_first_attempt_share", 0.0, 0.0, 1.0),
-        fail_attempts=s.number("fail_attempts", 1, 1, 1000),
+        fail_always_keys=tuple(fail_always_keys),
     )
     s.done()
 

@@ -65,6 +65,22 @@ class ParseFailure:
     source: str
 
 
+@dataclass(slots=True, frozen=True)
+class Progress:
+    """The next offset to read in one source queue, after the rows of one partition."""
+
+    queue: int
+    next_offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class BatchSize:
+    """The events of one partition of a batch. Every task gets every partition's, so each
+    knows the batch's total: a worker's fair share, for hot-key detection."""
+
+    events: int
+
+
 class ParseError(ValueError):
     pass
 
@@ -157,7 +173,9 @@ def parse_message(et: EventType, message: SourceMessage) -> tuple[list[Event], l
         return [], [failure(mid, message.body, exc)]
 
     if not isinstance(doc, list):
-        return [], [failure(mid, message.body, ParseError(f"expected a JSON array, got {type(doc).__name__}"))]
+        return [], [
+            failure(mid, message.body, ParseError(f"expected a JSON array, got {type(doc).__name__}"))
+        ]
     events: list[Event] = []
     failures: list[ParseFailure] = []
     for i, item in enumerate(doc):
