@@ -140,6 +140,9 @@ class Pipeline:
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()
         self._first_events: float | None = None
+        # Hot and retry queries start when something is sent their way (or was left there by
+        # an earlier run): an idle query would only take planning time from the event queries.
+        self._wanted: set[str] = set()
 
     # --- setup (idempotent) -------------------------------------------------------------
 
@@ -211,6 +214,10 @@ class Pipeline:
             self.summary.report.merge(report)
             for h in report.hot:
                 self.summary.hot_keys[h.key] = self.summary.hot_keys.get(h.key, 0) + h.moved
+            if report.moved_hot:
+                self._wanted.add(KIND_HOT)
+            if report.retried:
+                self._wanted.add(KIND_RETRY)
         busiest = max(report.worker_seconds.values(), default=0.0)
         hot = sorted(report.hot, key=lambda h: -h.moved)
         log.info(
@@ -232,7 +239,8 @@ class Pipeline:
             for spec in specs:
                 if spec.kind == KIND_EVENTS:
                     continue
-                if queries[spec.name].status.get("isTriggerActive") or gw.lag(spec.consumer) > 0:
+                q = queries.get(spec.name)
+                if (q is not None and q.status.get("isTriggerActive")) or gw.lag(spec.consumer) > 0:
                     return False
         with self.sink.connection() as conn:
             return self.sink.pending_retries(conn) == 0
@@ -252,13 +260,20 @@ class Pipeline:
             queries[spec.name] = self.start(spec, available_now and spec.kind == KIND_EVENTS)
 
         for spec in specs:
-            launch(spec)
+            if spec.kind == KIND_EVENTS or self._left_over(spec):
+                launch(spec)
         ticker = _Ticker(self, stop)
         ticker.start()
         confirmed = 0
         try:
             while not stop.is_set():
+                with self._lock:
+                    wanted = set(self._wanted)
                 for spec in specs:
+                    if spec.name not in queries:
+                        if spec.kind in wanted:
+                            launch(spec)
+                        continue
                     q = queries[spec.name]
                     if spec.name in finished or q.isActive:
                         continue
@@ -292,6 +307,17 @@ class Pipeline:
         self.summary.seconds = ended - started
         self.summary.processing_s = ended - (self._first_events or ended)
         return self.summary
+
+    def _left_over(self, spec: QuerySpec) -> bool:
+        """Work an earlier run left on the hot or retry path: a backlog, or retries whose
+        delayed messages are not due yet."""
+        with GatewayClient(self.config.job.gateway, self.config.job.admin_token) as gw:
+            if gw.lag(spec.consumer) > 0:
+                return True
+        if spec.kind != KIND_RETRY:
+            return False
+        with self.sink.connection() as conn:
+            return self.sink.pending_retries(conn) > 0
 
     def _stop_queries(self, queries: dict[str, StreamingQuery]) -> None:
         # Let a running batch finish first: stopping interrupts it (harmless: it is replayed
