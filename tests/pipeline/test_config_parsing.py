@@ -85,6 +85,7 @@ class TestConfig:
             ({"retry__topic": "vid-hot"}, "retry.topic"),
             ({"sink__url": "mysql://x"}, "sink.url"),
             ({"sink__fail_keys": [1]}, "sink.fail_keys"),
+            ({"sink__max_connections": 0}, "sink.max_connections"),
             ({"aggregate__count": 0}, "aggregate.count"),
         ],
     )

@@ -209,3 +209,32 @@ def test_concurrent_workers_on_one_hot_key(conn: psycopg.Connection[Any], pg_url
     assert sum(flushed) == 8 * per_worker
     assert rows(conn, "SELECT sum(count) FROM likes") == [(8 * per_worker,)]
     assert rows(conn, "SELECT count FROM likes WHERE key = 'hot'") == [(8 * per_worker // 2,)]
+
+
+def test_an_executor_process_opens_at_most_max_connections_sessions(pg_url: str) -> None:
+    sink = Sink(make_config(pg_url, max_connections=2))
+    lock = threading.Lock()
+    in_use = peak = done = 0
+    backends: set[int] = set()
+
+    def work() -> None:
+        nonlocal in_use, peak, done
+        for _ in range(5):
+            with sink.connection() as c:
+                with lock:
+                    in_use += 1
+                    peak = max(peak, in_use)
+                backends.add(c.execute("SELECT pg_backend_pid(), pg_sleep(0.01)").fetchone()[0])
+                with lock:
+                    in_use -= 1
+        with lock:
+            done += 1
+
+    threads = [threading.Thread(target=work) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert done == 8
+    assert peak == 2  # the workers did overlap, and never past the limit
+    assert len(backends) <= 2  # sessions are reused, not opened per chunk

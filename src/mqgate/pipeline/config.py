@@ -92,6 +92,9 @@ class RetryConfig:
 class SinkConfig:
     url: str
     batch_rows: int = 500
+    # PostgreSQL sessions one executor process opens at most; workers beyond it wait their
+    # turn (64 workers in 2 processes would otherwise pass max_connections = 100).
+    max_connections: int = 8
     # Per-event processing cost in the worker, to model a slower sink (benchmarks).
     cost_ms: float = 0.0
     # Testing knobs: the first attempt of these keys' events (or of this share of all
@@ -370,6 +373,7 @@ def parse_config(raw: Mapping[str, Any], env: Mapping[str, str]) -> PipelineConf
     sink = SinkConfig(
         url=url.replace("postgresql+psycopg://", "postgresql://", 1),
         batch_rows=s.number("batch_rows", 500, 1, 100_000),
+        max_connections=s.number("max_connections", 8, 1, 1000),
         cost_ms=s.number("cost_ms", 0.0, 0.0, 60_000.0),
         fail_keys=tuple(fail_keys),
         fail_first_attempt_share=s.number("fail_first_attempt_share", 0.0, 0.0, 1.0),

@@ -46,28 +46,39 @@ class ChunkResult:
 
 class _Pool:
     """Connections kept per executor process: Spark reuses its Python workers between
-    tasks, so each micro-batch does not pay for new PostgreSQL sessions."""
+    tasks, so each micro-batch does not pay for new PostgreSQL sessions. At most `limit`
+    sessions per URL are in use at once; a worker asking for one more waits."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._idle: dict[str, list[Conn]] = defaultdict(list)
+        self._slots: dict[str, threading.BoundedSemaphore] = {}
+
+    def _slot(self, url: str, limit: int) -> threading.BoundedSemaphore:
+        with self._lock:
+            slot = self._slots.get(url)
+            if slot is None:
+                slot = self._slots[url] = threading.BoundedSemaphore(limit)
+            return slot
 
     @contextmanager
-    def connection(self, url: str) -> Iterator[Conn]:
-        with self._lock:
-            conn = self._idle[url].pop() if self._idle[url] else None
-        if conn is None or conn.closed:
-            conn = psycopg.connect(url, autocommit=True)
-        try:
-            yield conn
-        except BaseException:
-            conn.close()
-            raise
-        if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
-            conn.close()
-            return
-        with self._lock:
-            self._idle[url].append(conn)
+    def connection(self, url: str, limit: int) -> Iterator[Conn]:
+        slot = self._slot(url, limit)
+        with slot:
+            with self._lock:
+                conn = self._idle[url].pop() if self._idle[url] else None
+            if conn is None or conn.closed:
+                conn = psycopg.connect(url, autocommit=True)
+            try:
+                yield conn
+            except BaseException:
+                conn.close()
+                raise
+            if conn.closed or conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+                conn.close()
+                return
+            with self._lock:
+                self._idle[url].append(conn)
 
 
 POOL: Final = _Pool()
@@ -77,6 +88,7 @@ class Sink:
     def __init__(self, config: PipelineConfig) -> None:
         self.job = config.job.name
         self.url = config.sink.url
+        self.max_connections = config.sink.max_connections
         self.mode = config.job.mode
         self.types: dict[str, EventType] = {et.type: et for et in config.events}
         self.fail_keys = frozenset(config.sink.fail_keys)
@@ -86,7 +98,7 @@ class Sink:
         self._insert_sql = {et.type: self._event_insert(et) for et in config.events}
 
     def connection(self) -> Any:
-        return POOL.connection(self.url)
+        return POOL.connection(self.url, self.max_connections)
 
     # --- failure injection (testing knob) -----------------------------------------------
 
