@@ -23,11 +23,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
-import os
-import secrets
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,13 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import psycopg
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT / "src")]
 
+from bench_gateway import Gateway  # noqa: E402
 from machine_info import machine  # noqa: E402
 from zipf_events import generate, produce  # noqa: E402
 
@@ -50,53 +46,7 @@ import mqgate.spark  # noqa: E402
 from mqgate.pipeline.config import parse_config  # noqa: E402
 from mqgate.pipeline.job import RunSummary, run_pipeline  # noqa: E402
 
-MQGATE = str(Path(sys.executable).parent / "mqgate")
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Gateway:
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = "mqa_bench_" + secrets.token_hex(8)
-        self.command = [MQGATE, "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                        "--data-dir", str(directory / "data"), "--fsync", "always"]  # fmt: skip
-        log = open(directory / "gateway.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.command, env={**os.environ, "MQGATE_ADMIN_TOKEN": self.token}, stdout=log, stderr=log
-        )
-        log.close()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise SystemExit("the gateway did not start; see gateway.log")
-            time.sleep(0.1)
-
-    def admin(self, path: str, **body: Any) -> Any:
-        r = httpx.post(
-            self.url + path, json=body, headers={"Authorization": f"Bearer {self.token}"}, timeout=30
-        )
-        r.raise_for_status()
-        return r.json()["result"]
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(5)
 
 
 @dataclass
@@ -115,8 +65,8 @@ def one_run(args: argparse.Namespace, spark: Any, gw: Gateway, db: str, zipf: bo
             tmp: Path) -> Result:  # fmt: skip
     run_id = uuid.uuid4().hex[:6]
     topic, job = f"likes-{run_id}", f"bench-{run_id}"
-    gw.admin("/admin/topics", name=topic, queues=args.queues)
-    gw.admin("/admin/producers", name=f"{topic}-p", topic=topic)
+    gw.post("/admin/topics", {"name": topic, "queues": args.queues})
+    gw.post("/admin/producers", {"name": f"{topic}-p", "topic": topic})
     work = generate(
         args.events, keys=args.keys, zipf_s=args.zipf_s if zipf else None, like_share=1.0, seed=11
     )

@@ -26,81 +26,25 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import secrets
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
 sys.path[:0] = [str(BENCH_DIR), str(ROOT / "src")]
 
+from bench_gateway import Gateway  # noqa: E402
 from machine_info import machine  # noqa: E402
 from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition  # noqa: E402
 
 import mqgate.spark  # noqa: E402
 from mqgate.spark.schema import SCHEMA  # noqa: E402
 
-MQGATE = str(Path(sys.executable).parent / "mqgate")
 TOPIC = "spark-bench"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Gateway:
-    def __init__(self, directory: Path) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.token = "mqa_bench_" + secrets.token_hex(8)
-        self.command = [MQGATE, "serve", "--host", "127.0.0.1", "--port", str(self.port),
-                        "--data-dir", str(directory / "data"), "--fsync", "always"]  # fmt: skip
-        log = open(directory / "gateway.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            self.command, env={**os.environ, "MQGATE_ADMIN_TOKEN": self.token}, stdout=log, stderr=log
-        )
-        log.close()
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(self.url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.proc.poll() is not None:
-                raise SystemExit(f"gateway did not start: {(directory / 'gateway.log').read_text()[-2000:]}")
-            time.sleep(0.05)
-        self.http = httpx.Client(
-            base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.token}"}
-        )
-
-    def post(self, path: str, body: dict[str, Any]) -> Any:
-        r = self.http.post(path, json=body)
-        if r.status_code != 200:
-            raise SystemExit(f"{path}: {r.status_code} {r.text}")
-        return r.json()["result"]
-
-    def cpu_seconds(self) -> float:
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        self.http.close()
-        self.proc.terminate()
-        try:
-            self.proc.wait(15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
 
 
 class _FloorReader(DataSourceReader):
