@@ -27,6 +27,7 @@ from mqgate.gateway.openapi import build_openapi
 from mqgate.gateway.service import FOUND, RATE_LIMITED, Gateway, PullResult
 from mqgate.model import MODE_CLUSTER
 from mqgate.names import INTERNAL_PREFIXES
+from mqgate.registry.records import ConsumerRecord
 from mqgate.settings import Settings
 
 MAX_QUEUES = 256
@@ -81,10 +82,15 @@ class Api:
         name = optional_str(req.params, "consumer")
         if name is None:
             raise Forbidden("not the admin token: name the consumer whose token this is", field="consumer")
+        await self._consumer_of(topic, name, req)
+        return topic
+
+    async def _consumer_of(self, topic: str, name: str, req: Request) -> ConsumerRecord:
+        """Consumer `name`, if the bearer is its token and it reads `topic`."""
         consumer = await self.gw.consumer_for(name, req.bearer)
         if consumer.topic != topic:
             raise Forbidden(f"consumer {name} reads topic {consumer.topic}, not {topic}", field="topic")
-        return topic
+        return consumer
 
     # --- data path ----------------------------------------------------------------------
 
@@ -105,11 +111,7 @@ class Api:
     async def pull(self, req: Request) -> Response:
         p = req.params
         topic = require_str(p, "topic")
-        consumer = await self.gw.consumer_for(require_str(p, "consumer"), req.bearer)
-        if consumer.topic != topic:
-            raise Forbidden(
-                f"consumer {consumer.name} reads topic {consumer.topic}, not {topic}", field="topic"
-            )
+        consumer = await self._consumer_of(topic, require_str(p, "consumer"), req)
         max_count = int_param(p, "max", 32, 1, self.settings.max_pull_messages)
         wait_s = float_param(p, "wait", 0.0, 0.0, self.settings.max_wait_s)
         client_id = optional_str(p, "clientId")

@@ -15,6 +15,7 @@ from typing import Any, Final
 import httpx
 
 from mqgate.errors import MqgateError
+from mqgate.spark.client import batch_ranges
 
 TIMEOUT_S: Final = 30.0
 RETRY_FOR_S: Final = 30.0
@@ -100,15 +101,8 @@ class GatewayClient:
     def produce(self, producer: str, messages: Sequence[dict[str, Any]]) -> int:
         """Produce `messages` (produce-API objects) in batches within the gateway's limits;
         returns once every batch is acknowledged (durable)."""
-        i = 0
-        while i < len(messages):
-            size = 0
-            j = i
-            while j < len(messages) and j - i < BATCH_MESSAGES:
-                size += len(messages[j]["message"]) * 4 + 256
-                if size > BATCH_BYTES and j > i:
-                    break
-                j += 1
+        # Worst case for the gateway's count: 4 UTF-8 bytes per character, plus keys and properties.
+        sizes = [len(m["message"]) * 4 + 256 for m in messages]
+        for i, j in batch_ranges(sizes, BATCH_MESSAGES, BATCH_BYTES):
             self.call("POST", "/mq/produce/batch", {"producer": producer, "messages": list(messages[i:j])})
-            i = j
         return len(messages)

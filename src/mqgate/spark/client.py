@@ -8,7 +8,7 @@ connection, which costs a quarter of what httpx does per byte; the rest uses htt
 from __future__ import annotations
 
 import http.client
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final
 from urllib.parse import urlencode, urlsplit
 
@@ -23,6 +23,22 @@ TIMEOUT_S: Final = 60.0
 # 5 MiB per request body; a batch is cut before its encoded messages pass this.
 PRODUCE_MAX_MESSAGES: Final = 1000
 PRODUCE_MAX_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
+
+
+def batch_ranges(sizes: Sequence[int], max_messages: int, max_bytes: int) -> Iterator[tuple[int, int]]:
+    """Cut messages of these encoded sizes into [start, end) runs for /mq/produce/batch:
+    at most `max_messages` each, and under `max_bytes` unless one message alone is larger."""
+    i = 0
+    while i < len(sizes):
+        size = 0
+        j = i
+        while j < len(sizes) and j - i < max_messages:
+            size += sizes[j]
+            if size > max_bytes and j > i:
+                break
+            j += 1
+        yield i, j
+        i = j
 
 
 class GatewayError(MqgateError):
@@ -169,16 +185,8 @@ class Gateway:
         """Produce messages already encoded as JSON objects, in batches within the gateway's
         limits; the number produced."""
         head = b'{"producer":' + msgspec.json.encode(producer) + b',"messages":['
-        i = 0
-        while i < len(messages):
-            size = 0
-            j = i
-            while j < len(messages) and j - i < PRODUCE_MAX_MESSAGES:
-                size += len(messages[j]) + 1
-                if size > PRODUCE_MAX_BYTES and j > i:
-                    break
-                j += 1
+        sizes = [len(m) + 1 for m in messages]
+        for i, j in batch_ranges(sizes, PRODUCE_MAX_MESSAGES, PRODUCE_MAX_BYTES):
             body = head + b",".join(messages[i:j]) + b"]}"
             self._post(f"producing as {producer}", "/mq/produce/batch", body)
-            i = j
         return len(messages)
