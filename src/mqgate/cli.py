@@ -22,7 +22,7 @@ SERVE_FLAGS = ("host", "port", "data_dir", "fsync", "store", "registry", "worker
 def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from mqgate.gateway.app import build_app, prepare
+    from mqgate.api.app import build_app, prepare
 
     flags = {name: getattr(args, name) for name in SERVE_FLAGS}
     settings = load_settings(Path(args.config) if args.config else None, **flags)
@@ -48,7 +48,7 @@ def _serve(args: argparse.Namespace) -> int:
     for name, value in flags.items():
         if value is not None:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
-    uvicorn.run("mqgate.gateway.asgi:create_app", factory=True, workers=settings.workers, **options)
+    uvicorn.run("mqgate.api.asgi:create_app", factory=True, workers=settings.workers, **options)
     return 0
 
 

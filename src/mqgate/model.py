@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Final, Protocol
 
 import msgspec
 
@@ -10,54 +11,48 @@ MODE_CLUSTER: Final = "cluster"
 MODE_BROADCAST: Final = "broadcast"
 
 
-class DestinationSpec(msgspec.Struct, frozen=True, rename="camel"):
+class DestinationInput(Protocol):
     """One destination a producer names (SPEC S1): a topic or a registered consumer's inbox,
-    with QoS that overrides the message's own."""
-
-    topic: str | None = None
-    consumer: str | None = None  # point-to-point: this consumer's inbox
-    deliver_at: int | None = None  # epoch ms
-    delay_ms: int | None = None
-    ttl_ms: int | None = None
-    priority: int | None = None
-
-
-class NewMessage(
-    msgspec.Struct,
-    frozen=True,
-    rename={
-        "body": "message",
-        "order_key": "orderKey",
-        "deliver_at": "deliverAt",
-        "delay_ms": "delayMs",
-        "ttl_ms": "ttlMs",
-    },
-):
-    """What a producer hands in, validated. Its wire names are those of the produce calls,
-    so a batch body decodes straight into these."""
-
-    body: str
-    keys: list[str] = []
-    tags: list[str] = []
-    properties: dict[str, str] = {}
-    order_key: str | None = None
-    # QoS (SPEC S1, S2); None everywhere means: the producer's topic, now, no deadline, priority 0.
-    deliver_at: int | None = None  # epoch ms
-    delay_ms: int | None = None
-    ttl_ms: int | None = None
-    priority: int | None = None
-    destinations: list[DestinationSpec] | None = None
+    with QoS that overrides the message's own. The HTTP edge's request shape provides it."""
 
     @property
-    def plain(self) -> bool:
-        """No QoS asked: the fast path."""
-        return (
-            self.deliver_at is None
-            and self.delay_ms is None
-            and self.ttl_ms is None
-            and self.priority is None
-            and self.destinations is None
-        )
+    def topic(self) -> str | None: ...
+    @property
+    def consumer(self) -> str | None: ...  # point-to-point: this consumer's inbox
+    @property
+    def deliver_at(self) -> int | None: ...  # epoch ms
+    @property
+    def delay_ms(self) -> int | None: ...
+    @property
+    def ttl_ms(self) -> int | None: ...
+    @property
+    def priority(self) -> int | None: ...
+
+
+class MessageInput(Protocol):
+    """What a producer hands in, validated by the edge that received it. QoS (SPEC S1, S2):
+    None everywhere means the producer's topic, now, no deadline, priority 0."""
+
+    @property
+    def body(self) -> str: ...
+    @property
+    def keys(self) -> list[str]: ...
+    @property
+    def tags(self) -> list[str]: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+    @property
+    def order_key(self) -> str | None: ...
+    @property
+    def deliver_at(self) -> int | None: ...
+    @property
+    def delay_ms(self) -> int | None: ...
+    @property
+    def ttl_ms(self) -> int | None: ...
+    @property
+    def priority(self) -> int | None: ...
+    @property
+    def destinations(self) -> Sequence[DestinationInput] | None: ...
 
 
 class StoredMessage(

@@ -18,7 +18,6 @@ from mqgate.names import INTERNAL_PREFIXES
 
 RETRY_PREFIX: Final = INTERNAL_PREFIXES[1]
 INBOX_PREFIX: Final = INTERNAL_PREFIXES[2]
-MAX_PRIORITY: Final = 9
 SIDE_QUEUES: Final = 2  # retry, inbox
 
 
@@ -60,10 +59,6 @@ class Layout:
             return Slot(inbox_topic(self.consumer), 0, 0)
         store_queue = index - SIDE_QUEUES
         return Slot(self.topic, store_queue, store_queue // q)
-
-
-def lane_of(priority: int, max_priority: int) -> int:
-    return min(max(priority, 0), max_priority)
 
 
 def store_queue_for(lane: int, queue: int, queues: int) -> int:

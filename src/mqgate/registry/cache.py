@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from mqgate.errors import MqgateError
@@ -25,6 +26,9 @@ class RegistryCache:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._miss_refresh_at = 0.0
+        # Called with each new snapshot (e.g. to make the store topics of new registrations).
+        self.on_change: Callable[[Snapshot], Awaitable[None]] | None = None
+        self.on_change_failures = 0
 
     async def start(self) -> None:
         await asyncio.to_thread(self.registry.create_schema)
@@ -54,6 +58,17 @@ class RegistryCache:
                 if ver == self.snapshot.version:
                     return False
             self.snapshot = await asyncio.to_thread(self.registry.snapshot)
+            if self.on_change is not None:
+                try:
+                    await self.on_change(self.snapshot)
+                except MqgateError as exc:  # e.g. Redis briefly down: the next change retries
+                    self.on_change_failures += 1
+                    log.warning(
+                        "applying registry version %d failed (%d so far): %s",
+                        self.snapshot.version,
+                        self.on_change_failures,
+                        exc.message,
+                    )
             return True
 
     async def refresh_on_miss(self) -> bool:

@@ -178,10 +178,6 @@ class SqlRegistry:
             raise Unavailable(f"registry database error: {exc}") from exc
         return Snapshot(ver, t, p, c)
 
-    def drop_all(self) -> None:
-        """For tests against a shared database."""
-        _meta.drop_all(self.engine)
-
 
 def _row(rec: Any) -> dict[str, Any]:
     return {f.name: getattr(rec, f.name) for f in fields(rec)}

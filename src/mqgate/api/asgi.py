@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from mqgate.gateway.app import build_app
-from mqgate.gateway.http import App
+from mqgate.api.app import build_app
+from mqgate.api.http import App
 from mqgate.settings import load_settings
 
 

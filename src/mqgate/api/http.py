@@ -1,4 +1,9 @@
-"""The ASGI edge: request parsing, routing, the JSON envelope and the one error handler."""
+"""The ASGI edge: routing, roles, request shapes, the JSON envelope and the one error handler.
+
+Each route declares its role and its request shape; the app checks the credential a role needs
+before it reads the body, decodes the request into its shape, applies the limits that are
+settings, lets the role's guard name who is calling, and only then calls the handler.
+"""
 
 from __future__ import annotations
 
@@ -7,42 +12,36 @@ import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
-from urllib.parse import parse_qsl
+from typing import Any, Final, Literal, Protocol
 
 import msgspec
 
-from mqgate.errors import (
-    BadRequest,
-    MethodNotAllowed,
-    MqgateError,
-    NotFound,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-)
+from mqgate.api.decoding import body_fields, content_kind, convert, decode_json, query_fields
+from mqgate.api.shapes import Input, Output
+from mqgate.errors import BadRequest, MethodNotAllowed, MqgateError, NotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
 
-JSON_TYPE: Final = b"application/json"
-FORM_TYPE: Final = b"application/x-www-form-urlencoded"
 _json_encode = msgspec.json.Encoder().encode
-_json_decode = msgspec.json.Decoder().decode
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+# none: anyone; admin: the admin token; producer: the named producer's token (or admin);
+# consumer: the named consumer's token; token: the token of the consumer an ack token names;
+# reader: the admin token or the named consumer's token (a reader of the log).
+Role = Literal["none", "admin", "producer", "consumer", "token", "reader"]
 
 
 @dataclass(slots=True)
 class Request:
     method: str
     path: str
-    params: dict[str, Any]
-    path_params: dict[str, str]
     headers: dict[bytes, bytes]
     client_host: str
-    body: bytes = b""
+    input: Any = None  # the route's request shape, decoded and checked
+    caller: Any = None  # what the role's guard found: a producer, a consumer and token, ...
 
     @property
     def bearer(self) -> str | None:
@@ -68,12 +67,27 @@ Handler = Callable[[Request], Awaitable[Response]]
 @dataclass(slots=True, frozen=True)
 class Route:
     method: str
-    path: str  # segments in braces are path parameters
+    path: str  # segments in braces are path parameters, fields of the shape
     handler: Handler
-    auth: str  # "producer" | "consumer" | "admin" | "none"
+    role: Role
     summary: str
-    params: tuple[tuple[str, str, bool, str], ...] = ()  # (name, type, required, description)
-    body: str = "any"  # "json", "any" (JSON or form), "raw" (JSON the handler decodes) or "none"
+    shape: type[Input] | None = None  # the request; None: the call takes no parameters
+    answer: type[Output] | None = None  # the `result` of a 200 answer (None: not JSON)
+    errors: tuple[int, ...] = ()  # error statuses beyond 400 and those of the role
+    body: Literal["any", "json", "none"] = "any"  # "none": parameters in the query string
+
+
+class Guard(Protocol):
+    def check_credential(self, role: Role, request: Request) -> None:
+        """Refuse, before the body is read, a call that lacks the credential its role needs."""
+
+    async def caller(self, role: Role, request: Request) -> Any:
+        """Who is calling, once the request is decoded (its shape names the producer, ...)."""
+
+
+class Limits(Protocol):
+    def check(self, value: Input) -> None:
+        """Apply the limits that are settings; raise naming the field."""
 
 
 def envelope(status: int, message: str, result: Any) -> bytes:
@@ -123,6 +137,8 @@ class App:
     def __init__(
         self,
         router: Router,
+        guard: Guard,
+        limits: Limits,
         *,
         max_body_bytes: int,
         on_startup: Callable[[], Awaitable[None]],
@@ -130,6 +146,8 @@ class App:
         observe: Callable[[str, float, int], None],
     ) -> None:
         self.router = router
+        self.guard = guard
+        self.limits = limits
         self.max_body_bytes = max_body_bytes
         self.on_startup = on_startup
         self.on_shutdown = on_shutdown
@@ -164,25 +182,15 @@ class App:
         try:
             route, path_params = self.router.match(scope["method"], scope["path"])
             route_name = route.path
-            headers = dict(scope["headers"])
-            params: dict[str, Any] = (
-                dict(parse_qsl(scope["query_string"].decode("latin-1"))) if scope["query_string"] else {}
-            )
-            body = b""
-            if route.body != "none":
-                body = await self._read_body(headers, receive)
-                if body and route.body != "raw":
-                    params.update(parse_body(body, headers.get(b"content-type", b""), route.body))
             client = scope.get("client")
             request = Request(
-                scope["method"],
-                scope["path"],
-                params,
-                path_params,
-                headers,
-                client[0] if client else "",
-                body,
+                scope["method"], scope["path"], dict(scope["headers"]), client[0] if client else ""
             )
+            self.guard.check_credential(route.role, request)
+            body = b"" if route.body == "none" else await self._read_body(request.headers, receive)
+            request.input = self._decode(route, path_params, scope["query_string"], body, request.headers)
+            if route.role != "none":
+                request.caller = await self.guard.caller(route.role, request)
             response = await route.handler(request)
         except MqgateError as exc:
             response = Response(
@@ -207,6 +215,40 @@ class App:
         await send({"type": "http.response.body", "body": body_bytes})
         self.observe(route_name, time.perf_counter() - started, response.status)
 
+    def _decode(
+        self,
+        route: Route,
+        path_params: dict[str, str],
+        query: bytes,
+        body: bytes,
+        headers: dict[bytes, bytes],
+    ) -> Input | None:
+        content_type = headers.get(b"content-type", b"")
+        if route.shape is None:
+            extra = {**query_fields(query), **(body_fields(body, content_type, False) if body else {})}
+            if extra:
+                name = sorted(extra)[0]
+                raise BadRequest(f"{name} is not a parameter of this call", field=name)
+            return None
+        value = None
+        if (
+            body
+            and not query
+            and not path_params
+            and content_kind(content_type) in (b"application/json", b"")
+        ):
+            value = decode_json(body, route.shape)  # the fast path: a valid JSON body
+        if value is None:
+            fields: dict[str, Any] = {**query_fields(query)}
+            if body:
+                fields.update(body_fields(body, content_type, route.body == "json"))
+            elif route.body == "json":
+                body_fields(body, content_type, True)  # refuses a form body
+            fields.update(path_params)
+            value = convert(fields, route.shape)
+        self.limits.check(value)
+        return value
+
     async def _read_body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
@@ -226,27 +268,3 @@ class App:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
-
-
-def parse_body(body: bytes, content_type: bytes, accepts: str) -> dict[str, Any]:
-    kind = content_type.split(b";", 1)[0].strip().lower()
-    if kind == JSON_TYPE or (not kind and body[:1] in (b"{", b"[")):
-        try:
-            data = _json_decode(body)
-        except msgspec.DecodeError as exc:
-            raise BadRequest(f"body is not valid JSON: {exc}", field="body") from exc
-        if not isinstance(data, dict):
-            raise BadRequest("body must be a JSON object", field="body")
-        return data
-    if accepts == "json":
-        raise UnsupportedMediaType(
-            "this call takes a JSON body (Content-Type: application/json)", field="body"
-        )
-    if kind in (FORM_TYPE, b""):
-        try:
-            return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False))
-        except UnicodeDecodeError as exc:
-            raise BadRequest("form body is not UTF-8", field="body") from exc
-    raise UnsupportedMediaType(
-        "body must be application/json or application/x-www-form-urlencoded", field="body"
-    )

@@ -15,7 +15,7 @@ import msgspec
 from mqgate.core.layout import inbox_topic, retry_topic
 from mqgate.core.scheduling import deadline_for, validate_window
 from mqgate.errors import BadRequest, Forbidden, MqgateError
-from mqgate.model import DestinationSpec, NewMessage, StoredMessage
+from mqgate.model import DestinationInput, MessageInput, StoredMessage
 from mqgate.registry.records import ProducerRecord
 from mqgate.scheduler.interface import Destination, Due, Scheduler
 
@@ -28,7 +28,6 @@ CLAIM_MS: Final = 30_000  # a claimer that died gives its claims back after this
 DELIVERY_BATCH: Final = 2_000
 IDLE_RECHECK_S: Final = 1.0
 
-_NO_OVERRIDES: Final = DestinationSpec()
 _encode_held = msgspec.msgpack.Encoder().encode
 _decode_held = msgspec.msgpack.Decoder(tuple[bytes, str]).decode
 _encode_json = msgspec.json.Encoder().encode
@@ -65,7 +64,18 @@ def target_topic(target: str) -> str:
     return inbox_topic(name) if kind == INBOX_TARGET else retry_topic(name)
 
 
-def placements(producer: ProducerRecord, msg: NewMessage, now_ms: int) -> list[Placement]:
+def is_plain(msg: MessageInput) -> bool:
+    """No QoS asked: the fast path."""
+    return (
+        msg.deliver_at is None
+        and msg.delay_ms is None
+        and msg.ttl_ms is None
+        and msg.priority is None
+        and msg.destinations is None
+    )
+
+
+def placements(producer: ProducerRecord, msg: MessageInput, now_ms: int) -> list[Placement]:
     """Resolve a message's destinations (or its producer's topic) with their windows (SPEC S2:
     deadline = start + validity). Permission and lane checks against topics come later."""
     specs = msg.destinations
@@ -89,16 +99,15 @@ def placements(producer: ProducerRecord, msg: NewMessage, now_ms: int) -> list[P
 
 
 def _placement(
-    target: str, label: str | None, msg: NewMessage, d: DestinationSpec | None, now_ms: int, where: str
+    target: str, label: str | None, msg: MessageInput, d: DestinationInput | None, now_ms: int, where: str
 ) -> Placement:
     """The destination's own QoS where it has some, else the message's."""
-    spec = d or _NO_OVERRIDES
-    deliver_at, delay_ms = spec.deliver_at, spec.delay_ms
+    deliver_at, delay_ms = (d.deliver_at, d.delay_ms) if d is not None else (None, None)
     if deliver_at is None and delay_ms is None:
         deliver_at, delay_ms = msg.deliver_at, msg.delay_ms
     start = deliver_at if deliver_at is not None else now_ms + (delay_ms or 0)
-    ttl = spec.ttl_ms or msg.ttl_ms
-    priority = msg.priority if spec.priority is None else spec.priority
+    ttl = (d.ttl_ms if d is not None else None) or msg.ttl_ms
+    priority = msg.priority if d is None or d.priority is None else d.priority
     deadline = deadline_for(start, ttl)
     validate_window(start, deadline, now_ms, start_field=f"{where}deliverAt", deadline_field=f"{where}ttlMs")
     if deadline and deadline < now_ms:

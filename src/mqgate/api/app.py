@@ -10,18 +10,25 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mqgate import redisio
+import msgspec
+
+from mqgate.api.auth import RoleGuard
+from mqgate.api.http import App, Router
+from mqgate.api.limits import SettingsLimits
+from mqgate.api.openapi import build_openapi
+from mqgate.api.routes_admin import AdminRoutes
+from mqgate.api.routes_data import DataRoutes
+from mqgate.api.routes_log import LogRoutes
 from mqgate.fsync import GroupCommitter
-from mqgate.gateway.http import App, Router
-from mqgate.gateway.metrics import Metrics
-from mqgate.gateway.routes import Api
-from mqgate.gateway.service import Gateway
+from mqgate.metrics import Metrics
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.interface import OffsetStore
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Scheduler
+from mqgate.services.context import Context
+from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.interface import MessageStore
@@ -73,6 +80,8 @@ def prepare(settings: Settings) -> None:
     """Checks and one-time setup before any gateway process starts: fail early and clearly."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     if settings.uses_redis:
+        from mqgate import redisio  # an extra: only a Redis store needs it
+
         asyncio.run(redisio.check_reachable(settings.store))
     registry = SqlRegistry(settings.resolved_registry_url())
     try:
@@ -94,6 +103,7 @@ class Backends:
 
 def backends_for(settings: Settings) -> Backends:
     if settings.uses_redis:
+        from mqgate import redisio
         from mqgate.offsets.backends.redis import RedisOffsetStore
         from mqgate.scheduler.backends.redis import RedisScheduler
         from mqgate.store.backends.redis import RedisStore
@@ -139,9 +149,17 @@ def build_app(settings: Settings) -> App:
     registry = RegistryCache(sql, settings.registry_refresh_s)
     metrics = Metrics()
     gateway = Gateway(
-        settings, backends.store, backends.offsets, registry, secret, metrics, backends.scheduler
+        Context(settings, backends.store, backends.offsets, backends.scheduler, registry, metrics, secret)
     )
-    api = Api(gateway, settings, admin_token)
+    limits = SettingsLimits(settings)
+    log_routes = LogRoutes(gateway)
+    routes = [
+        *DataRoutes(gateway).routes(),
+        *log_routes.routes(),
+        *AdminRoutes(gateway, limits).routes(),
+    ]
+    log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
+    guard = RoleGuard(admin_token, gateway.topology, gateway.consuming)
 
     async def startup() -> None:
         await backends.start()
@@ -158,7 +176,9 @@ def build_app(settings: Settings) -> App:
             metrics.child(metrics.errors, route, str(status)).inc()
 
     return App(
-        Router(api.routes()),
+        Router(routes),
+        guard,
+        limits,
         max_body_bytes=settings.max_request_bytes,
         on_startup=startup,
         on_shutdown=shutdown,

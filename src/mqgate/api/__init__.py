@@ -1,0 +1,1 @@
+"""The HTTP edge: ASGI app, router with roles, request and answer shapes, one module of routes per area."""

@@ -1,0 +1,247 @@
+"""Administration: topics, producers and consumers (SPEC G2) and their operation (SPEC G9)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from mqgate.api import shapes as s
+from mqgate.api.http import Request, Response, Route
+from mqgate.api.limits import SettingsLimits
+from mqgate.errors import BadRequest
+from mqgate.names import INTERNAL_PREFIXES
+from mqgate.registry.records import TopicRecord
+from mqgate.services.gateway import Gateway
+
+
+def topic_out(t: TopicRecord) -> s.TopicOut:
+    return msgspec.convert(t, s.TopicOut, from_attributes=True)
+
+
+def out(value: Any, shape: type[s.Output]) -> Any:
+    """A service's answer (a dataclass) as its wire shape."""
+    return msgspec.convert(value, shape, from_attributes=True)
+
+
+class AdminRoutes:
+    def __init__(self, gateway: Gateway, limits: SettingsLimits) -> None:
+        self.gw = gateway
+        self.limits = limits
+
+    async def create_topic(self, req: Request) -> Response:
+        inp: s.TopicIn = req.input
+        if inp.name.startswith(INTERNAL_PREFIXES):
+            raise BadRequest(f"topic names starting with {inp.name[0]} are the gateway's own", field="name")
+        rec = await self.gw.topology.create_topic(
+            inp.name,
+            inp.queues or self.limits.default(s.TopicIn, "queues"),
+            inp.retention_ms or self.limits.default(s.TopicIn, "retention_ms"),
+            inp.retention_bytes or None,
+            inp.max_priority,
+        )
+        return Response(topic_out(rec))
+
+    async def list_topics(self, req: Request) -> Response:
+        topics = self.gw.ctx.registry.snapshot.topics.values()
+        return Response(s.TopicsOut(topics=[topic_out(t) for t in topics]))
+
+    async def register_producer(self, req: Request) -> Response:
+        inp: s.ProducerIn = req.input
+        rec, token = await self.gw.topology.register_producer(inp.name, inp.topic, inp.destinations)
+        return Response(
+            s.ProducerOut(name=rec.name, topic=rec.topic, destinations=rec.allowed(), token=token)
+        )
+
+    async def register_consumer(self, req: Request) -> Response:
+        inp: s.ConsumerIn = req.input
+        rec, token = await self.gw.topology.register_consumer(
+            inp.name,
+            inp.topic,
+            inp.mode,
+            inp.start,
+            inp.lock_timeout_s or self.limits.default(s.ConsumerIn, "lock_timeout_s"),
+            inp.max_attempts or self.limits.default(s.ConsumerIn, "max_attempts"),
+        )
+        return Response(
+            s.ConsumerRegisteredOut(
+                name=rec.name, topic=rec.topic, mode=rec.mode, start=rec.start, token=token
+            )
+        )
+
+    async def list_consumers(self, req: Request) -> Response:
+        consumers = [
+            s.ConsumerOut(
+                name=c.name,
+                topic=c.topic,
+                mode=c.mode,
+                paused=c.paused,
+                rate_limit=c.rate_limit_per_s,
+                alert_backlog=c.alert_backlog,
+            )
+            for c in self.gw.ctx.registry.snapshot.consumers.values()
+        ]
+        return Response(s.ConsumersOut(consumers=consumers))
+
+    async def progress(self, req: Request) -> Response:
+        return Response(out(await self.gw.operations.progress(req.input.name), s.ProgressOut))
+
+    async def reset(self, req: Request) -> Response:
+        inp: s.ResetIn = req.input
+        progress = await self.gw.operations.reset(
+            inp.name,
+            inp.to,
+            offset=inp.offset,
+            timestamp_ms=inp.timestamp,
+            queue=inp.queue,
+            client_id=inp.client_id,
+        )
+        return Response(out(progress, s.ProgressOut))
+
+    async def pause(self, req: Request) -> Response:
+        c = await self.gw.topology.update_consumer(req.input.name, paused=True)
+        return Response(s.PausedOut(name=c.name, paused=c.paused))
+
+    async def resume(self, req: Request) -> Response:
+        c = await self.gw.topology.update_consumer(req.input.name, paused=False)
+        return Response(s.PausedOut(name=c.name, paused=c.paused))
+
+    async def rate_limit(self, req: Request) -> Response:
+        inp: s.RateLimitIn = req.input
+        c = await self.gw.topology.update_consumer(inp.name, rate_limit_per_s=inp.messages_per_second)
+        return Response(s.RateLimitOut(name=c.name, messages_per_second=c.rate_limit_per_s))
+
+    async def alert(self, req: Request) -> Response:
+        inp: s.AlertIn = req.input
+        c = await self.gw.topology.update_consumer(inp.name, alert_backlog=inp.backlog)
+        return Response(s.AlertSetOut(name=c.name, backlog=c.alert_backlog))
+
+    async def alerts(self, req: Request) -> Response:
+        alerts = await self.gw.operations.alerts()
+        return Response(s.AlertsOut(alerts=[out(a, s.AlertOut) for a in alerts]))
+
+    def routes(self) -> list[Route]:
+        consumer = "/admin/consumers/{name}"
+        return [
+            Route(
+                "POST",
+                "/admin/topics",
+                self.create_topic,
+                "admin",
+                "Create a topic",
+                s.TopicIn,
+                s.TopicOut,
+                (404, 409),
+            ),
+            Route(
+                "GET",
+                "/admin/topics",
+                self.list_topics,
+                "admin",
+                "List topics",
+                None,
+                s.TopicsOut,
+                body="none",
+            ),
+            Route(
+                "POST",
+                "/admin/producers",
+                self.register_producer,
+                "admin",
+                "Register a producer; its token is shown once (SPEC G2)",
+                s.ProducerIn,
+                s.ProducerOut,
+                (404, 409),
+            ),
+            Route(
+                "POST",
+                "/admin/consumers",
+                self.register_consumer,
+                "admin",
+                "Register a consumer; its token is shown once (SPEC G2)",
+                s.ConsumerIn,
+                s.ConsumerRegisteredOut,
+                (404, 409),
+            ),
+            Route(
+                "GET",
+                "/admin/consumers",
+                self.list_consumers,
+                "admin",
+                "List consumers",
+                None,
+                s.ConsumersOut,
+                body="none",
+            ),
+            Route(
+                "GET",
+                consumer + "/progress",
+                self.progress,
+                "admin",
+                "Per-queue progress, lag, locks and dead letters of a consumer (SPEC G9)",
+                s.NamedIn,
+                s.ProgressOut,
+                (404,),
+                body="none",
+            ),
+            Route(
+                "POST",
+                consumer + "/reset",
+                self.reset,
+                "admin",
+                "Reset committed offsets: re-consume or skip backlog (SPEC G9)",
+                s.ResetIn,
+                s.ProgressOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                consumer + "/pause",
+                self.pause,
+                "admin",
+                "Pause a consumer",
+                s.NamedIn,
+                s.PausedOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                consumer + "/resume",
+                self.resume,
+                "admin",
+                "Resume a consumer",
+                s.NamedIn,
+                s.PausedOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                consumer + "/rate-limit",
+                self.rate_limit,
+                "admin",
+                "Limit a consumer's pull rate",
+                s.RateLimitIn,
+                s.RateLimitOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                consumer + "/alert",
+                self.alert,
+                "admin",
+                "Alert when a consumer's backlog passes a threshold",
+                s.AlertIn,
+                s.AlertSetOut,
+                (404,),
+            ),
+            Route(
+                "GET",
+                "/admin/alerts",
+                self.alerts,
+                "admin",
+                "Active backlog alerts",
+                None,
+                s.AlertsOut,
+                body="none",
+            ),
+        ]

@@ -1,0 +1,145 @@
+"""The data path: produce, pull, ack, release, extend (SPEC G3-G6, G8)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from mqgate.api import shapes as s
+from mqgate.api.http import Request, Response, Route
+from mqgate.services.consume import FOUND, RATE_LIMITED, PullResult
+from mqgate.services.gateway import Gateway
+
+_STATUS_MESSAGE: Final = {FOUND: "ok"}
+
+
+def found_body(result: PullResult, broker: str) -> bytes:
+    """The FOUND answer, assembled from the stored JSON objects: each gets its delivery
+    fields appended in place of its closing brace, nothing is decoded or re-encoded."""
+    assert result.messages is not None and result.request_id is not None
+    head = b',"broker":' + msgspec.json.encode(broker) + b',"queue":%d,"offset":' % result.queue
+    tail = b',"reconsumeTimes":%d}' % result.reconsume_times
+    items = b",".join([payload[:-1] + head + b"%d" % offset + tail for offset, payload in result.messages])
+    ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
+    return b'{"status":200,"message":"ok","result":{"status":"FOUND","requestId":"%b"%b,"msgList":[%b]}}' % (
+        result.request_id.encode(),
+        ack,
+        items,
+    )
+
+
+class DataRoutes:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+
+    async def produce(self, req: Request) -> Response:
+        receipts = await self.gw.producing.produce(req.caller, [req.input])
+        # One destination: its receipt, as always; several: one receipt per destination.
+        return Response(receipts[0] if len(receipts) == 1 else {"receipts": receipts})
+
+    async def produce_batch(self, req: Request) -> Response:
+        return Response({"receipts": await self.gw.producing.produce(req.caller, req.input.messages)})
+
+    async def pull(self, req: Request) -> Response:
+        inp: s.PullIn = req.input
+        owner = f"{req.client_host}/{inp.client_id}" if inp.client_id else req.client_host
+        result = await self.gw.consuming.pull(
+            req.caller,
+            client_id=inp.client_id,
+            max_count=inp.max,
+            wait_s=inp.wait,
+            request_id=inp.request_id,
+            owner=owner,
+        )
+        if result.status == FOUND and result.messages:
+            return Response(raw_body=found_body(result, self.gw.ctx.store.broker))
+        answer = s.PullOut(status=result.status, request_id=None, ack=result.ack, msg_list=[])  # type: ignore[arg-type]
+        if result.status == RATE_LIMITED:
+            retry = max(1, round(result.retry_after_s + 0.5))
+            return Response(
+                answer, status=429, message="rate limited", headers=[(b"retry-after", str(retry).encode())]
+            )
+        return Response(answer, message=_STATUS_MESSAGE.get(result.status, result.status.lower()))
+
+    async def ack(self, req: Request) -> Response:
+        caller = req.caller
+        await self.gw.consuming.ack(caller.consumer, caller.token)
+        return Response(s.AckOut(queue=caller.token.queue, committed=caller.token.next_offset))
+
+    async def release(self, req: Request) -> Response:
+        caller = req.caller
+        await self.gw.consuming.release(caller.consumer, caller.token)
+        return Response(s.AckOut(queue=caller.token.queue, committed=caller.token.offset))
+
+    async def extend(self, req: Request) -> Response:
+        caller = req.caller
+        seconds = req.input.seconds or caller.consumer.lock_timeout_s
+        await self.gw.consuming.extend(caller.consumer, caller.token, seconds)
+        return Response(s.ExtendOut(queue=caller.token.queue, extended_by_seconds=seconds))
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(
+                "POST",
+                "/mq/produce",
+                self.produce,
+                "producer",
+                "Produce one message (SPEC G3, S1)",
+                s.ProduceIn,
+                s.ReceiptOut,
+                (404, 413),
+            ),
+            Route(
+                "POST",
+                "/mq/produce/batch",
+                self.produce_batch,
+                "producer",
+                "Produce a batch of messages",
+                s.ProduceBatchIn,
+                s.ReceiptsOut,
+                (404, 413, 415),
+                body="json",
+            ),
+            Route(
+                "GET",
+                "/mq/message",
+                self.pull,
+                "consumer",
+                "Pull a batch from one locked queue (SPEC G4)",
+                s.PullIn,
+                s.PullOut,
+                (404, 429),
+                body="none",
+            ),
+            Route(
+                "POST",
+                "/mq/ack",
+                self.ack,
+                "token",
+                "Commit a pulled batch (SPEC G5)",
+                s.TokenIn,
+                s.AckOut,
+                (409,),
+            ),
+            Route(
+                "POST",
+                "/mq/release",
+                self.release,
+                "token",
+                "Give a pulled batch back without commit: it is delivered again after a backoff (SPEC S5)",
+                s.TokenIn,
+                s.AckOut,
+                (409,),
+            ),
+            Route(
+                "POST",
+                "/mq/extend",
+                self.extend,
+                "token",
+                "Keep a pulled batch's lock longer",
+                s.ExtendIn,
+                s.ExtendOut,
+                (409,),
+            ),
+        ]

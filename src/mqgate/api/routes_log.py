@@ -1,0 +1,114 @@
+"""Reading the log by offset and committing a reader's own progress (SPEC D1), and the
+gateway's own endpoints: health, metrics, this API's OpenAPI document."""
+
+from __future__ import annotations
+
+import os
+
+import msgspec
+
+from mqgate.api import shapes as s
+from mqgate.api.auth import Admin
+from mqgate.api.http import Request, Response, Route
+from mqgate.errors import BadRequest
+from mqgate.services.gateway import Gateway
+
+
+def offsets_of(value: dict[str, object]) -> dict[int, int]:
+    """{"<store queue>": next offset}, e.g. {"0": 120}; each refusal names the entry."""
+    if not value:
+        raise BadRequest('offsets must be a non-empty object such as {"0": 120}', field="offsets")
+    if len(value) > s.MAX_STORE_QUEUES:
+        raise BadRequest(f"offsets names at most {s.MAX_STORE_QUEUES} queues", field="offsets")
+    out: dict[int, int] = {}
+    for key, offset in value.items():
+        where = f"offsets.{key}"
+        if not (key.isdigit() and len(key) <= 6):
+            raise BadRequest("queue numbers must be decimal strings", field=where)
+        if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= s.MAX_OFFSET:
+            raise BadRequest(f"offset must be an integer between 0 and {s.MAX_OFFSET}", field=where)
+        out[int(key)] = offset
+    return out
+
+
+class LogRoutes:
+    def __init__(self, gateway: Gateway) -> None:
+        self.gw = gateway
+        self.openapi_bytes = b""
+
+    async def bounds(self, req: Request) -> Response:
+        topic = req.input.topic
+        bounds = await self.gw.log_reading.bounds(topic)
+        queues = [s.BoundOut(queue=b.queue, min=b.min, max=b.max) for b in bounds]
+        return Response(s.BoundsOut(topic=topic, broker=self.gw.ctx.store.broker, queues=queues))
+
+    async def read(self, req: Request) -> Response:
+        inp: s.ReadIn = req.input
+        start, raw = await self.gw.log_reading.read(inp.topic, inp.queue, inp.offset, inp.max)
+        broker = msgspec.json.encode(self.gw.ctx.store.broker)
+        head = b',"broker":' + broker + b',"queue":%d,"offset":' % inp.queue
+        items = b",".join([payload[:-1] + head + b"%d}" % o for o, payload in raw])
+        end = raw[-1][0] + 1 if raw else start
+        return Response(
+            raw_body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
+            b'"offset":%d,"next":%d,"msgList":[%b]}}'
+            % (msgspec.json.encode(inp.topic), broker, inp.queue, start, end, items)
+        )
+
+    async def commit(self, req: Request) -> Response:
+        inp: s.CommitIn = req.input
+        consumer = req.caller
+        if isinstance(consumer, Admin):
+            consumer = await self.gw.topology.consumer(inp.consumer)
+        committed = await self.gw.log_reading.commit(consumer, offsets_of(inp.offsets))
+        queues = [s.CommittedOut(queue=q, committed=c) for q, c in committed.items()]
+        return Response(s.CommitOut(consumer=inp.consumer, queues=queues))
+
+    async def healthz(self, req: Request) -> Response:
+        return Response(s.HealthOut(healthy=True, broker=self.gw.ctx.store.broker, pid=os.getpid()))
+
+    async def metrics(self, req: Request) -> Response:
+        await self.gw.operations.refresh_lag_metrics()
+        return Response(raw_body=self.gw.ctx.metrics.render(), content_type=b"text/plain; version=0.0.4")
+
+    async def openapi(self, req: Request) -> Response:
+        return Response(raw_body=self.openapi_bytes)
+
+    def routes(self) -> list[Route]:
+        return [
+            Route(
+                "GET",
+                "/mq/bounds",
+                self.bounds,
+                "reader",
+                "Oldest and next offset of each of a topic's store queues (admin or a consumer of the topic)",
+                s.BoundsIn,
+                s.BoundsOut,
+                (404,),
+                body="none",
+            ),
+            Route(
+                "GET",
+                "/mq/read",
+                self.read,
+                "reader",
+                "Read a store queue by offset, without locks or commits (admin or a consumer of the topic)",
+                s.ReadIn,
+                s.ReadOut,
+                (404,),
+                body="none",
+            ),
+            Route(
+                "POST",
+                "/mq/commit",
+                self.commit,
+                "reader",
+                "Raise a cluster consumer's committed offsets, never lowering one (its token or admin)",
+                s.CommitIn,
+                s.CommitOut,
+                (404,),
+            ),
+            Route("GET", "/healthz", self.healthz, "none", "Liveness", None, s.HealthOut, body="none"),
+            Route("GET", "/metrics", self.metrics, "none", "Prometheus metrics (text)", body="none"),
+            Route("GET", "/openapi.json", self.openapi, "none", "This document (OpenAPI 3.1)", body="none"),
+        ]

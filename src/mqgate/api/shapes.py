@@ -1,0 +1,407 @@
+"""Every request and answer of the HTTP API as a msgspec Struct: the one source of decoding,
+validation, error messages and the OpenAPI document. Limits that are settings (message size,
+batch size, pull size, long-poll time) are in `SETTINGS_LIMITS`, applied and documented from
+there; the others are protocol constants, as `Meta` constraints here."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Final, Literal
+
+import msgspec
+from msgspec import Meta
+
+from mqgate.core.scheduling import MAX_DESTINATIONS, MAX_PRIORITY
+
+MAX_QUEUES: Final = 256
+MAX_STORE_QUEUES: Final = MAX_QUEUES * (MAX_PRIORITY + 1)
+MAX_LOCK_TIMEOUT_S: Final = 12 * 3600.0
+MAX_ATTEMPTS: Final = 1000
+MAX_READ_MESSAGES: Final = 10_000
+MAX_LIST_ITEMS: Final = 32
+MAX_ITEM_CHARS: Final = 256
+MAX_PROPERTIES: Final = 64
+MAX_PROPERTY_VALUE_CHARS: Final = 4096
+DAY_MS: Final = 24 * 3600 * 1000
+MAX_DELAY_MS: Final = 365 * DAY_MS  # how far ahead a message may be scheduled
+MAX_TTL_MS: Final = 10 * 365 * DAY_MS
+MAX_EPOCH_MS: Final = 2**47 - 1
+MAX_OFFSET: Final = 2**62
+NAME_PATTERN: Final = r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
+# A topic name, or one of a consumer's own topics (dead letters, retry, inbox).
+TOPIC_PATTERN: Final = r"^(%DLQ%|%RETRY%|%INBOX%)?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
+
+Name = Annotated[str, Meta(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; 1-128")]
+TopicName = Annotated[str, Meta(pattern=TOPIC_PATTERN, description="a topic name")]
+Item = Annotated[str, Meta(max_length=MAX_ITEM_CHARS)]
+Items = Annotated[list[Item], Meta(max_length=MAX_LIST_ITEMS)]
+Properties = Annotated[
+    dict[
+        Annotated[str, Meta(min_length=1, max_length=MAX_ITEM_CHARS)],
+        Annotated[str, Meta(max_length=MAX_PROPERTY_VALUE_CHARS)],
+    ],
+    Meta(max_length=MAX_PROPERTIES, description="string to string map"),
+]
+EpochMs = Annotated[int, Meta(ge=0, le=MAX_EPOCH_MS, description="epoch milliseconds")]
+DelayMs = Annotated[int, Meta(ge=0, le=MAX_DELAY_MS)]
+TtlMs = Annotated[int, Meta(ge=1, le=MAX_TTL_MS, description="validity from the start of delivery")]
+Priority = Annotated[int, Meta(ge=0, le=MAX_PRIORITY, description="higher is delivered first")]
+Offset = Annotated[int, Meta(ge=0, le=MAX_OFFSET)]
+
+
+class Input(msgspec.Struct, forbid_unknown_fields=True, rename="camel", kw_only=True, frozen=True):
+    """Base of every request shape: unknown fields are refused, wire names are camelCase."""
+
+
+def _one_timing(deliver_at: int | None, delay_ms: int | None) -> None:
+    if deliver_at is not None and delay_ms is not None:
+        raise ValueError("delayMs: give deliverAt or delayMs, not both")
+
+
+class DestinationIn(Input, kw_only=True, frozen=True):
+    """A topic or a consumer's inbox, with QoS overriding the message's (SPEC S1)."""
+
+    topic: TopicName | None = None
+    consumer: Name | None = None
+    deliver_at: EpochMs | None = None
+    delay_ms: DelayMs | None = None
+    ttl_ms: TtlMs | None = None
+    priority: Priority | None = None
+
+    def __post_init__(self) -> None:
+        if (self.topic is None) == (self.consumer is None):
+            raise ValueError("needs exactly one of topic or consumer")
+        _one_timing(self.deliver_at, self.delay_ms)
+
+
+class MessageIn(Input, kw_only=True, frozen=True):
+    """One message (SPEC G3, S1): its body, keys, tags, properties and optional QoS."""
+
+    body: str = msgspec.field(name="message")
+    keys: Items = []
+    tags: Items = []
+    properties: Properties = {}
+    order_key: str | None = None
+    deliver_at: EpochMs | None = None
+    delay_ms: DelayMs | None = None
+    ttl_ms: TtlMs | None = None
+    priority: Priority | None = None
+    destinations: Annotated[list[DestinationIn], Meta(min_length=1, max_length=MAX_DESTINATIONS)] | None = (
+        None
+    )
+
+    def __post_init__(self) -> None:
+        _one_timing(self.deliver_at, self.delay_ms)
+
+
+class ProduceIn(MessageIn, kw_only=True, frozen=True):
+    producer: Name
+
+
+class ProduceBatchIn(Input, kw_only=True, frozen=True):
+    producer: Name
+    messages: Annotated[list[MessageIn], Meta(min_length=1)]
+
+
+class PullIn(Input, kw_only=True, frozen=True):
+    topic: TopicName
+    consumer: Name
+    request_id: str | None = None
+    client_id: Name | None = None
+    max: Annotated[int, Meta(ge=1)] = 32
+    wait: Annotated[float, Meta(ge=0.0)] = 0.0
+
+
+class TokenIn(Input, kw_only=True, frozen=True):
+    request_id: Annotated[str, Meta(min_length=1, description="the ack token of a pull")]
+
+
+class ExtendIn(TokenIn, kw_only=True, frozen=True):
+    seconds: Annotated[float, Meta(ge=1.0, le=3600.0)] | None = None
+
+
+class BoundsIn(Input, kw_only=True, frozen=True):
+    topic: TopicName
+    consumer: Name | None = None
+
+
+class ReadIn(BoundsIn, kw_only=True, frozen=True):
+    queue: Annotated[int, Meta(ge=0, le=MAX_STORE_QUEUES)]
+    offset: Offset
+    max: Annotated[int, Meta(ge=1, le=MAX_READ_MESSAGES)] = 1000
+
+
+class CommitIn(Input, kw_only=True, frozen=True):
+    consumer: Name
+    # Store queue (a decimal string) -> next offset to read; checked in `commit_offsets`.
+    offsets: dict[str, Any]
+
+
+class TopicIn(Input, kw_only=True, frozen=True):
+    name: Name
+    queues: Annotated[int, Meta(ge=1, le=MAX_QUEUES)] | None = None
+    retention_ms: Annotated[int, Meta(ge=1000, le=2**62)] | None = None
+    retention_bytes: Annotated[int, Meta(ge=0, le=2**62, description="per queue; 0 = unlimited")] = 0
+    max_priority: Annotated[int, Meta(ge=0, le=MAX_PRIORITY)] = 0
+
+
+class ProducerIn(Input, kw_only=True, frozen=True):
+    name: Name
+    topic: TopicName
+    destinations: Annotated[
+        list[Annotated[str, Meta(pattern=r"^(inbox:\*|(inbox:)?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128})$")]],
+        Meta(max_length=MAX_LIST_ITEMS, description="further topics and inbox:<consumer> or inbox:*"),
+    ] = []
+
+
+class ConsumerIn(Input, kw_only=True, frozen=True):
+    name: Name
+    topic: TopicName
+    mode: Literal["cluster", "broadcast"] = "cluster"
+    start: Annotated[str, Meta(pattern=r"^(earliest|latest|[0-9]{1,15})$")] = "earliest"
+    lock_timeout_s: Annotated[float, Meta(ge=1.0, le=MAX_LOCK_TIMEOUT_S)] | None = None
+    max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)] | None = None
+
+
+class NamedIn(Input, kw_only=True, frozen=True):
+    name: Name
+
+
+class ResetIn(NamedIn, kw_only=True, frozen=True):
+    to: Literal["earliest", "latest", "offset", "timestamp"]
+    offset: Offset | None = None
+    timestamp: EpochMs | None = None
+    queue: Annotated[int, Meta(ge=0, le=MAX_STORE_QUEUES)] | None = None
+    client_id: Name | None = None
+
+
+class RateLimitIn(NamedIn, kw_only=True, frozen=True):
+    messages_per_second: Annotated[float, Meta(ge=0.0, le=1e9, description="0 = unlimited")]
+
+
+class AlertIn(NamedIn, kw_only=True, frozen=True):
+    backlog: Annotated[int, Meta(ge=0, le=2**62, description="0 = off")]
+
+
+# --- answers ----------------------------------------------------------------------------
+
+
+class Output(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class ReceiptOut(Output, kw_only=True):
+    msg_id: str
+    broker: str
+    status: Literal["stored", "scheduled"]
+    queue: int | None = None
+    offset: int | None = None
+    destination: str | None = None
+    deliver_at: int | None = None
+    deadline: int | None = None
+
+
+class ReceiptsOut(Output, kw_only=True):
+    receipts: list[ReceiptOut]
+
+
+class DeliveredOut(Output, kw_only=True):
+    message_id: str
+    timestamp: int
+    producer: str
+    message: str
+    keys: list[str]
+    tags: list[str]
+    properties: dict[str, str]
+    priority: int | None = None
+    deliver_at: int | None = None
+    deadline: int | None = None
+    broker: str
+    queue: int
+    offset: int
+    reconsume_times: int
+
+
+class PullOut(Output, kw_only=True):
+    status: Literal["FOUND", "NO_NEW_MSG", "PAUSED", "RATE_LIMITED"]
+    request_id: str | None
+    ack: str | None = None  # outcome of the ack the pull carried: ok or the refusal
+    msg_list: list[DeliveredOut]
+
+
+class AckOut(Output, kw_only=True):
+    queue: int
+    committed: int
+
+
+class ExtendOut(Output, kw_only=True):
+    queue: int
+    extended_by_seconds: float
+
+
+class BoundOut(Output, kw_only=True):
+    queue: int
+    min: int
+    max: int
+
+
+class BoundsOut(Output, kw_only=True):
+    topic: str
+    broker: str
+    queues: list[BoundOut]
+
+
+class ReadMessageOut(Output, kw_only=True):
+    message_id: str
+    timestamp: int
+    producer: str
+    message: str
+    keys: list[str]
+    tags: list[str]
+    properties: dict[str, str]
+    broker: str
+    queue: int
+    offset: int
+
+
+class ReadOut(Output, kw_only=True):
+    topic: str
+    broker: str
+    queue: int
+    offset: int
+    next: int
+    msg_list: list[ReadMessageOut]
+
+
+class CommittedOut(Output, kw_only=True):
+    queue: int
+    committed: int
+
+
+class CommitOut(Output, kw_only=True):
+    consumer: str
+    queues: list[CommittedOut]
+
+
+class TopicOut(Output, kw_only=True):
+    name: str
+    queues: int
+    retention_ms: int
+    retention_bytes: int | None
+    max_priority: int
+
+
+class TopicsOut(Output, kw_only=True):
+    topics: list[TopicOut]
+
+
+class ProducerOut(Output, kw_only=True):
+    name: str
+    topic: str
+    destinations: list[str]
+    token: str
+
+
+class ConsumerRegisteredOut(Output, kw_only=True):
+    name: str
+    topic: str
+    mode: str
+    start: str
+    token: str
+
+
+class ConsumerOut(Output, kw_only=True):
+    name: str
+    topic: str
+    mode: str
+    paused: bool
+    rate_limit: float
+    alert_backlog: int
+
+
+class ConsumersOut(Output, kw_only=True):
+    consumers: list[ConsumerOut]
+
+
+class QueueProgressOut(Output, kw_only=True):
+    client_id: str | None
+    broker: str
+    queue: int
+    source: str
+    lane: int
+    min: int
+    max: int
+    committed: int
+    lag: int
+    locked: bool
+    lock_age_ms: int | None
+    lock_owner: str | None
+    last_access_ms: int | None
+    attempts: int
+    dead_lettered: int
+
+
+class ProgressOut(Output, kw_only=True):
+    consumer: str
+    topic: str
+    mode: str
+    paused: bool
+    rate_limit: float
+    alert_backlog: int
+    lag: int
+    dead_lettered: int
+    queues: list[QueueProgressOut]
+
+
+class PausedOut(Output, kw_only=True):
+    name: str
+    paused: bool
+
+
+class RateLimitOut(Output, kw_only=True):
+    name: str
+    messages_per_second: float
+
+
+class AlertSetOut(Output, kw_only=True):
+    name: str
+    backlog: int
+
+
+class AlertOut(Output, kw_only=True):
+    consumer: str
+    topic: str
+    lag: int
+    threshold: int
+
+
+class AlertsOut(Output, kw_only=True):
+    alerts: list[AlertOut]
+
+
+class HealthOut(Output, kw_only=True):
+    healthy: bool
+    broker: str
+    pid: int
+
+
+class ErrorOut(Output, kw_only=True):
+    code: str
+    field: str | None
+
+
+# (shape, field) -> (Settings attribute, how it limits the field). "max": a number's maximum;
+# "max_items": a list's length; "max_bytes": a string's UTF-8 size (413 when over).
+SETTINGS_LIMITS: Final[dict[tuple[type[Input], str], tuple[str, str]]] = {
+    (PullIn, "max"): ("max_pull_messages", "max"),
+    (PullIn, "wait"): ("max_wait_s", "max"),
+    (ProduceIn, "body"): ("max_message_bytes", "max_bytes"),
+    (MessageIn, "body"): ("max_message_bytes", "max_bytes"),
+    (ProduceBatchIn, "messages"): ("max_batch_messages", "max_items"),
+}
+# (shape, field) -> the Settings attribute that is its default when it is left out.
+SETTINGS_DEFAULTS: Final[dict[tuple[type[Input], str], str]] = {
+    (TopicIn, "queues"): "default_queues",
+    (TopicIn, "retention_ms"): "default_retention_ms",
+    (ConsumerIn, "lock_timeout_s"): "default_lock_timeout_s",
+    (ConsumerIn, "max_attempts"): "default_max_attempts",
+}

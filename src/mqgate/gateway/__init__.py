@@ -1,1 +1,0 @@
-"""The HTTP gateway: the service logic and its ASGI edge."""

@@ -1,0 +1,235 @@
+"""Consume (SPEC G4-G6, G8): pull a batch from one locked queue, ack, release, extend."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+
+from mqgate.core.acks import AckRefusal
+from mqgate.core.layout import Layout
+from mqgate.core.scheduling import is_expired
+from mqgate.core.tokens import AckToken, decode_token, encode_token
+from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
+from mqgate.model import MODE_CLUSTER, StoredMessage
+from mqgate.names import validate_name
+from mqgate.offsets.interface import Lease
+from mqgate.registry.records import ConsumerRecord
+from mqgate.services.context import Context, now_ms
+from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
+from mqgate.services.topology import Topology
+
+FOUND: Final = "FOUND"
+NO_NEW_MSG: Final = "NO_NEW_MSG"
+PAUSED: Final = "PAUSED"
+RATE_LIMITED: Final = "RATE_LIMITED"
+# A waiting pull re-checks at least this often, so it notices an expired lock in time.
+LOCK_RECHECK_S: Final = 1.0
+# How long a released batch stays locked while it is handed to the scheduler.
+RELEASE_HOLD_S: Final = 30.0
+_MARK_DEADLINE: Final = b'"deadline":'
+_decode_stored = msgspec.json.Decoder(StoredMessage).decode
+
+
+@dataclass(slots=True)
+class PullResult:
+    status: str
+    request_id: str | None = None
+    queue: int = -1
+    messages: list[tuple[int, bytes]] | None = None  # (offset, stored JSON object)
+    reconsume_times: int = 0
+    ack: str | None = None  # outcome of the ack carried by the pull, if any
+    retry_after_s: float = 0.0
+
+
+class Consuming:
+    def __init__(self, ctx: Context, topology: Topology) -> None:
+        self.ctx = ctx
+        self.topology = topology
+        self.redelivery = Redelivery(ctx)
+        self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
+
+    def token(self, request_id: str) -> AckToken:
+        """The ack token a requestId carries, if this gateway cluster signed it."""
+        return decode_token(request_id, self.ctx.secret)
+
+    async def pull(
+        self,
+        c: ConsumerRecord,
+        *,
+        client_id: str | None,
+        max_count: int,
+        wait_s: float,
+        request_id: str | None,
+        owner: str,
+    ) -> PullResult:
+        ctx = self.ctx
+        ack_outcome: str | None = None
+        if request_id:
+            token = self.token(request_id)
+            if token.consumer != c.name:
+                raise Forbidden("requestId belongs to another consumer", field="requestId")
+            refusal = await ctx.offsets.ack(token, now_ms())
+            ack_outcome = refusal or "ok"
+            if refusal is None:
+                ctx.store.wake(c.topic)
+            ctx.metrics.child(ctx.metrics.acks, c.name, ack_outcome).inc()
+        if c.paused:
+            return PullResult(PAUSED, ack=ack_outcome)
+        table_client = self._table_client(c, client_id)
+        granted = max_count
+        limited = c.rate_limit_per_s > 0
+        if limited:
+            granted, retry_after_s = await ctx.offsets.take_tokens(
+                c.name, c.rate_limit_per_s, max_count, now_ms()
+            )
+            if granted == 0:
+                return PullResult(RATE_LIMITED, ack=ack_outcome, retry_after_s=retry_after_s)
+        deadline = time.monotonic() + wait_s
+        layout = await self.topology.layout(c)
+        while True:
+            lease = await self._lease(c, layout, table_client, granted, owner)
+            if lease is not None:
+                found = await self._serve(c, layout, table_client, lease)
+                if found is not None:
+                    offset_end, msgs, reconsumed = found
+                    if limited and granted > len(msgs):
+                        await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted - len(msgs))
+                    token = AckToken(
+                        c.name,
+                        table_client,
+                        ctx.store.broker,
+                        lease.queue,
+                        lease.offset,
+                        offset_end,
+                        lease.lock_ts,
+                    )
+                    ctx.metrics.child(ctx.metrics.consumed, c.name).inc(len(msgs))
+                    return PullResult(
+                        FOUND,
+                        request_id=encode_token(token, ctx.secret),
+                        queue=lease.queue,
+                        messages=msgs,
+                        reconsume_times=reconsumed,
+                        ack=ack_outcome,
+                    )
+                continue  # the lease was settled without delivering (dead letters, redelivery)
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                if limited:
+                    await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
+                return PullResult(NO_NEW_MSG, ack=ack_outcome)
+            waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
+            waiting.inc()
+            try:
+                await ctx.store.wait_for_data(c.topic, min(remaining, LOCK_RECHECK_S))
+            finally:
+                waiting.dec()
+
+    async def _serve(
+        self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
+    ) -> tuple[int, list[tuple[int, bytes]], int] | None:
+        """What a lease delivers: (end offset, messages, reconsume count), or None when the
+        batch went elsewhere instead (dead letters; redelivery with backoff, SPEC S5; all expired)."""
+        store = self.ctx.store
+        slot = layout.slot(lease.queue)
+        count = lease.next_offset - lease.offset
+        if lease.dead_letter:
+            msgs = await store.read(slot.topic, slot.queue, lease.offset, count)
+            await self.redelivery.settle_elsewhere(c, client, lease, msgs, msgs, DLQ_REASON_ATTEMPTS)
+            return None
+        if lease.attempts > 1 and c.mode == MODE_CLUSTER:
+            # Delivered before and not acked (lock expired or released): back off, through the
+            # scheduler, instead of handing the same batch out again at once.
+            msgs = await store.read(slot.topic, slot.queue, lease.offset, count)
+            await self.redelivery.later(c, client, lease, msgs, lease.attempts - 1)
+            return None
+        raw = await store.read_raw(slot.topic, slot.queue, lease.offset, count)
+        if not raw:
+            return None
+        end = raw[-1][0] + 1
+        reconsumed = lease.attempts - 1
+        now = now_ms()
+        live = raw
+        if any(_MARK_DEADLINE in r for _, r in raw) or slot.topic != c.topic:
+            decoded = [(o, _decode_stored(r)) for o, r in raw]
+            expired = [(o, m) for o, m in decoded if is_expired(m.deadline_ms or 0, now)]
+            if expired:
+                gone = {o for o, _ in expired}
+                live = [(o, r) for o, r in raw if o not in gone]
+                self.ctx.metrics.child(self.ctx.metrics.expired, c.name).inc(len(expired))
+                if not live:
+                    await self.redelivery.settle_elsewhere(
+                        c, client, lease, decoded, expired, DLQ_REASON_EXPIRED, end
+                    )
+                    return None
+                await self.redelivery.to_dead_letters(c, client, lease, expired, DLQ_REASON_EXPIRED)
+            reconsumed += max((deliveries(m) for _, m in decoded), default=0)
+        return end, live, reconsumed
+
+    def _table_client(self, c: ConsumerRecord, client_id: str | None) -> str:
+        if c.mode == MODE_CLUSTER:
+            return ""
+        if client_id is None:
+            raise BadRequest(
+                f"clientId is required: consumer {c.name} is a broadcast consumer", field="clientId"
+            )
+        return validate_name(client_id, "clientId")
+
+    async def ensure_table(self, c: ConsumerRecord, layout: Layout, client: str) -> None:
+        """The consumer's (or broadcast client's) offset table covers every queue of `layout`."""
+        key = (c.name, client)
+        if self._table_sizes.get(key, 0) < layout.size:
+            starts = await self.topology.start_offsets(c, layout)
+            await self.ctx.offsets.ensure_table(c.name, client, starts, now_ms())
+            self._table_sizes[key] = layout.size
+
+    async def _lease(
+        self, c: ConsumerRecord, layout: Layout, client: str, max_count: int, owner: str
+    ) -> Lease | None:
+        await self.ensure_table(c, layout, client)
+        bounds = await self.topology.bounds(layout)
+        args: dict[str, Any] = {
+            "now_ms": now_ms(),
+            "max_count": max_count,
+            "lock_timeout_ms": int(c.lock_timeout_s * 1000),
+            "max_attempts": c.max_attempts,
+            "owner": owner,
+        }
+        offsets = self.ctx.offsets
+        try:
+            return await offsets.lease(c.name, client, bounds, **args)
+        except NotFound:  # removed meanwhile (an expired broadcast client): start again
+            self._table_sizes.pop((c.name, client), None)
+            await self.ensure_table(c, layout, client)
+            return await offsets.lease(c.name, client, bounds, **args)
+
+    async def ack(self, c: ConsumerRecord, token: AckToken) -> None:
+        refusal = await self.ctx.offsets.ack(token, now_ms())
+        self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
+        raise_refusal(refusal, "ack")
+        self.ctx.store.wake(c.topic)
+
+    async def release(self, c: ConsumerRecord, token: AckToken) -> None:
+        offsets = self.ctx.offsets
+        if c.mode != MODE_CLUSTER:  # broadcast: delivered again at once to the same client
+            raise_refusal(await offsets.release(token, now_ms()), "release")
+            self.ctx.store.wake(c.topic)
+            return
+        # Hold the lock while the batch is handed to the scheduler, so no one else takes it.
+        raise_refusal(await offsets.extend(token, now_ms(), RELEASE_HOLD_S), "release")
+        slot = (await self.topology.layout(c)).slot(token.queue)
+        count = token.next_offset - token.offset
+        msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
+        lease = Lease(token.queue, token.offset, token.next_offset, token.lock_ts, 1)
+        await self.redelivery.later(c, token.client_id, lease, msgs, 1)
+
+    async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:
+        raise_refusal(await self.ctx.offsets.extend(token, now_ms(), seconds), "extend")
+
+
+def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
+    if refusal is not None:
+        raise Conflict(f"{what} refused: {refusal.replace('_', ' ')}", field="requestId", code=refusal)

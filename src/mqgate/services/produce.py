@@ -1,0 +1,144 @@
+"""Produce (SPEC G3): messages into their queues now, or to the scheduler until they are due
+(SPEC S1-S3), and the delivery of what comes due."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import zlib
+from typing import Final
+
+import msgspec
+
+from mqgate.core.ids import new_message_ids
+from mqgate.core.layout import INBOX_PREFIX, store_queue_for, view_queue
+from mqgate.errors import BadRequest, NotFound
+from mqgate.model import MessageInput, Receipt, StoredMessage
+from mqgate.registry.records import ProducerRecord
+from mqgate.scheduler.interface import Destination, Due
+from mqgate.services.context import Context, now_ms
+from mqgate.services.qos import TOPIC_TARGET, Placement, held_payload, is_plain, placements, split_target
+from mqgate.services.topology import Topology
+
+log = logging.getLogger(__name__)
+
+STORED: Final = "stored"
+SCHEDULED: Final = "scheduled"
+
+
+class Producing:
+    def __init__(self, ctx: Context, topology: Topology) -> None:
+        self.ctx = ctx
+        self.topology = topology
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
+        """The queue of a message: by its order key's hash, else round robin."""
+        if order_key is not None:
+            return zlib.crc32(order_key.encode()) % queues
+        counter = self._round_robin.get(topic)
+        if counter is None:
+            counter = self._round_robin[topic] = itertools.count()
+        return next(counter) % queues
+
+    async def produce(self, producer: ProducerRecord, messages: list[MessageInput]) -> list[Receipt]:
+        topic = await self.topology.topic(producer.topic)
+        ts = now_ms()
+        ids = new_message_ids(ts, len(messages))
+        if not all(is_plain(m) for m in messages):
+            return await self._produce_with_qos(producer, messages, ids, ts)
+        by_queue: dict[int, list[StoredMessage]] = {}
+        placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
+        for m, msg_id in zip(messages, ids, strict=True):
+            q = self.queue_for(topic.name, topic.queues, m.order_key or None)
+            batch = by_queue.setdefault(q, [])
+            placed.append((q, len(batch)))
+            batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties))
+        firsts = await self.ctx.store.append_many(topic.name, by_queue)
+        self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
+        broker = self.ctx.store.broker
+        return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
+
+    async def _produce_with_qos(
+        self, producer: ProducerRecord, messages: list[MessageInput], ids: list[str], ts: int
+    ) -> list[Receipt]:
+        """Destinations due now are stored at once, later ones held by the scheduler (SPEC S1-S3).
+        Everything is validated before anything is written."""
+        # (store topic, placement, message, store queue or -1 when held, queues per lane)
+        plan: list[tuple[str, Placement, StoredMessage, int, int]] = []
+        holds: list[tuple[bytes, list[Destination]]] = []
+        for i, (m, msg_id) in enumerate(zip(messages, ids, strict=True)):
+            stored = StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties)
+            later: list[Destination] = []
+            for pl in placements(producer, m, ts):
+                topic, queues, max_priority = await self.topology.target(pl.target)
+                if pl.priority > max_priority:
+                    raise BadRequest(
+                        f"priority {pl.priority} is above the max priority ({max_priority}) of "
+                        f"{pl.label or topic}; create the topic with a higher maxPriority",
+                        field=f"messages[{i}].priority" if len(messages) > 1 else "priority",
+                    )
+                if pl.start_ms > ts:
+                    later.append(pl.destination())
+                    plan.append((topic, pl, stored, -1, queues))
+                    continue
+                q = store_queue_for(pl.priority, self.queue_for(topic, queues, m.order_key or None), queues)
+                qos = msgspec.structs.replace(
+                    stored,
+                    priority=pl.priority or None,
+                    deliver_at_ms=pl.start_ms if pl.start_ms != ts else None,
+                    deadline_ms=pl.deadline_ms or None,
+                )
+                plan.append((topic, pl, qos, q, queues))
+            if later:
+                holds.append((held_payload(stored, m.order_key or None), later))
+        if holds:
+            await self.ctx.scheduler.hold(holds)
+        by_topic: dict[str, dict[int, list[StoredMessage]]] = {}
+        slots: list[int] = []
+        for topic, _, msg, q, _ in plan:
+            if q >= 0:
+                batch = by_topic.setdefault(topic, {}).setdefault(q, [])
+                slots.append(len(batch))
+                batch.append(msg)
+            else:
+                slots.append(-1)
+        firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in by_topic.items()}
+        for topic, qs in by_topic.items():
+            self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(sum(len(b) for b in qs.values()))
+            if topic.startswith(INBOX_PREFIX):
+                self.topology.wake_reader_of(topic[len(INBOX_PREFIX) :])
+        broker = self.ctx.store.broker
+        receipts = []
+        for (topic, pl, msg, q, queues), slot in zip(plan, slots, strict=True):
+            if q < 0:
+                receipt = Receipt(msg.msg_id, broker, SCHEDULED, None, None, pl.label, pl.start_ms)
+            else:
+                queue, offset = view_queue(q, queues), firsts[topic][q] + slot
+                receipt = Receipt(msg.msg_id, broker, STORED, queue, offset, pl.label, msg.deliver_at_ms)
+            receipts.append(msgspec.structs.replace(receipt, deadline=pl.deadline_ms or None))
+        return receipts
+
+    # --- scheduled delivery -------------------------------------------------------------
+
+    async def deliver_due(self, by_target: dict[str, list[tuple[StoredMessage, str | None, int]]]) -> None:
+        for target, items in by_target.items():
+            try:
+                topic, queues, max_priority = await self.topology.target(target)
+            except NotFound:
+                log.warning("dropping %d scheduled messages: %s no longer exists", len(items), target)
+                continue
+            by_queue: dict[int, list[StoredMessage]] = {}
+            for msg, order_key, priority in items:
+                lane = min(priority, max_priority)
+                by_queue.setdefault(
+                    store_queue_for(lane, self.queue_for(topic, queues, order_key), queues), []
+                ).append(msg)
+            await self.ctx.store.append_many(topic, by_queue)
+            self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
+            kind, name = split_target(target)
+            if kind != TOPIC_TARGET:
+                self.topology.wake_reader_of(name)
+
+    def expired_before_delivery(self, due: Due) -> None:
+        self.ctx.metrics.child(self.ctx.metrics.expired_held, due.destination.target).inc()

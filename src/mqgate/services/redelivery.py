@@ -1,0 +1,114 @@
+"""What happens to a leased batch that is not handed out: redelivery with backoff through the
+scheduler (SPEC S5, G8) or the consumer's dead-letter topic."""
+
+from __future__ import annotations
+
+import logging
+from typing import Final
+
+import msgspec
+
+from mqgate.core.scheduling import redelivery_due
+from mqgate.core.tokens import AckToken
+from mqgate.model import StoredMessage
+from mqgate.names import dlq_topic
+from mqgate.offsets.interface import Lease
+from mqgate.registry.records import ConsumerRecord
+from mqgate.scheduler.interface import Destination
+from mqgate.services.context import Context, now_ms
+from mqgate.services.qos import RETRY_TARGET, held_payload
+
+log = logging.getLogger(__name__)
+
+DLQ_REASON_ATTEMPTS: Final = "max_attempts"
+DLQ_REASON_EXPIRED: Final = "expired"
+# Failed deliveries of a message so far, carried with it through its redeliveries.
+DELIVERIES_PROPERTY: Final = "mq.deliveries"
+
+
+def deliveries(m: StoredMessage) -> int:
+    value = m.properties.get(DELIVERIES_PROPERTY, "0")
+    return int(value) if value.isdigit() else 0
+
+
+class Redelivery:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+
+    async def later(
+        self,
+        c: ConsumerRecord,
+        client: str,
+        lease: Lease,
+        msgs: list[tuple[int, StoredMessage]],
+        failed_now: int,
+    ) -> None:
+        """Hold each message for the consumer's retry queue after its backoff (SPEC S5), or
+        dead-letter it when its deadline or max attempts come first; then commit the batch."""
+        now = now_ms()
+        holds: list[tuple[bytes, list[Destination]]] = []
+        given_up: list[tuple[int, StoredMessage]] = []
+        for o, m in msgs:
+            failures = deliveries(m) + failed_now
+            due = redelivery_due(now, failures, m.deadline_ms or 0, c.max_attempts)
+            if due is None:
+                given_up.append((o, m))
+                continue
+            again = msgspec.structs.replace(
+                m, properties={**m.properties, DELIVERIES_PROPERTY: str(failures)}
+            )
+            target = Destination(RETRY_TARGET + c.name, due, m.deadline_ms or 0, m.priority or 0)
+            holds.append((held_payload(again, None), [target]))
+        if holds:
+            await self.ctx.scheduler.hold(holds)
+        reason = DLQ_REASON_ATTEMPTS
+        if given_up and all(m.deadline_ms for _, m in given_up):
+            reason = DLQ_REASON_EXPIRED
+        await self.settle_elsewhere(c, client, lease, msgs, given_up, reason)
+
+    async def settle_elsewhere(
+        self,
+        c: ConsumerRecord,
+        client: str,
+        lease: Lease,
+        msgs: list[tuple[int, StoredMessage]],
+        dead: list[tuple[int, StoredMessage]],
+        reason: str,
+        end: int | None = None,
+    ) -> None:
+        """Commit a leased batch that was not delivered, after moving `dead` to the dead-letter
+        topic (the rest was held for redelivery)."""
+        if dead:
+            await self.to_dead_letters(c, client, lease, dead, reason)
+        next_offset = end if end is not None else (msgs[-1][0] + 1 if msgs else lease.next_offset)
+        token = AckToken(
+            c.name, client, self.ctx.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
+        )
+        await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
+        self.ctx.store.wake(c.topic)
+
+    async def to_dead_letters(
+        self, c: ConsumerRecord, client: str, lease: Lease, msgs: list[tuple[int, StoredMessage]], reason: str
+    ) -> None:
+        ts = now_ms()
+        moved = [
+            msgspec.structs.replace(
+                m,
+                timestamp_ms=ts,
+                deadline_ms=None,  # dead letters are kept for inspection, not expired again
+                properties={
+                    **m.properties,
+                    "dlq.reason": reason,
+                    "dlq.topic": c.topic,
+                    "dlq.queue": str(lease.queue),
+                    "dlq.offset": str(o),
+                    "dlq.attempts": str(deliveries(m) + lease.attempts),
+                    "dlq.clientId": client,
+                    **({"dlq.deadline": str(m.deadline_ms)} if m.deadline_ms else {}),
+                },
+            )
+            for o, m in msgs
+        ]
+        await self.ctx.store.append(dlq_topic(c.name), 0, moved)
+        self.ctx.metrics.child(self.ctx.metrics.dead_lettered, c.name).inc(len(moved))
+        log.warning("consumer %s: %d messages dead-lettered (%s)", c.name, len(moved), reason)
