@@ -335,7 +335,7 @@ def delete_redis_prefix(url: str, prefix: str) -> int:
 
 def schedule_log_stats(data_dir: Path) -> tuple[int, int]:
     """(records, bytes) of the embedded scheduler's log."""
-    from mqgate.store.backends.embedded.records import iter_payloads
+    from mqgate.durable.framing import iter_payloads
 
     path = data_dir / "scheduler" / "schedule.log"
     data = path.read_bytes() if path.exists() else b""

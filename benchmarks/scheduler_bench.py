@@ -36,7 +36,7 @@ try:
 except ImportError:  # pragma: no cover
     uvloop = None
 
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Destination
 

@@ -13,7 +13,7 @@ import redis
 
 from mqgate import redisio
 from mqgate.core.tokens import AckToken
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.backends.redis import RedisOffsetStore

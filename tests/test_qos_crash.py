@@ -32,7 +32,7 @@ import httpx
 import msgspec
 import pytest
 
-from mqgate.store.backends.embedded.records import iter_payloads
+from mqgate.durable.framing import iter_payloads
 from tests.conftest import Server
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,8 @@ from typing import Any, Protocol
 
 import pytest
 
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import BadRequest
-from mqgate.fsync import GroupCommitter
 from mqgate.redisio import connect
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.backends.redis import RedisScheduler
@@ -272,7 +272,7 @@ def test_expired_destinations_are_handed_out_flagged(run: Callable[[Body], None]
     run(body)
 
 
-# --- settle and postpone ----------------------------------------------------------------------
+# --- settle ----------------------------------------------------------------------------------
 
 
 def test_settle_removes_destinations_then_the_message(run: Callable[[Body], None]) -> None:
@@ -292,25 +292,6 @@ def test_settle_removes_destinations_then_the_message(run: Callable[[Body], None
         assert (stats.held_messages, stats.held_destinations, stats.claimed) == (1, 1, 0)
         s = await h.reopen()
         assert keys(await s.claim_due(NOW + 10_000, 10, 1000)) == [(other, 0)]
-
-    run(body)
-
-
-def test_postpone_moves_the_start_and_keeps_the_attempt_count(run: Callable[[Body], None]) -> None:
-    async def body(h: Harness) -> None:
-        s = h.scheduler
-        [seq] = await s.hold([(b"x", [dest("t", priority=3, deadline=10_000)])])
-        [first] = await s.claim_due(NOW, 1, 60_000)
-        await s.postpone([(seq, 0, NOW + 2000), (10**9, 0, NOW)])
-        assert await s.next_due_ms() == NOW + 2000  # the claim is gone with the old start
-        assert await s.claim_due(NOW + 1999, 10, 60_000) == []
-        [second] = await s.claim_due(NOW + 2000, 10, 60_000)
-        assert second.attempt == first.attempt + 1 == 2
-        assert second.destination == Destination("t", NOW + 2000, NOW + 10_000, 3)
-        await s.postpone([(seq, 0, NOW + 3000)])
-        s = await h.reopen()  # the new start is durable
-        assert await s.next_due_ms() == NOW + 3000
-        assert [d.destination.deliver_at_ms for d in await s.claim_due(NOW + 3000, 10, 1)] == [NOW + 3000]
 
     run(body)
 

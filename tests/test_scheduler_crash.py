@@ -28,10 +28,10 @@ from pathlib import Path
 
 import msgspec
 
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.framing import frame, iter_payloads
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.backends.embedded.log import Add, Mark
-from mqgate.store.backends.embedded.records import frame, iter_payloads
 from tests.conftest import ROOT, wait_until
 
 KILLS = 6
@@ -40,7 +40,7 @@ TEST_BUDGET_S = 18.0
 CHILD = r"""
 import asyncio, random, sys
 from pathlib import Path
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.scheduler.backends.embedded import scheduler as embedded
 from mqgate.scheduler.interface import Destination
 

@@ -7,7 +7,7 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.backends.embedded.log import replay
 from mqgate.scheduler.interface import Destination

@@ -31,8 +31,8 @@ from mqgate.core.scheduling import (
     validate_window,
     window_state,
 )
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import BadRequest
-from mqgate.fsync import GroupCommitter
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Destination, Due
 
@@ -256,15 +256,6 @@ class EmbeddedAgainstModel(RuleBasedStateMachine):
         self._run(self.scheduler.settle(pairs))
         for seq, index in pairs:
             self.model.remove(seq, index)
-
-    @precondition(lambda self: self.model.held)
-    @rule(data=st.data(), later=st.integers(0, 150))
-    def postpone(self, data: st.DataObject, later: int) -> None:
-        seq, index, d = data.draw(st.sampled_from(self.model.live()))
-        at = self.now + later
-        self._run(self.scheduler.postpone([(seq, index, at)]))
-        self.model.held[seq][1][index] = Destination(d.target, at, d.deadline_ms, d.priority)
-        self.model.claims.pop((seq, index), None)
 
     @rule()
     def restart(self) -> None:

@@ -3,7 +3,7 @@
 A held message is a payload plus one or more destinations, each with its own window and
 priority. The gateway's delivery loop claims due destinations, appends each to the queue its
 `target` names (the target is opaque here) and settles it; a destination that could not be
-delivered is postponed (or left to its claim's expiry) and claimed again later.
+delivered is left to its claim's expiry and claimed again then.
 Every method is atomic with respect to every other caller, in any number of gateways sharing
 a backend that is shared (Redis).
 """
@@ -62,7 +62,7 @@ class Scheduler(Protocol):
         included, highest priority first (then earliest start, lowest seq, lowest index).
 
         A claimed destination is not returned again until `now_ms + claim_ms` (the claimer may
-        have died; then it is returned with `attempt` one higher) unless postponed or settled.
+        have died; then it is returned with `attempt` one higher) unless settled.
         """
 
     async def settle(self, done: list[tuple[int, int]]) -> None:
@@ -70,18 +70,13 @@ class Scheduler(Protocol):
         destinations left is rewritten with the rest, one with none left is deleted (SPEC S5).
         Unknown or already settled pairs are ignored. Durable when it returns."""
 
-    async def postpone(self, items: list[tuple[int, int, int]]) -> None:
-        """Move each (seq, index) to a new start time (ms) and drop its claim: a failed delivery
-        retried later (SPEC S5; see core.scheduling.redelivery_due). The attempt count is kept.
-        Unknown or settled pairs are ignored. Durable when it returns."""
-
     async def next_due_ms(self) -> int | None:
         """When `claim_due` will next have something: the earliest start among unclaimed
         destinations (in the past when some are due already) or the earliest claim expiry,
         whichever comes first; None when nothing is held."""
 
     async def wait(self, timeout_s: float) -> None:
-        """Sleep up to `timeout_s`; return early when a hold or postpone makes a destination
+        """Sleep up to `timeout_s`; return early when a hold makes a destination
         due before what `next_due_ms` last said (in any gateway, for a shared backend)."""
 
     async def stats(self) -> SchedulerStats: ...

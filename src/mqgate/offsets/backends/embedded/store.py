@@ -3,14 +3,13 @@
 Single process, single event loop: each method runs without awaiting between its read and
 its write, so each is atomic. What must survive a restart (committed offsets, dead-letter
 counts, broadcast clientIds and when they were last seen) is appended to
-`<data_dir>/offsets/journal.log` (same framing as the message logs) and fsynced through the
+`<data_dir>/offsets/journal.log` (framed by `mqgate.durable`, like the message logs) and fsynced through the
 shared group commit before the call returns. Locks and attempt counts live in memory only:
 after a restart every batch in flight is simply delivered again.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,11 +19,12 @@ from mqgate.core.acks import AckRefusal, ack_refusal
 from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken
+from mqgate.durable.append_file import AppendFile, install, write_new
+from mqgate.durable.framing import frame, iter_payloads
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import NotFound
-from mqgate.fsync import GroupCommitter
 from mqgate.model import QueueBounds
 from mqgate.offsets.interface import Lease, OffsetEntry
-from mqgate.store.backends.embedded.records import frame, iter_payloads
 
 JOURNAL_FILE: Final = "journal.log"
 COMPACT_MIN_RECORDS: Final = 10_000
@@ -41,7 +41,7 @@ class EmbeddedOffsetStore:
         self.committer = committer
         self._tables: dict[TableKey, list[OffsetEntry]] = {}
         self._seen_ms: dict[TableKey, int] = {}
-        self._fd = -1
+        self._journal: AppendFile | None = None
         self._records = 0
         self._buckets: dict[str, TokenBucket] = {}
 
@@ -63,10 +63,10 @@ class EmbeddedOffsetStore:
 
     async def close(self) -> None:
         await self.committer.flush()
-        if self._fd >= 0:
+        if self._journal is not None:
             self._compact()
-            os.close(self._fd)
-            self._fd = -1
+            self._journal.close()
+            self._journal = None
 
     def _replay(self, rec: list[Any]) -> None:
         kind = rec[0]
@@ -101,31 +101,28 @@ class EmbeddedOffsetStore:
     def _compact(self) -> None:
         """Rewrite the journal as one record per table: temp file, fsync, atomic rename."""
         tmp = self._path.with_suffix(".tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(b"".join(frame(_encode(self._table_record(k))) for k in self._tables))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self._path)
-        dir_fd = os.open(self.directory, os.O_RDONLY)
+        journal = write_new(tmp, [b"".join(frame(_encode(self._table_record(k))) for k in self._tables)])
         try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        if self._fd >= 0:
-            old_fd = self._fd
-            self.committer.close_after_next_sync(lambda: os.close(old_fd))
-        self._fd = os.open(self._path, os.O_WRONLY | os.O_APPEND)
+            install(tmp, self._path)
+        except BaseException:
+            journal.close()
+            raise
+        if self._journal is not None:
+            self.committer.close_after_next_sync(self._journal.close)
+        self._journal = journal
         self._records = len(self._tables)
 
     def _log(self, rec: list[Any]) -> None:
-        os.write(self._fd, frame(_encode(rec)))
+        assert self._journal is not None
+        self._journal.append(frame(_encode(rec)))
         self._records += 1
         self.committer.mark_dirty(self)
         if self._records > max(COMPACT_MIN_RECORDS, 4 * len(self._tables)):
             self._compact()
 
     def sync_fds(self) -> list[int]:
-        return [self._fd]
+        assert self._journal is not None
+        return [self._journal.fd]
 
     def after_sync(self) -> None:
         return None
@@ -294,13 +291,6 @@ class EmbeddedOffsetStore:
         if gone:
             await self.committer.durable()
         return gone
-
-    async def drop_group(self, group: str) -> None:
-        for key in [k for k in self._tables if k[0] == group]:
-            del self._tables[key]
-            self._seen_ms.pop(key, None)
-            self._log(["x", key[0], key[1]])
-        await self.committer.durable()
 
     # --- rate limit (one process: the bucket lives here) ---------------------------------
 

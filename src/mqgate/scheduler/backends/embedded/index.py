@@ -4,7 +4,7 @@ Three heaps of packed ints (an int compares faster and weighs less than a tuple)
 - waiting: (start << 79 | member), every destination until its start has come;
 - ready: `delivery_rank` (priority, start, seq, index), the due and unclaimed ones;
 - claim expiries: (claim deadline << 79 | member).
-`member` is (seq << 16 | index). Entries are never removed in place: a settled, postponed or
+`member` is (seq << 16 | index). Entries are never removed in place: a settled or
 claimed destination leaves stale entries that are checked against the held messages and the
 claims when they reach the top, and dropped there (or by `prune` once they pile up).
 """
@@ -56,11 +56,6 @@ class DueIndex:
             if d is not None:
                 heapq.heappush(self._waiting, d.deliver_at_ms << MEMBER_BITS | seq << INDEX_BITS | i)
 
-    def postpone(self, seq: int, index: int, deliver_at_ms: int) -> None:
-        member = seq << INDEX_BITS | index
-        self.claims.pop(member, None)
-        heapq.heappush(self._waiting, deliver_at_ms << MEMBER_BITS | member)
-
     def forget(self, seq: int, index: int) -> None:
         member = seq << INDEX_BITS | index
         self.claims.pop(member, None)
@@ -99,7 +94,7 @@ class DueIndex:
             moved += 1
             member = key & _MEMBER_MASK
             if self.claims.get(member) != key >> MEMBER_BITS:
-                continue  # settled, postponed or claimed again since
+                continue  # settled or claimed again since
             del self.claims[member]
             rec = self._held.get(member >> INDEX_BITS)
             d = rec.dests[member & _INDEX_MASK] if rec is not None else None

@@ -1,7 +1,7 @@
 """The schedule log (SPEC S4, S6): flagged records, replay, and the compacted rewrite.
 
-Records are framed like the message logs (`records.frame`) and hold one msgpack array whose
-first element is the flag:
+Records are framed by `mqgate.durable.framing`, like the message logs, and hold one msgpack
+array whose first element is the flag:
     ["h", next_seq]             high-water mark: no seq below it is ever assigned again
     ["a", seq, payload, dests]  add: a held message and its destinations
     ["m", seq, dests]           modify: the message's destinations from now on
@@ -13,17 +13,15 @@ identity) with nil where one was settled. A compacted log is one "h" record foll
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
 import msgspec
 
+from mqgate.durable.framing import HEADER_BYTES, frame, framed_size, iter_payloads
 from mqgate.errors import CorruptRecord
 from mqgate.scheduler.interface import Destination
-from mqgate.store.backends.embedded.records import HEADER, HEADER_BYTES, frame, iter_payloads
 
 # Write the compacted log in pieces of about this size (bounds the memory of one write).
 _WRITE_CHUNK_BYTES: Final = 4 * 1024 * 1024
@@ -123,7 +121,6 @@ def _compacted(
     # Adjacent unchanged add records are copied as one slice: after a clean shutdown or an
     # earlier compaction the whole live set is a handful of slices.
     run_start = run_end = -1
-    length_at = HEADER.unpack_from
     for seq, rec in held.items():
         pos = unchanged.get(seq)
         if pos is None:
@@ -132,7 +129,7 @@ def _compacted(
                 run_start = run_end = -1
             pieces.append(framed(rec))
             continue
-        rec_end = pos + HEADER_BYTES + length_at(data, pos)[0]
+        rec_end = pos + framed_size(data, pos)
         if pos != run_end:
             if run_end > run_start:
                 pieces.append(view[run_start:run_end])
@@ -156,46 +153,3 @@ def snapshot_pieces(next_seq: int, held: Sequence[Add]) -> Iterable[bytes]:
             batch, size = [], 0
     if batch:
         yield b"".join(batch)
-
-
-def write_new(path: Path, pieces: Iterable[bytes | memoryview]) -> tuple[int, int]:
-    """Create `path` with these bytes and fsync it; return (append fd, size)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o644)
-    try:
-        size = 0
-        for piece in pieces:
-            size += write_all(fd, piece)
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, size
-
-
-def open_for_append(path: Path, size: int) -> tuple[int, int]:
-    """The append fd of an existing log of `size` bytes, fsynced (a crash may have left its
-    last writes in the page cache only)."""
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd, size
-
-
-def write_all(fd: int, data: bytes | memoryview) -> int:
-    view = memoryview(data)
-    done = 0
-    while done < len(view):
-        done += os.write(fd, view[done:])
-    return done
-
-
-def fsync_dir(directory: Path) -> None:
-    """Make a rename in `directory` durable."""
-    dir_fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

@@ -26,16 +26,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final
 
-import msgspec
-
 from mqgate.core.scheduling import MAX_TIME_MS, is_expired
+from mqgate.durable.append_file import AppendFile, fsync_dir, install, write_new
+from mqgate.durable.framing import HEADER_BYTES, MAX_PAYLOAD_BYTES
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import PayloadTooLarge, StorageError
-from mqgate.fsync import GroupCommitter
 from mqgate.scheduler.backends.embedded import log
 from mqgate.scheduler.backends.embedded.index import DueIndex
 from mqgate.scheduler.backends.embedded.log import Add, Delete, Modify
 from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
-from mqgate.store.backends.embedded.records import HEADER_BYTES, MAX_PAYLOAD_BYTES
 
 LOG_FILE: Final = "schedule.log"
 TEMP_SUFFIX: Final = ".tmp"
@@ -53,9 +52,8 @@ class EmbeddedScheduler:
         self._index = DueIndex(self._held)
         self._destinations = 0
         self._next_seq = 1
-        self._fd = -1
+        self._file: AppendFile | None = None
         self._records = 0
-        self._bytes = 0
         self._compaction: asyncio.Task[None] | None = None
         self._retry_compaction_at = 0  # after a failed compaction, not before this many records
         self._tail: list[bytes] | None = None  # appended while a compaction runs
@@ -98,63 +96,57 @@ class EmbeddedScheduler:
             # Writing the compacted log waits on the disk, indexing on the CPU: side by side.
             with ThreadPoolExecutor(1, thread_name_prefix="schedule-recovery") as pool:
                 if replayed.already_compact:  # the same bytes are on disk already
-                    writing = pool.submit(log.open_for_append, self.path, len(data))
+                    writing = pool.submit(AppendFile.reopen, self.path, len(data))
                 else:
                     writing = pool.submit(self._install, tmp, replayed.compacted)
                 index = DueIndex(replayed.held)
                 destinations = index.load()
-                fd, size = writing.result()
+                file = writing.result()
         finally:
             if collecting:
                 gc.enable()
         self._held = replayed.held
         self._index = index
         self._destinations = destinations
-        self._fd = fd
-        self._bytes = size
+        self._file = file
         self._records = 1 + len(self._held)
         self._next_seq = replayed.next_seq
 
-    def _install(self, tmp: Path, pieces: list[bytes | memoryview]) -> tuple[int, int]:
-        fd, size = log.write_new(tmp, pieces)
+    def _install(self, tmp: Path, pieces: list[bytes | memoryview]) -> AppendFile:
+        file = write_new(tmp, pieces)
         try:
-            os.replace(tmp, self.path)
-            log.fsync_dir(self.directory)
+            install(tmp, self.path)
         except BaseException:
-            os.close(fd)
+            file.close()
             raise
-        return fd, size
+        return file
 
     async def close(self) -> None:
         if self._compaction is not None:
             await self._compaction
-        if self._fd >= 0:
-            fd = self._fd
+        if self._file is not None:
             # The flush below fsyncs what is pending, then closes the file.
-            self.committer.close_after_next_sync(lambda: os.close(fd))
+            self.committer.close_after_next_sync(self._file.close)
             await self.committer.flush()
-            self._fd = -1
+            self._file = None
 
     # --- the log --------------------------------------------------------------------------
 
     def sync_fds(self) -> list[int]:
-        return [self._fd] if self._fd >= 0 else []
+        return [self._file.fd] if self._file is not None and self._file.fd >= 0 else []
 
     def after_sync(self) -> None:
         return None
 
     def _append(self, pieces: list[bytes]) -> None:
         """Append records; on failure cut the log back so no torn record sits before later ones."""
-        if self._fd < 0:
+        if self._file is None:
             raise StorageError("the scheduler is not open")
         data = b"".join(pieces)
         try:
-            log.write_all(self._fd, data)
+            self._file.append(data)
         except OSError as exc:
-            with contextlib.suppress(OSError):
-                os.ftruncate(self._fd, self._bytes)
             raise StorageError(f"schedule log write failed: {exc.strerror}") from exc
-        self._bytes += len(data)
         self._records += len(pieces)
         if self._tail is not None:
             self._tail.append(data)
@@ -174,33 +166,31 @@ class EmbeddedScheduler:
         tmp = self.path.with_suffix(TEMP_SUFFIX)
         snapshot = list(self._held.values())
         self._tail, self._tail_records = [], 0
-        fd = -1
+        new: AppendFile | None = None
         try:
-            fd, size = await asyncio.to_thread(
-                log.write_new, tmp, log.snapshot_pieces(self._next_seq, snapshot)
-            )
+            new = await asyncio.to_thread(write_new, tmp, log.snapshot_pieces(self._next_seq, snapshot))
             # From here to the switch nothing awaits: no append can slip in between.
-            size += log.write_all(fd, b"".join(self._tail))
-            os.fsync(fd)
+            new.append(b"".join(self._tail))
+            new.sync()
             os.replace(tmp, self.path)
         except OSError as exc:
             _log.error("schedule log compaction failed, retrying later: %s", exc)
-            if fd >= 0:
-                os.close(fd)
+            if new is not None:
+                new.close()
             tmp.unlink(missing_ok=True)
             self._retry_compaction_at = self._records + COMPACT_MIN_RECORDS
             return
         finally:
             self._tail = None
             self._compaction = None
-        old, self._fd = self._fd, fd
-        self._bytes = size
+        old, self._file = self._file, new
         self._records = 1 + len(snapshot) + self._tail_records
         # Writers still waiting for an fsync of the old file are covered: their records were
         # copied into the new one, which is already fsynced.
-        self.committer.close_after_next_sync(lambda: os.close(old))
+        if old is not None:
+            self.committer.close_after_next_sync(old.close)
         try:
-            log.fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError as exc:
             _log.error("schedule log compaction: directory fsync failed: %s", exc)
 
@@ -287,35 +277,6 @@ class EmbeddedScheduler:
         # Also when nothing changed: an earlier settle of the same pair may not be durable yet.
         await self.committer.durable()
 
-    async def postpone(self, items: list[tuple[int, int, int]]) -> None:
-        if not items:
-            return
-        changed: dict[int, list[Destination | None]] = {}
-        moves: list[tuple[int, int, int]] = []
-        for seq, index, deliver_at_ms in items:
-            if not 0 <= deliver_at_ms <= MAX_TIME_MS:
-                raise ValueError(f"start time out of range: {deliver_at_ms}")
-            rec = self._held.get(seq)
-            if rec is None or not 0 <= index < len(rec.dests):
-                continue
-            dests = changed.get(seq)
-            if dests is None:
-                dests = changed[seq] = list(rec.dests)
-            d = dests[index]
-            if d is not None:
-                dests[index] = msgspec.structs.replace(d, deliver_at_ms=deliver_at_ms)
-                moves.append((seq, index, deliver_at_ms))
-        if moves:
-            news = [Add(seq, self._held[seq].payload, tuple(dests)) for seq, dests in changed.items()]
-            self._append([log.framed(Modify(new.seq, new.dests)) for new in news])
-            for new in news:
-                self._held[new.seq] = new
-            for seq, index, deliver_at_ms in moves:
-                self._index.postpone(seq, index, deliver_at_ms)
-            self._wake_if_sooner(min(at for _, _, at in moves))
-            self._maybe_compact()
-        await self.committer.durable()
-
     # --- waiting --------------------------------------------------------------------------
 
     async def next_due_ms(self) -> int | None:
@@ -339,5 +300,5 @@ class EmbeddedScheduler:
             held_destinations=self._destinations,
             claimed=len(self._index.claims),
             log_records=self._records,
-            log_bytes=self._bytes,
+            log_bytes=0 if self._file is None else self._file.size,
         )

@@ -6,7 +6,7 @@ Times always come from the caller (`now_ms`), never from the Redis clock, as in 
 backend. Durable as far as Redis persistence is configured (appendonly yes, appendfsync
 always); the group commit's fsync mode does not apply here.
 
-A hold or postpone that brings the earliest start forward publishes on a wake channel;
+A hold that brings the earliest start forward publishes on a wake channel;
 `wait` listens on it, so a delivery loop sleeping in any gateway wakes up.
 """
 
@@ -21,12 +21,12 @@ import redis.asyncio as aioredis
 from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
-from mqgate.core.scheduling import MAX_TIME_MS, TIME_BITS, is_expired
+from mqgate.core.scheduling import TIME_BITS, is_expired
 from mqgate.redisio import register, translated
 from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
 
 PACKAGE: Final = "mqgate.scheduler.backends.redis"
-SCRIPTS: Final = ("hold", "claim", "settle", "postpone")
+SCRIPTS: Final = ("hold", "claim", "settle")
 # Order matters: the scripts address the keys by position (common.lua).
 KEY_NAMES: Final = ("seq", "msg", "dst", "left", "due", "ready", "claims", "tries")
 # Members moved per claim script call: bounds how long one call blocks Redis.
@@ -97,14 +97,6 @@ class RedisScheduler:
     async def settle(self, done: list[tuple[int, int]]) -> None:
         if done:
             await self._run("schedule settle", "settle", [v for pair in done for v in pair])
-
-    async def postpone(self, items: list[tuple[int, int, int]]) -> None:
-        if not items:
-            return
-        for _, _, at in items:
-            if not 0 <= at <= MAX_TIME_MS:
-                raise ValueError(f"start time out of range: {at}")
-        await self._run("schedule postpone", "postpone", [self.channel, *(v for t in items for v in t)])
 
     async def next_due_ms(self) -> int | None:
         await self._drain_wakes()  # what they announced is in the answer below

@@ -17,9 +17,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
+from mqgate.durable.append_file import AppendFile
+from mqgate.durable.framing import HEADER_BYTES, frame, iter_payloads
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import CorruptRecord
-from mqgate.fsync import GroupCommitter
-from mqgate.store.backends.embedded.records import HEADER_BYTES, frame, iter_payloads
 from mqgate.store.backends.embedded.segment import LOG_SUFFIX, Segment
 
 CHECKPOINT_FILE: Final = "checkpoint.json"
@@ -42,7 +43,7 @@ class QueueLog:
         self.timestamp_of = timestamp_of
         self.segments: list[Segment] = []
         self._bases: list[int] = []
-        self._write_fd = -1
+        self._file: AppendFile | None = None  # the active segment's log, open for appending
         self.visible_end = 0
         self._synced = (0, 0, 0)  # (segment base, end offset, byte position)
         self._pending_sync = (0, 0, 0)
@@ -99,11 +100,7 @@ class QueueLog:
             start = 0
         good_end = last.scan_tail(start)
         cut = file_size - good_end
-        self._write_fd = os.open(last.log_path, os.O_WRONLY | os.O_CREAT, 0o644)
-        if cut:
-            os.ftruncate(self._write_fd, good_end)
-        os.fsync(self._write_fd)
-        os.lseek(self._write_fd, good_end, os.SEEK_SET)
+        self._file = AppendFile.reopen(last.log_path, good_end)
         last.size = good_end
         self._bases = [s.base for s in self.segments]
         self._synced = (last.base, last.end, good_end)
@@ -120,16 +117,14 @@ class QueueLog:
         if self.active.size and self.active.size + len(buf) > self.segment_bytes:
             self._roll()
         seg = self.active
+        assert self._file is not None
+        self._file.append(buf)  # a failed write leaves the file, and so the index, as they were
         first = seg.end
         pos = seg.size
         positions = seg.positions
         for p in payloads:
             positions.append(pos)
             pos += HEADER_BYTES + len(p)
-        view = memoryview(buf)
-        written = 0
-        while written < len(buf):
-            written += os.write(self._write_fd, view[written:])
         seg.size = pos
         seg.max_timestamp_ms = timestamp_ms
         self.bytes_since_checkpoint += len(buf)
@@ -142,7 +137,8 @@ class QueueLog:
     def sync_fds(self) -> list[int]:
         seg = self.active
         self._pending_sync = (seg.base, seg.end, seg.size)
-        return [self._write_fd]
+        assert self._file is not None
+        return [self._file.fd]
 
     def after_sync(self) -> None:
         if self._pending_sync[1] <= self._synced[1]:
@@ -154,12 +150,13 @@ class QueueLog:
 
     def _roll(self) -> None:
         old = self.active
-        os.fsync(self._write_fd)  # once per segment: the sealed segment is durable as a whole
+        sealed = self._file
+        assert sealed is not None
+        sealed.sync()  # once per segment: the sealed segment is durable as a whole
         old.write_index_tail()
-        fd = self._write_fd
-        self.committer.close_after_next_sync(lambda: os.close(fd))
+        self.committer.close_after_next_sync(sealed.close)
         new = Segment(self.directory, old.end)
-        self._write_fd = os.open(new.log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        self._file = AppendFile.create(new.log_path)
         self.segments.append(new)
         self._bases.append(new.base)
         self._synced = (new.base, new.base, 0)
@@ -254,6 +251,6 @@ class QueueLog:
         self.checkpoint()
         for seg in self.segments:
             seg.close()
-        if self._write_fd >= 0:
-            os.close(self._write_fd)
-            self._write_fd = -1
+        if self._file is not None:
+            self._file.close()
+            self._file = None

@@ -7,7 +7,7 @@ from array import array
 from pathlib import Path
 from typing import Final
 
-from mqgate.store.backends.embedded.records import HEADER, HEADER_BYTES, iter_payloads
+from mqgate.durable.framing import HEADER_BYTES, framed_size, iter_payloads
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".idx"
@@ -96,8 +96,8 @@ class Segment:
             return False
         with open(self.log_path, "rb") as fh:
             fh.seek(last)
-            length: int = HEADER.unpack(fh.read(HEADER_BYTES))[0]
-        return last + HEADER_BYTES + length == log_size
+            header = fh.read(HEADER_BYTES)
+        return last + framed_size(header) == log_size
 
     def scan_tail(self, from_pos: int) -> int:
         """Verify records from `from_pos`, index them, and return where the intact data ends."""

@@ -19,8 +19,8 @@ from typing import Final
 
 import msgspec
 
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import BadRequest, NotFound, StorageError
-from mqgate.fsync import GroupCommitter
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.queue_log import QueueLog

@@ -1,7 +1,9 @@
 """Record framing: `<u32 payload length><u32 crc32(payload)><payload>`, little-endian.
 
-A reader checks both before trusting a payload, so a torn or corrupt write is detected
-instead of served.
+Every durable file of the embedded backends is a sequence of such records. A reader checks
+both fields before trusting a payload, so a torn or corrupt write is detected instead of
+served; `iter_payloads` is the one place that check is made. The format is on disk in every
+existing data directory: changing it needs a new `FORMAT` of the message store.
 """
 
 from __future__ import annotations
@@ -22,6 +24,12 @@ _pack = HEADER.pack
 
 def frame(payload: bytes) -> bytes:
     return _pack(len(payload), _crc32(payload)) + payload
+
+
+def framed_size(header: bytes | memoryview, pos: int = 0) -> int:
+    """Bytes taken by the record whose header starts at `pos` (header and payload)."""
+    length: int = HEADER.unpack_from(header, pos)[0]
+    return HEADER_BYTES + length
 
 
 def iter_payloads(buf: bytes | memoryview, start: int = 0) -> Iterator[tuple[int, bytes]]:
