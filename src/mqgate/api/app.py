@@ -19,7 +19,7 @@ from mqgate.api.openapi import build_openapi
 from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_log import LogRoutes
-from mqgate.fsync import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter
 from mqgate.metrics import Metrics
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.interface import OffsetStore
