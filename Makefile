@@ -2,22 +2,43 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell sha1sum pyproject.toml | cut -c1-12)
+# Every version `make test` installs is pinned in DEV_LOCK; GATEWAY_LOCK is the plain install
+# (`pip install mqgate`) at the same versions, so `make run` does not fetch Spark.
+DEV_LOCK := requirements/dev.lock
+GATEWAY_LOCK := requirements/gateway.lock
+INSTALLED := $(shell cat pyproject.toml $(DEV_LOCK) $(GATEWAY_LOCK) | sha1sum | cut -c1-12)
+DEV_STAMP := $(VENV)/.installed-dev-$(INSTALLED)
+GATEWAY_STAMP := $(VENV)/.installed-gateway-$(INSTALLED)
+# `make lock` runs uv from a venv of its own, at this version.
+UV_VERSION ?= 0.13.9
+UV := $(VENV)-uv/bin/uv
+LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet --custom-compile-command "make lock"
 HOST ?= 127.0.0.1
 PORT ?= 8080
 DATA_DIR ?= ./data
 
-.PHONY: install run test lint bench clean
+.PHONY: install install-gateway run test lint bench lock clean
 
-$(STAMP): pyproject.toml
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	rm -f $(VENV)/.installed-* && touch $(STAMP)
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
 
-install: $(STAMP)
+# Both stamps change with pyproject.toml or either lock; the project itself installs without its
+# dependencies (the lock has them) and without build isolation (the lock has setuptools).
+$(DEV_STAMP): pyproject.toml $(DEV_LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q -r $(DEV_LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-* && touch $(DEV_STAMP) $(GATEWAY_STAMP)
 
-run: install
+$(GATEWAY_STAMP): pyproject.toml $(GATEWAY_LOCK) | $(BIN)/python
+	$(BIN)/python -m pip install -q -r $(GATEWAY_LOCK)
+	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-gateway-* && touch $(GATEWAY_STAMP)
+
+install: $(DEV_STAMP)
+
+install-gateway: $(GATEWAY_STAMP)
+
+run: install-gateway
 	$(BIN)/mqgate serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
 
 test: install
@@ -34,5 +55,15 @@ bench: install
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
 
+$(UV):
+	$(PYTHON) -m venv $(VENV)-uv
+	$(VENV)-uv/bin/python -m pip install -q uv==$(UV_VERSION)
+
+# Re-resolve from PyPI after a change to the dependencies in pyproject.toml (or to take newer
+# releases): the plain lock is constrained to the dev lock, so both install the same versions.
+lock: $(UV)
+	$(UV) pip compile pyproject.toml requirements/build.in --extra dev $(LOCK_FLAGS) -o $(DEV_LOCK)
+	$(UV) pip compile pyproject.toml requirements/build.in -c $(DEV_LOCK) $(LOCK_FLAGS) -o $(GATEWAY_LOCK)
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(VENV)-uv build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
