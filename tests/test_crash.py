@@ -26,8 +26,6 @@ import pytest
 
 from tests.conftest import Server
 
-pytestmark = pytest.mark.slow
-
 TOPIC = "crash"
 N_QUEUES = 8
 KILLS = 10

@@ -35,8 +35,6 @@ import pytest
 from mqgate.durable.framing import iter_payloads
 from tests.conftest import Server
 
-pytestmark = pytest.mark.slow
-
 MESSAGES = 100_000
 BATCH = 1_000
 TOPIC_A = "qos-a"  # the producer's topic
