@@ -19,6 +19,7 @@ from mqgate.scheduler.interface import Destination, Due
 from mqgate.services.context import Context, now_ms
 from mqgate.services.qos import TOPIC_TARGET, Placement, held_payload, is_plain, placements, split_target
 from mqgate.services.topology import Topology
+from mqgate.store.interface import Encoded
 
 log = logging.getLogger(__name__)
 
@@ -121,20 +122,20 @@ class Producing:
 
     # --- scheduled delivery -------------------------------------------------------------
 
-    async def deliver_due(self, by_target: dict[str, list[tuple[StoredMessage, str | None, int]]]) -> None:
+    async def deliver_due(self, by_target: dict[str, list[tuple[Encoded, str | None, int]]]) -> None:
         for target, items in by_target.items():
             try:
                 topic, queues, max_priority = await self.topology.target(target)
             except NotFound:
                 log.warning("dropping %d scheduled messages: %s no longer exists", len(items), target)
                 continue
-            by_queue: dict[int, list[StoredMessage]] = {}
+            by_queue: dict[int, list[Encoded]] = {}
             for msg, order_key, priority in items:
                 lane = min(priority, max_priority)
                 by_queue.setdefault(
                     store_queue_for(lane, self.queue_for(topic, queues, order_key), queues), []
                 ).append(msg)
-            await self.ctx.store.append_many(topic, by_queue)
+            await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
             kind, name = split_target(target)
             if kind != TOPIC_TARGET:

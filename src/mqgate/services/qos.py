@@ -8,7 +8,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -18,6 +18,7 @@ from mqgate.errors import BadRequest, Forbidden, MqgateError
 from mqgate.model import DestinationInput, MessageInput, StoredMessage
 from mqgate.registry.records import ProducerRecord
 from mqgate.scheduler.interface import Destination, Due, Scheduler
+from mqgate.store.interface import Encoded
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,8 @@ DELIVERY_BATCH: Final = 2_000
 IDLE_RECHECK_S: Final = 1.0
 
 _encode_held = msgspec.msgpack.Encoder().encode
-_decode_held = msgspec.msgpack.Decoder(tuple[bytes, str]).decode
+# (stored JSON, order key, timestamp ms); two items in payloads held by older versions
+_decode_held = msgspec.msgpack.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 _decode_stored = msgspec.json.Decoder(StoredMessage).decode
 
@@ -118,15 +120,35 @@ def _placement(
 
 
 def held_payload(stored: StoredMessage, order_key: str | None) -> bytes:
-    return _encode_held((_encode_json(stored), order_key or ""))
+    """What the scheduler holds: the message encoded once, as the JSON object it will be stored
+    as, without its QoS fields (each destination adds its own when it comes due)."""
+    bare = msgspec.structs.replace(stored, priority=None, deliver_at_ms=None, deadline_ms=None)
+    return _encode_held((_encode_json(bare), order_key or "", stored.timestamp_ms))
 
 
-def unheld(payload: bytes) -> tuple[StoredMessage, str | None]:
-    stored_json, order_key = _decode_held(payload)
-    return _decode_stored(stored_json), order_key or None
+def delivered_form(payload: bytes, d: Destination) -> tuple[Encoded, str | None]:
+    """A held message as stored for destination `d`, and its order key: its JSON object with the
+    destination's QoS fields appended, byte for byte what encoding the whole message gives."""
+    held: list[Any] = _decode_held(payload)
+    body, order_key = held[0], held[1]
+    assert isinstance(body, bytes) and isinstance(order_key, str)
+    if len(held) == 2:  # held before the timestamp was kept beside the JSON: decode once
+        stored = _decode_stored(body)
+        bare = msgspec.structs.replace(stored, priority=None, deliver_at_ms=None, deadline_ms=None)
+        body, timestamp_ms = _encode_json(bare), stored.timestamp_ms
+    else:
+        stamp = held[2]
+        assert isinstance(stamp, int)
+        timestamp_ms = stamp
+    qos = b',"priority":%d' % d.priority if d.priority else b""
+    qos += b',"deliverAt":%d' % d.deliver_at_ms
+    if d.deadline_ms:
+        qos += b',"deadline":%d' % d.deadline_ms
+    return (timestamp_ms, body[:-1] + qos + b"}"), order_key or None
 
 
-Deliver = Callable[[dict[str, list[tuple[StoredMessage, str | None, int]]]], Awaitable[None]]
+# (stored message, order key, priority) per target
+Deliver = Callable[[dict[str, list[tuple[Encoded, str | None, int]]]], Awaitable[None]]
 
 
 class DeliveryLoop:
@@ -157,20 +179,14 @@ class DeliveryLoop:
         dues = await self.scheduler.claim_due(_now_ms(), DELIVERY_BATCH, CLAIM_MS)
         if not dues:
             return 0
-        by_topic: dict[str, list[tuple[StoredMessage, str | None, int]]] = {}
+        by_topic: dict[str, list[tuple[Encoded, str | None, int]]] = {}
         for due in dues:
             if due.expired:
                 self.on_expired(due)
                 continue
-            stored, order_key = unheld(due.payload)
             d = due.destination
-            stored = msgspec.structs.replace(
-                stored,
-                priority=d.priority or None,
-                deliver_at_ms=d.deliver_at_ms,
-                deadline_ms=d.deadline_ms or None,
-            )
-            by_topic.setdefault(d.target, []).append((stored, order_key, d.priority))
+            encoded, order_key = delivered_form(due.payload, d)
+            by_topic.setdefault(d.target, []).append((encoded, order_key, d.priority))
         if by_topic:
             await self.deliver(by_topic)
         await self.scheduler.settle([(d.seq, d.index) for d in dues])

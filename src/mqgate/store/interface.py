@@ -7,6 +7,9 @@ from typing import Protocol
 
 from mqgate.model import QueueBounds, StoredMessage
 
+# A message already encoded as its stored JSON object (see `StoredMessage`), with its timestamp.
+Encoded = tuple[int, bytes]
+
 
 @dataclass(slots=True, frozen=True)
 class TopicConfig:
@@ -44,6 +47,9 @@ class MessageStore(Protocol):
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
         """Append to several queues of one topic, sharing one durability wait."""
+
+    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        """`append_many` for messages that are already encoded (e.g. held by the scheduler)."""
 
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int

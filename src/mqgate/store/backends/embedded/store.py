@@ -24,7 +24,7 @@ from mqgate.errors import BadRequest, NotFound, StorageError
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.queue_log import QueueLog
-from mqgate.store.interface import TopicConfig
+from mqgate.store.interface import Encoded, TopicConfig
 
 TOPIC_FILE: Final = "topic.json"
 # Bumped whenever the on-disk record format changes; a data directory of another format is
@@ -220,6 +220,18 @@ class EmbeddedStore:
             return log.append([_encode(m) for m in messages], messages[-1].timestamp_ms)
         except OSError as exc:
             raise StorageError(f"write failed: {exc.strerror}") from exc
+
+    def _write_encoded(self, log: QueueLog, messages: list[Encoded]) -> int:
+        try:
+            return log.append([payload for _, payload in messages], messages[-1][0])
+        except OSError as exc:
+            raise StorageError(f"write failed: {exc.strerror}") from exc
+
+    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        firsts = {q: self._write_encoded(self._queue(topic, q), msgs) for q, msgs in batches.items()}
+        assert self.committer is not None
+        await self.committer.durable()
+        return firsts
 
     async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
         first = self._write(self._queue(topic, queue), messages)

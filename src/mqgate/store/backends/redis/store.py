@@ -23,7 +23,7 @@ from mqgate.errors import BadRequest, NotFound
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
 from mqgate.redisio import register, translated
-from mqgate.store.interface import TopicConfig
+from mqgate.store.interface import Encoded, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -228,6 +228,11 @@ class RedisStore:
         return (await self.append_many(topic, {queue: messages}))[queue]
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        return await self.append_encoded(
+            topic, {q: [(m.timestamp_ms, _encode(m)) for m in messages] for q, messages in batches.items()}
+        )
+
+    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         t = await self._topic(topic)
         streams = t.streams
         keys: list[bytes] = [t.meta]
@@ -238,8 +243,8 @@ class RedisStore:
                 streams = t.streams
             keys.append(streams[q])
             args += (q, len(messages))
-            for m in messages:
-                args += (m.timestamp_ms, _encode(m))
+            for timestamp_ms, payload in messages:
+                args += (timestamp_ms, payload)
         with translated("appending"):
             try:
                 published, *firsts = await self._append_script(keys=keys, args=args)
