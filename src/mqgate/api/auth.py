@@ -64,6 +64,10 @@ class RoleGuard:
             return producer
         if role == "token":
             token = self.consuming.token(inp.request_id)
+            if inp.consumer is not None and inp.consumer != token.consumer:
+                raise Forbidden(
+                    f"requestId belongs to another consumer than {inp.consumer}", field="consumer"
+                )
             return TokenCaller(await self._consumer(token.consumer, request), token)
         if role == "reader" and self.is_admin(request):
             return ADMIN

@@ -113,6 +113,9 @@ class PullIn(Input, kw_only=True, frozen=True):
 
 class TokenIn(Input, kw_only=True, frozen=True):
     request_id: Annotated[str, Meta(min_length=1, description="the ack token of a pull")]
+    consumer: Annotated[Name, Meta(description="if given, must be the consumer the token names")] | None = (
+        None
+    )
 
 
 class ExtendIn(TokenIn, kw_only=True, frozen=True):
