@@ -1,105 +1,23 @@
-"""The one Python client of the gateway's HTTP API, used by the CLI, the Spark source and sink
-and the pipeline.
-
-Every failure is a `mqgate.errors` exception: an error answer's JSON envelope
-{status, message, result: {code, field}} becomes the matching class (BadRequest, NotFound,
-Conflict, Unavailable with the answer's Retry-After ...), and a gateway that cannot be reached
-is `Unavailable` with code `unreachable`.
-
-The transport is the standard library's http.client on kept-alive connections, so a plain
-install needs no HTTP library, and Spark tasks reading megabyte pages of /mq/read pay a
-quarter of what httpx costs per byte. A client may be shared by threads: each request takes
-an idle connection of its own (or opens one) and puts it back once the answer is read.
-"""
+"""The gateway's API as Python calls: administration (admin token) and the data path the
+Spark source and sink and the pipeline use. Results are the `result` of the answer's envelope
+(camelCase, as documented in /openapi.json) unless a method says otherwise."""
 
 from __future__ import annotations
 
-import http.client
-import ssl
-import threading
-import time
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Final, Self
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote
 
 import msgspec
 
-from mqgate.errors import (
-    AlreadyExists,
-    BadRequest,
-    Conflict,
-    Forbidden,
-    MethodNotAllowed,
-    MqgateError,
-    NotFound,
-    PayloadTooLarge,
-    StorageError,
-    Unauthorized,
-    Unavailable,
-    UnsupportedMediaType,
-)
+from mqgate.client.transport import Transport
 
 TIMEOUT_S: Final = 60.0
-UNREACHABLE: Final = "unreachable"  # the code of the Unavailable raised when no answer came
-# Statuses worth another attempt (when the client was made with retry_for_s): the gateway or a
-# server it depends on is restarting or overloaded.
-TRANSIENT_STATUS: Final = frozenset((429, 502, 503, 504))
 # The gateway takes at most 1,000 messages and 4 MiB of message text per batch produce, and
 # 5 MiB per request body; a batch is cut before its encoded messages pass this.
 PRODUCE_MAX_MESSAGES: Final = 1000
 PRODUCE_MAX_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
-
-_ERROR_CLASSES: Final[tuple[type[MqgateError], ...]] = (
-    BadRequest,
-    Unauthorized,
-    Forbidden,
-    NotFound,
-    MethodNotAllowed,
-    Conflict,
-    AlreadyExists,
-    PayloadTooLarge,
-    UnsupportedMediaType,
-    Unavailable,
-    StorageError,
-)
-_BY_CODE: Final = {cls.code: cls for cls in _ERROR_CLASSES}
-# The first class of each status: the one an error with a code of its own (a Conflict's
-# refusal reason, NotFound's no_route) belongs to. A proxy's 502 or 504 reads as Unavailable.
-_BY_STATUS: Final[dict[int, type[MqgateError]]] = {
-    **{cls.http_status: cls for cls in reversed(_ERROR_CLASSES)},
-    429: Unavailable,
-    502: Unavailable,
-    504: Unavailable,
-}
 _encode = msgspec.json.encode
-
-
-def error_from_answer(
-    status: int, body: bytes, retry_after: str | None = None, what: str | None = None
-) -> MqgateError:
-    """The exception for an error answer of the gateway, its message "<what>: HTTP <status>:
-    <the gateway's message>" (what: the call, for context)."""
-    message = body[:500].decode(errors="replace") or http.client.responses.get(status, "")
-    code = field = None
-    try:
-        envelope = msgspec.json.decode(body)
-    except msgspec.DecodeError:
-        envelope = None
-    if isinstance(envelope, dict):
-        message = str(envelope.get("message", message))
-        result = envelope.get("result")
-        if isinstance(result, dict):
-            code, field = result.get("code"), result.get("field")
-    named = _BY_CODE.get(code) if isinstance(code, str) else None
-    cls = named if named is not None and named.http_status == status else _BY_STATUS.get(status, MqgateError)
-    text = f"HTTP {status}: {message}"
-    exc = cls(f"{what}: {text}" if what else text, field=field if isinstance(field, str) else None)
-    if isinstance(code, str):
-        exc.code = code
-    exc.http_status = status
-    if retry_after is not None and retry_after.strip().isdigit():  # not an HTTP date (proxies)
-        exc.retry_after_s = float(retry_after)
-    return exc
 
 
 def batch_ranges(sizes: Sequence[int], max_messages: int, max_bytes: int) -> Iterator[tuple[int, int]]:
@@ -148,12 +66,12 @@ def _path_part(name: str) -> str:
 
 
 class Client:
-    """One gateway, seen with one token (admin, consumer or producer).
+    """One gateway, seen with one token (admin, consumer or producer); may be shared by threads.
 
     `consumer` is added to log reads (a consumer token reads only its group's topic).
     With `retry_for_s`, a call that finds the gateway unreachable or gets a transient status
-    is tried again with backoff for that long: a produce repeated after an unanswered
-    attempt may then store its messages twice.
+    (429, 502, 503, 504) is tried again with backoff for that long: a produce repeated after
+    an unanswered attempt may then store its messages twice.
     """
 
     def __init__(
@@ -165,72 +83,18 @@ class Client:
         timeout_s: float = TIMEOUT_S,
         retry_for_s: float = 0.0,
     ) -> None:
-        self.url = url.rstrip("/")
+        self._http = Transport(url, token, timeout_s, retry_for_s)
+        self.url = self._http.url
         self.consumer = consumer
-        self.timeout_s = timeout_s
-        self.retry_for_s = retry_for_s
-        parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise BadRequest(f"gateway URL {url!r} is not an http:// or https:// URL", field="url")
-        self._https = parts.scheme == "https"
-        self._host, self._port, self._base = parts.hostname, parts.port, parts.path
-        self._auth = f"Bearer {token}"
-        self._idle: list[http.client.HTTPConnection] = []
-        self._lock = threading.Lock()
-        self._ssl: ssl.SSLContext | None = None
 
     def close(self) -> None:
-        with self._lock:
-            idle, self._idle = self._idle, []
-        for conn in idle:
-            conn.close()
+        self._http.close()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-    # --- transport ----------------------------------------------------------------------
-
-    def _connect(self) -> http.client.HTTPConnection:
-        if not self._https:
-            return http.client.HTTPConnection(self._host, self._port, timeout=self.timeout_s)
-        if self._ssl is None:  # once per client: building one reads the CA bundle
-            self._ssl = ssl.create_default_context()
-        return http.client.HTTPSConnection(self._host, self._port, timeout=self.timeout_s, context=self._ssl)
-
-    def _exchange(
-        self, method: str, target: str, body: bytes | None, what: str
-    ) -> tuple[int, bytes, str | None]:
-        """(status, body, Retry-After) of one request on an idle or new connection. A kept-alive
-        connection the server closed meanwhile fails at once: then once more on a new one."""
-        headers = {"Authorization": self._auth}
-        if body is not None:
-            headers["Content-Type"] = "application/json"
-        while True:
-            with self._lock:
-                conn = self._idle.pop() if self._idle else None
-            reused = conn is not None
-            if conn is None:
-                conn = self._connect()
-            try:
-                conn.request(method, target, body=body, headers=headers)
-                r = conn.getresponse()
-                data = r.read()
-            except (OSError, http.client.HTTPException) as exc:
-                conn.close()
-                if reused and not isinstance(exc, TimeoutError):
-                    continue
-                raise Unavailable(
-                    f"{what}: cannot reach the gateway at {self.url}: {exc}", code=UNREACHABLE
-                ) from exc
-            if r.will_close:
-                conn.close()
-            else:
-                with self._lock:
-                    self._idle.append(conn)
-            return r.status, data, r.getheader("Retry-After")
 
     def request(
         self,
@@ -241,23 +105,9 @@ class Client:
         body: bytes | None = None,
         what: str | None = None,
     ) -> bytes:
-        """The raw body of a successful answer; an error answer or no answer raises."""
-        what = what or f"{method} {path}"
-        target = self._base + path + ("?" + urlencode(params) if params else "")
-        deadline = time.monotonic() + self.retry_for_s
-        delay = 0.1
-        while True:
-            try:
-                status, data, retry_after = self._exchange(method, target, body, what)
-                if status == 200:
-                    return data
-                raise error_from_answer(status, data, retry_after, what)
-            except MqgateError as exc:
-                transient = exc.code == UNREACHABLE or exc.http_status in TRANSIENT_STATUS
-                if not transient or time.monotonic() + delay > deadline:
-                    raise
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+        """The raw body of a successful answer; an error answer or no answer raises (its
+        message starts with `what`, by default the method and path)."""
+        return self._http.request(method, path, params=params, body=body, what=what)
 
     def call(
         self,
