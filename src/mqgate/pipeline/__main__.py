@@ -1,5 +1,5 @@
 """`python -m mqgate.pipeline run <config.toml> ...` (the same as `mqgate pipeline run ...`)."""
 
-from mqgate.pipeline.cli import main
+from mqgate.cli.pipeline import main
 
 raise SystemExit(main())

@@ -25,11 +25,11 @@ __all__ = ["commit_progress", "end_offsets", "register", "session"]
 def commit_progress(gateway: str, token: str, consumer: str, offsets: Mapping[int, int]) -> dict[int, int]:
     """Raise `consumer`'s committed offsets to `offsets` ({store queue: next offset to read});
     never lowers one, so committing again is harmless. Returns the committed values."""
-    from mqgate.spark.client import Gateway
+    from mqgate.client import Client
 
     if not offsets:
         return {}
-    with Gateway(gateway, token) as gw:
+    with Client(gateway, token) as gw:
         return gw.commit(consumer, offsets)
 
 

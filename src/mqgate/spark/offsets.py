@@ -44,10 +44,6 @@ class QueueRange:
     start: int
     end: int
 
-    @property
-    def size(self) -> int:
-        return self.end - self.start
-
 
 def to_json(offsets: Mapping[int, int]) -> dict[str, int]:
     """The Spark form: string keys, inserted in ascending numeric order."""
@@ -169,10 +165,6 @@ def advance(
             shares[q] += 1
             leftover -= 1
     return {q: max(first[q] + shares[q], start.get(q, 0)) for q in sorted(first)}
-
-
-def count(start: Mapping[int, int], end: Mapping[int, int]) -> int:
-    return sum(r.size for r in ranges(start, end))
 
 
 def end_offsets(pairs: list[tuple[int, int]]) -> Offsets:

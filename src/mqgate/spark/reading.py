@@ -14,8 +14,8 @@ from typing import Final, TypeVar, cast
 
 import pyarrow as pa
 
+from mqgate.client import Client
 from mqgate.spark.arrow import Record, decode_read, decode_stored, to_batch
-from mqgate.spark.client import Gateway
 from mqgate.spark.offsets import Bounds, QueueRange
 from mqgate.spark.options import ReadOptions
 
@@ -31,8 +31,9 @@ def bounds(opts: ReadOptions) -> tuple[str, list[Bounds]]:
         with StoreReader(opts.store, opts.redis_prefix, opts.broker) as reader:
             return opts.broker, reader.bounds(opts.topic)
     assert opts.gateway is not None and opts.token is not None
-    with Gateway(opts.gateway, opts.token, opts.consumer) as gw:
-        return gw.bounds(opts.topic)
+    with Client(opts.gateway, opts.token, consumer=opts.consumer) as gw:
+        broker, queues = gw.bounds(opts.topic)
+    return broker, [Bounds(b.queue, b.min, b.max) for b in queues]
 
 
 def read_range(opts: ReadOptions, broker: str, r: QueueRange) -> Iterator[pa.RecordBatch]:
@@ -46,7 +47,7 @@ def read_range(opts: ReadOptions, broker: str, r: QueueRange) -> Iterator[pa.Rec
 def _gateway_pages(opts: ReadOptions, r: QueueRange) -> Generator[tuple[int, list[Record]], None, None]:
     assert opts.gateway is not None and opts.token is not None
     offset = r.start
-    with Gateway(opts.gateway, opts.token, opts.consumer) as gw:
+    with Client(opts.gateway, opts.token, consumer=opts.consumer) as gw:
         while offset < r.end:
             first, _, msgs = decode_read(
                 gw.read(opts.topic, r.queue, offset, min(opts.read_batch, r.end - offset))

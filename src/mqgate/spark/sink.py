@@ -33,7 +33,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from mqgate.spark.client import Gateway
+from mqgate.client import Client
 from mqgate.spark.offsets import Offsets, OptionError
 from mqgate.spark.options import WriteOptions, write_options
 
@@ -111,7 +111,7 @@ def merge(into: Offsets, more: Offsets) -> Offsets:
 def _write(opts: WriteOptions, body: str, batches: Iterator[pa.RecordBatch]) -> WriteCommit:
     rows = 0
     positions: Offsets = {}
-    with Gateway(opts.gateway, opts.token) as gw:
+    with Client(opts.gateway, opts.token) as gw:
         for batch in batches:
             if batch.num_rows == 0:
                 continue
@@ -172,6 +172,6 @@ class MqgateStreamWriter(DataSourceStreamArrowWriter):
         if batchId <= log.last():
             return  # a replayed batch: its progress is committed already
         if positions:
-            with Gateway(opts.progress_gateway, opts.progress_token) as gw:
+            with Client(opts.progress_gateway, opts.progress_token) as gw:
                 gw.commit(opts.progress_consumer, positions)
         log.record(batchId)

@@ -1,4 +1,8 @@
-"""`mqgate pipeline run <config.toml> [--master URL] [--available-now]`."""
+"""`mqgate pipeline run <config.toml> [--master URL] [--available-now]`.
+
+The config is checked before Spark is imported: a mistake in it is reported at once, and
+`mqgate --help` never loads Spark.
+"""
 
 from __future__ import annotations
 
@@ -10,10 +14,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from mqgate.errors import MqgateError
 
-def add_parser(subparsers: Any) -> argparse.ArgumentParser:
-    """Add `pipeline run` to the `mqgate` command's subparsers."""
-    pipeline = subparsers.add_parser("pipeline", help="the event pipeline on Spark (docs/PIPELINE.md)")
+
+def add_parser(commands: Any) -> None:
+    pipeline = commands.add_parser("pipeline", help="the event pipeline on Spark (docs/PIPELINE.md)")
     actions = pipeline.add_subparsers(dest="action", required=True)
     run_parser = actions.add_parser("run", help="run the pipeline of a TOML file")
     run_parser.add_argument("config", help="pipeline TOML file (see examples/pipeline/)")
@@ -24,18 +29,16 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
         help="process what is in the topics now (and the hot and retry paths it leads to), then stop",
     )
     run_parser.set_defaults(func=run)
-    assert isinstance(pipeline, argparse.ArgumentParser)
-    return pipeline
 
 
 def run(args: argparse.Namespace) -> int:
     from mqgate.pipeline.config import load_config
-    from mqgate.pipeline.job import run_pipeline
 
     config = load_config(Path(args.config))
+    from mqgate.pipeline.job import run_pipeline  # imports Spark: only for a valid config
+
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    for chatty in ("httpx", "py4j"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: object) -> None:
@@ -57,8 +60,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from mqgate.errors import MqgateError
-
+    """`python -m mqgate.pipeline run ...`: the same as `mqgate pipeline run ...`."""
     parser = argparse.ArgumentParser(prog="python -m mqgate.pipeline")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["pipeline", *(argv if argv is not None else sys.argv[1:])])

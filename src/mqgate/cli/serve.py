@@ -1,0 +1,58 @@
+"""`mqgate serve`: run a gateway (uvicorn), with settings from a TOML file, flags and MQGATE_*."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+from mqgate.settings import ENV_PREFIX, load_settings
+
+SERVE_FLAGS = ("host", "port", "data_dir", "fsync", "store", "registry", "workers")
+
+
+def add_parser(commands: Any) -> None:
+    serve = commands.add_parser("serve", help="run a gateway")
+    serve.add_argument("--config", help="TOML settings file")
+    serve.add_argument("--host")
+    serve.add_argument("--port", type=int)
+    serve.add_argument("--data-dir")
+    serve.add_argument("--fsync", help="always (default) or interval:<ms>")
+    serve.add_argument("--store", help="embedded (default) or a Redis URL, e.g. redis://127.0.0.1:6379/0")
+    serve.add_argument("--registry", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db")
+    serve.add_argument("--workers", type=int, help="gateway processes on this port (needs --store redis://)")
+    serve.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from mqgate.api.app import build_app, prepare
+
+    flags = {name: getattr(args, name) for name in SERVE_FLAGS}
+    settings = load_settings(Path(args.config) if args.config else None, **flags)
+    prepare(settings)
+    options: dict[str, Any] = {
+        "host": settings.host,
+        "port": settings.port,
+        "loop": "uvloop",
+        "http": "httptools",
+        "lifespan": "on",
+        "access_log": False,
+        "proxy_headers": False,
+        "server_header": False,
+        "log_level": settings.log_level,
+        "timeout_graceful_shutdown": 5,
+    }
+    if settings.workers == 1:
+        uvicorn.run(build_app(settings), **options)
+        return 0
+    # Worker processes build their app from the environment: hand them the same settings.
+    if args.config:
+        os.environ[ENV_PREFIX + "CONFIG"] = str(Path(args.config).resolve())
+    for name, value in flags.items():
+        if value is not None:
+            os.environ[ENV_PREFIX + name.upper()] = str(value)
+    uvicorn.run("mqgate.api.asgi:create_app", factory=True, workers=settings.workers, **options)
+    return 0

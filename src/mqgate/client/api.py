@@ -1,0 +1,245 @@
+"""The gateway's API as Python calls: administration (admin token) and the data path the
+Spark source and sink and the pipeline use. Results are the `result` of the answer's envelope
+(camelCase, as documented in /openapi.json) unless a method says otherwise."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Final, Self
+from urllib.parse import quote
+
+import msgspec
+
+from mqgate.client.transport import Transport
+
+TIMEOUT_S: Final = 60.0
+# The gateway takes at most 1,000 messages and 4 MiB of message text per batch produce, and
+# 5 MiB per request body; a batch is cut before its encoded messages pass this.
+PRODUCE_MAX_MESSAGES: Final = 1000
+PRODUCE_MAX_BYTES: Final = 4 * 1024 * 1024 - 64 * 1024
+_encode = msgspec.json.encode
+
+
+def batch_ranges(sizes: Sequence[int], max_messages: int, max_bytes: int) -> Iterator[tuple[int, int]]:
+    """Cut messages of these encoded sizes into [start, end) runs for /mq/produce/batch:
+    at most `max_messages` each, and under `max_bytes` unless one message alone is larger."""
+    i = 0
+    while i < len(sizes):
+        size = 0
+        j = i
+        while j < len(sizes) and j - i < max_messages:
+            size += sizes[j]
+            if size > max_bytes and j > i:
+                break
+            j += 1
+        yield i, j
+        i = j
+
+
+class QueueBounds(msgspec.Struct, frozen=True):
+    """One store queue: `min` the oldest stored offset, `max` the next offset to be written."""
+
+    queue: int
+    min: int
+    max: int
+
+
+class _BoundsResult(msgspec.Struct):
+    broker: str
+    queues: list[QueueBounds]
+
+
+class _BoundsAnswer(msgspec.Struct):
+    result: _BoundsResult
+
+
+_decode_bounds = msgspec.json.Decoder(_BoundsAnswer).decode
+
+
+def _compact(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A request body without the fields left out (None): the gateway applies its defaults."""
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+def _path_part(name: str) -> str:
+    return quote(name, safe="")
+
+
+class Client:
+    """One gateway, seen with one token (admin, consumer or producer); may be shared by threads.
+
+    `consumer` is added to log reads (a consumer token reads only its group's topic).
+    With `retry_for_s`, a call that finds the gateway unreachable or gets a transient status
+    (429, 502, 503, 504) is tried again with backoff for that long: a produce repeated after
+    an unanswered attempt may then store its messages twice.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        token: str,
+        *,
+        consumer: str | None = None,
+        timeout_s: float = TIMEOUT_S,
+        retry_for_s: float = 0.0,
+    ) -> None:
+        self._http = Transport(url, token, timeout_s, retry_for_s)
+        self.url = self._http.url
+        self.consumer = consumer
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        body: bytes | None = None,
+        what: str | None = None,
+    ) -> bytes:
+        """The raw body of a successful answer; an error answer or no answer raises (its
+        message starts with `what`, by default the method and path)."""
+        return self._http.request(method, path, params=params, body=body, what=what)
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        params: Mapping[str, Any] | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """The `result` of the answer's envelope; `body` is sent as JSON."""
+        content = None if body is None else _encode(body)
+        data = self.request(method, path, params=params, body=content, what=what)
+        return msgspec.json.decode(data).get("result") if data else None
+
+    # --- administration (admin token) ---------------------------------------------------
+
+    def create_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> Any:
+        body = {
+            "name": name,
+            "queues": queues,
+            "retentionMs": retention_ms,
+            "retentionBytes": retention_bytes,
+        }
+        return self.call("POST", "/admin/topics", _compact(body), what=f"creating topic {name}")
+
+    def topics(self) -> Any:
+        return self.call("GET", "/admin/topics", what="listing topics")
+
+    def register_producer(self, name: str, topic: str) -> Any:
+        body = {"name": name, "topic": topic}
+        return self.call("POST", "/admin/producers", body, what=f"registering producer {name}")
+
+    def register_consumer(
+        self,
+        name: str,
+        topic: str,
+        *,
+        mode: str | None = None,
+        start: str | None = None,
+        lock_timeout_s: float | None = None,
+        max_attempts: int | None = None,
+    ) -> Any:
+        body = {
+            "name": name,
+            "topic": topic,
+            "mode": mode,
+            "start": start,
+            "lockTimeoutS": lock_timeout_s,
+            "maxAttempts": max_attempts,
+        }
+        return self.call("POST", "/admin/consumers", _compact(body), what=f"registering consumer {name}")
+
+    def progress(self, consumer: str) -> Any:
+        path = f"/admin/consumers/{_path_part(consumer)}/progress"
+        return self.call("GET", path, what=f"progress of consumer {consumer}")
+
+    def reset_consumer(
+        self,
+        consumer: str,
+        to: str,
+        *,
+        offset: int | None = None,
+        timestamp: int | None = None,
+        queue: int | None = None,
+        client_id: str | None = None,
+    ) -> Any:
+        body = {"to": to, "offset": offset, "timestamp": timestamp, "queue": queue, "clientId": client_id}
+        return self._consumer_action(consumer, "reset", _compact(body))
+
+    def pause_consumer(self, consumer: str) -> Any:
+        return self._consumer_action(consumer, "pause", {})
+
+    def resume_consumer(self, consumer: str) -> Any:
+        return self._consumer_action(consumer, "resume", {})
+
+    def set_rate_limit(self, consumer: str, messages_per_second: float) -> Any:
+        return self._consumer_action(consumer, "rate-limit", {"messagesPerSecond": messages_per_second})
+
+    def set_alert(self, consumer: str, backlog: int) -> Any:
+        return self._consumer_action(consumer, "alert", {"backlog": backlog})
+
+    def alerts(self) -> Any:
+        return self.call("GET", "/admin/alerts", what="listing alerts")
+
+    def _consumer_action(self, consumer: str, action: str, body: dict[str, Any]) -> Any:
+        path = f"/admin/consumers/{_path_part(consumer)}/{action}"
+        return self.call("POST", path, body, what=f"{action} consumer {consumer}")
+
+    # --- data path ----------------------------------------------------------------------
+
+    def _read_params(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.consumer is not None:
+            params["consumer"] = self.consumer
+        return params
+
+    def bounds(self, topic: str) -> tuple[str, list[QueueBounds]]:
+        """(broker, each store queue's bounds, by queue)."""
+        params = self._read_params({"topic": topic})
+        answer = _decode_bounds(
+            self.request("GET", "/mq/bounds", params=params, what=f"bounds of topic {topic}")
+        )
+        return answer.result.broker, sorted(answer.result.queues, key=lambda b: b.queue)
+
+    def read(self, topic: str, queue: int, offset: int, max_count: int) -> bytes:
+        """The raw /mq/read answer: up to `max_count` records of one queue from `offset`."""
+        params = self._read_params({"topic": topic, "queue": queue, "offset": offset, "max": max_count})
+        return self.request("GET", "/mq/read", params=params, what=f"reading topic {topic} queue {queue}")
+
+    def commit(self, consumer: str, offsets: Mapping[int, int]) -> dict[int, int]:
+        """Raise `consumer`'s committed offsets (never lowers them); the committed values."""
+        body = {"consumer": consumer, "offsets": {str(q): offsets[q] for q in sorted(offsets)}}
+        result = self.call("POST", "/mq/commit", body, what=f"committing consumer {consumer}")
+        return {int(q["queue"]): int(q["committed"]) for q in result["queues"]}
+
+    def produce(self, producer: str, messages: Sequence[Mapping[str, Any]]) -> int:
+        """Produce `messages` (produce-API objects: message, keys, delayMs ...) in batches
+        within the gateway's limits; returns once every batch is acknowledged (durable)."""
+        return self.produce_encoded(producer, [_encode(m) for m in messages])
+
+    def produce_encoded(self, producer: str, messages: Sequence[bytes]) -> int:
+        """`produce` of messages already encoded as JSON objects; the number produced."""
+        head = b'{"producer":' + _encode(producer) + b',"messages":['
+        sizes = [len(m) + 1 for m in messages]
+        for i, j in batch_ranges(sizes, PRODUCE_MAX_MESSAGES, PRODUCE_MAX_BYTES):
+            body = head + b",".join(messages[i:j]) + b"]}"
+            self.request("POST", "/mq/produce/batch", body=body, what=f"producing as {producer}")
+        return len(messages)
