@@ -25,13 +25,11 @@ OPTIONAL_PACKAGES = ("pyspark", "pyarrow", "pandas", "numpy", "redis", "psycopg"
 PROFILES = {"redis": {"redis"}, "postgres": {"psycopg"}, "spark": {"pyspark", "pyarrow", "pandas"}}
 
 # Loads the gateway's ASGI app module (and the worker processes' entry point) and the CLI, then
-# prints the optional packages that came with them. The package is `api` after issue 9's rename.
+# prints the optional packages that came with them.
 IMPORT_PROBE = """
-import importlib, importlib.util, sys
-edge = "mqgate.api" if importlib.util.find_spec("mqgate.api") else "mqgate.gateway"
-importlib.import_module(edge + ".app")
-if importlib.util.find_spec(edge + ".asgi"):
-    importlib.import_module(edge + ".asgi")
+import importlib, sys
+importlib.import_module("mqgate.api.app")
+importlib.import_module("mqgate.api.asgi")
 importlib.import_module("mqgate.cli")
 print(" ".join(sorted({m.partition(".")[0] for m in sys.modules} & set(sys.argv[1:]))))
 """

@@ -137,6 +137,24 @@ class TestTokens:
         with pytest.raises((Forbidden, BadRequest)):
             decode_token(forged, self.SECRET)
 
+    @pytest.mark.parametrize("mangle", ["!{}", "{} ", " {}", "{}====", "{}==", "{}\n", "{}.", "{}+/"])
+    def test_only_the_exact_text_of_a_token_is_accepted(self, mangle: str) -> None:
+        """The lenient base64 decoder skips characters outside its alphabet and extra padding;
+        a token is accepted only in the exact form the gateway wrote it."""
+        text = mangle.format(encode_token(self.TOKEN, self.SECRET))
+        with pytest.raises(BadRequest) as err:
+            decode_token(text, self.SECRET)
+        assert err.value.field == "requestId"
+
+    def test_a_token_with_altered_spare_bits_is_refused(self) -> None:
+        text = encode_token(self.TOKEN, self.SECRET)
+        alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+        spare = (-len(text) * 6) % 8  # bits of the last character beyond the data
+        if spare:
+            last = alphabet[alphabet.index(text[-1]) ^ 1]
+            with pytest.raises(BadRequest):
+                decode_token(text[:-1] + last, self.SECRET)
+
     @pytest.mark.parametrize("text", ["", "%%%", "abc", "x" * 2000])
     def test_garbage_is_a_bad_request(self, text: str) -> None:
         with pytest.raises(BadRequest) as err:

@@ -60,6 +60,11 @@ class Settings:
     max_batch_bytes: int = 4 * MIB
     max_pull_messages: int = 1024
     max_wait_s: float = 30.0
+    # A request's line and headers must arrive within this time (408), be at most this many
+    # header fields and bytes (431): slow or oversized headers cannot hold connections.
+    header_timeout_s: float = 10.0
+    max_header_count: int = 100
+    max_header_bytes: int = 64 * KIB
     log_level: str = "info"
 
     @property

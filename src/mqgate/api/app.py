@@ -12,6 +12,7 @@ from pathlib import Path
 
 import msgspec
 
+from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
 from mqgate.api.http import App, Router
 from mqgate.api.limits import SettingsLimits
@@ -140,6 +141,7 @@ def backends_for(settings: Settings) -> Backends:
 
 def build_app(settings: Settings) -> App:
     """The ASGI app of one gateway process."""
+    protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     sql = SqlRegistry(settings.resolved_registry_url())
     sql.create_schema()

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mqgate.api.http import Request, Role
 from mqgate.core.tokens import AckToken
 from mqgate.errors import Forbidden, Unauthorized
-from mqgate.registry.records import ConsumerRecord, ProducerRecord, token_matches
+from mqgate.registry.records import ConsumerRecord, ProducerRecord, hash_token
 from mqgate.services.consume import Consuming
 from mqgate.services.topology import Topology
 
@@ -37,6 +37,8 @@ class RoleGuard:
         self._admin_token = admin_token.encode()
         self.topology = topology
         self.consuming = consuming
+        self._holders: dict[str, ProducerRecord | ConsumerRecord] = {}
+        self._holders_of: tuple[int, int] = (0, -1)  # (snapshot id, version) they were read from
 
     def is_admin(self, request: Request) -> bool:
         bearer = request.bearer
@@ -58,10 +60,9 @@ class RoleGuard:
         if role == "admin":
             return ADMIN
         if role == "producer":
-            producer = await self.topology.producer(inp.producer)
-            if not self.is_admin(request):
-                _check_bearer(request.bearer, producer.token_hash, f"producer {producer.name}")
-            return producer
+            if self.is_admin(request):
+                return await self.topology.producer(inp.producer)
+            return await self._holder(request, "producer", inp.producer)
         if role == "token":
             token = self.consuming.token(inp.request_id)
             if inp.consumer is not None and inp.consumer != token.consumer:
@@ -82,13 +83,37 @@ class RoleGuard:
         return consumer
 
     async def _consumer(self, name: str, request: Request) -> ConsumerRecord:
-        consumer = await self.topology.consumer(name)
-        _check_bearer(request.bearer, consumer.token_hash, f"consumer {name}")
+        consumer = await self._holder(request, "consumer", name)
+        assert isinstance(consumer, ConsumerRecord)
         return consumer
 
+    async def _holder(self, request: Request, kind: str, name: str) -> ProducerRecord | ConsumerRecord:
+        """The producer or consumer `name`, if the bearer token is its own. A token that is no
+        one's is refused alike whether `name` exists or not (401), so names cannot be probed;
+        a valid token of someone else is refused with 403."""
+        bearer = request.bearer
+        assert bearer is not None  # check_credential refused the call otherwise
+        if self.is_admin(request):
+            raise Forbidden(
+                f"the admin token is not {kind} {name}'s: use its own token", field="Authorization"
+            )
+        token_hash = hash_token(bearer)
+        holder = self._token_holders().get(token_hash)
+        if holder is None and await self.topology.ctx.registry.refresh_on_miss():
+            holder = self._token_holders().get(token_hash)  # registered meanwhile elsewhere
+        if holder is None:
+            raise Unauthorized("the token is not valid", field="Authorization")
+        wanted = ProducerRecord if kind == "producer" else ConsumerRecord
+        if not isinstance(holder, wanted) or holder.name != name:
+            raise Forbidden(f"the token is not {kind} {name}'s", field="Authorization")
+        return holder
 
-def _check_bearer(bearer: str | None, token_hash: str, who: str) -> None:
-    if not bearer:
-        raise Unauthorized(f"Authorization: Bearer <token> of {who} is required", field="Authorization")
-    if not token_matches(bearer, token_hash):
-        raise Forbidden(f"the token is not {who}'s", field="Authorization")
+    def _token_holders(self) -> dict[str, ProducerRecord | ConsumerRecord]:
+        snapshot = self.topology.ctx.registry.snapshot
+        if self._holders_of != (id(snapshot), snapshot.version):
+            holders: dict[str, ProducerRecord | ConsumerRecord] = {
+                p.token_hash: p for p in snapshot.producers.values()
+            }
+            holders.update((c.token_hash, c) for c in snapshot.consumers.values())
+            self._holders, self._holders_of = holders, (id(snapshot), snapshot.version)
+        return self._holders

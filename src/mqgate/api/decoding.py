@@ -42,8 +42,10 @@ def body_fields(body: bytes, content_type: bytes, json_only: bool) -> dict[str, 
     if kind == JSON_TYPE or (not kind and body[:1] in (b"{", b"[")):
         try:
             data = _json_decode(body)
-        except msgspec.DecodeError as exc:
-            raise BadRequest(f"body is not valid JSON: {exc}", field="body") from exc
+        except (msgspec.DecodeError, UnicodeDecodeError) as exc:
+            raise BadRequest(f"body is not valid JSON (UTF-8): {exc}", field="body") from exc
+        except RecursionError as exc:
+            raise BadRequest("body is nested too deeply", field="body") from exc
         if not isinstance(data, dict):
             raise BadRequest("body must be a JSON object", field="body")
         return data
@@ -53,8 +55,8 @@ def body_fields(body: bytes, content_type: bytes, json_only: bool) -> dict[str, 
         )
     if kind in (FORM_TYPE, b""):
         try:
-            return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True))
-        except UnicodeDecodeError as exc:
+            return dict(parse_qsl(body.decode("utf-8"), keep_blank_values=True, errors="strict"))
+        except UnicodeDecodeError as exc:  # raw bytes or %-escapes: one rule, UTF-8 or refused
             raise BadRequest("form body is not UTF-8", field="body") from exc
     raise UnsupportedMediaType(
         "body must be application/json or application/x-www-form-urlencoded", field="body"
@@ -62,7 +64,12 @@ def body_fields(body: bytes, content_type: bytes, json_only: bool) -> dict[str, 
 
 
 def query_fields(query_string: bytes) -> dict[str, Any]:
-    return dict(parse_qsl(query_string.decode("latin-1"))) if query_string else {}
+    if not query_string:
+        return {}
+    try:
+        return dict(parse_qsl(query_string.decode("utf-8"), errors="strict"))
+    except UnicodeDecodeError as exc:
+        raise BadRequest("query string is not UTF-8", field="query") from exc
 
 
 def decode_json(body: bytes, shape: type[S]) -> S | None:
@@ -70,7 +77,7 @@ def decode_json(body: bytes, shape: type[S]) -> S | None:
     field-by-field path, which accepts text forms and names the field at fault)."""
     try:
         return msgspec.json.decode(body, type=shape, strict=False)
-    except msgspec.MsgspecError:
+    except (msgspec.MsgspecError, UnicodeDecodeError, RecursionError):
         return None
 
 

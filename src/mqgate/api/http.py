@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 
 _json_encode = msgspec.json.Encoder().encode
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
+# How much of a refused body is read (and dropped) so that its sender can read the 413.
+DRAIN_BYTES: Final = 64 * 1024 * 1024
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -90,6 +92,12 @@ class Limits(Protocol):
         """Apply the limits that are settings; raise naming the field."""
 
 
+class WrongMethod(MethodNotAllowed):
+    def __init__(self, path: str, allowed: list[str]) -> None:
+        super().__init__(f"{path} accepts {', '.join(allowed)}", field="method")
+        self.allow = ", ".join(allowed)
+
+
 def envelope(status: int, message: str, result: Any) -> bytes:
     return _json_encode({"status": status, "message": message, "result": result})
 
@@ -127,7 +135,7 @@ class Router:
             raise NotFound(f"no route {path}", field="path", code="no_route")
         route = methods.get(method)
         if route is None:
-            raise MethodNotAllowed(f"{path} accepts {', '.join(sorted(methods))}", field="method")
+            raise WrongMethod(path, sorted(methods))
         return route, params
 
 
@@ -184,7 +192,7 @@ class App:
             route_name = route.path
             client = scope.get("client")
             request = Request(
-                scope["method"], scope["path"], dict(scope["headers"]), client[0] if client else ""
+                scope["method"], scope["path"], _headers(scope["headers"]), client[0] if client else ""
             )
             self.guard.check_credential(route.role, request)
             body = b"" if route.body == "none" else await self._read_body(request.headers, receive)
@@ -198,6 +206,10 @@ class App:
             )
             if exc.retry_after_s is not None:
                 response.headers.append((b"retry-after", str(math.ceil(exc.retry_after_s)).encode()))
+            if isinstance(exc, WrongMethod):
+                response.headers.append((b"allow", exc.allow.encode()))
+            if isinstance(exc, PayloadTooLarge) and exc.field == "body":
+                response.headers.append((b"connection", b"close"))
         except Exception:
             log.exception("unexpected error on %s %s", scope["method"], scope["path"])
             response = Response({"code": "internal", "field": None}, status=500, message="internal error")
@@ -252,6 +264,7 @@ class App:
     async def _read_body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            await _drain(receive, DRAIN_BYTES)
             raise PayloadTooLarge(f"request body is over the {self.max_body_bytes}-byte limit", field="body")
         chunks = []
         size = 0
@@ -262,9 +275,28 @@ class App:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body_bytes:
+                await _drain(receive, DRAIN_BYTES)
                 raise PayloadTooLarge(
                     f"request body is over the {self.max_body_bytes}-byte limit", field="body"
                 )
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return b"".join(chunks)
+
+
+async def _drain(receive: Receive, limit: int) -> None:
+    """Read and drop the rest of a refused body (up to `limit`), so a client that sends all of
+    it before reading the answer gets the 413 rather than a reset connection."""
+    drained = 0
+    while drained < limit:
+        message = await receive()
+        if message["type"] == "http.disconnect" or not message.get("more_body", False):
+            return
+        drained += len(message.get("body", b""))
+
+
+def _headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    headers = dict(raw)
+    if len(headers) < len(raw) and sum(1 for name, _ in raw if name == b"authorization") > 1:
+        raise BadRequest("more than one Authorization header", field="Authorization")
+    return headers

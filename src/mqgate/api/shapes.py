@@ -10,9 +10,10 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 from msgspec import Meta
 
-from mqgate.core.scheduling import MAX_DESTINATIONS, MAX_PRIORITY
+from mqgate.core.scheduling import MAX_PRIORITY
 
 MAX_QUEUES: Final = 256
+MAX_DESTINATIONS: Final = 16  # per message
 MAX_STORE_QUEUES: Final = MAX_QUEUES * (MAX_PRIORITY + 1)
 MAX_LOCK_TIMEOUT_S: Final = 12 * 3600.0
 MAX_ATTEMPTS: Final = 1000

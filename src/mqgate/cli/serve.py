@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mqgate.api.app import build_app, prepare
+    from mqgate.api.protocol import PROTOCOL_PATH
 
     flags = {name: getattr(args, name) for name in SERVE_FLAGS}
     settings = load_settings(Path(args.config) if args.config else None, **flags)
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         "host": settings.host,
         "port": settings.port,
         "loop": "uvloop",
-        "http": "httptools",
+        "http": PROTOCOL_PATH,  # httptools with bounded headers
         "lifespan": "on",
         "access_log": False,
         "proxy_headers": False,

@@ -1,4 +1,4 @@
-"""Where each queue a consumer reads sits in its offset table (SPEC G7 table, S4 priority).
+"""Where each queue a consumer reads sits in its offset table (SPEC G7 table, S1/S3 priority).
 
 A consumer reads three store topics: its topic, whose queues come in priority lanes of
 `queues` queues each (lane p holds priority p, for p up to the topic's max priority), its

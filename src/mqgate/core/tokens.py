@@ -6,6 +6,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import re
 from typing import Final
 
 import msgspec
@@ -14,6 +15,9 @@ from mqgate.errors import BadRequest, Forbidden
 
 MAC_BYTES: Final = 16
 _FIELD: Final = "requestId"
+# Unpadded URL-safe base64 as `encode_token` writes it, and nothing else: no padding, spaces,
+# or characters the lenient decoder would skip.
+_TOKEN_TEXT: Final = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class AckToken(msgspec.Struct, array_like=True, frozen=True):
@@ -44,10 +48,14 @@ def decode_token(text: str, secret: bytes) -> AckToken:
     """Verify and decode; 400 if it is not a token at all, 403 if its signature is wrong."""
     if not text or len(text) > 1024:
         raise BadRequest("requestId is missing or too long", field=_FIELD)
+    if _TOKEN_TEXT.fullmatch(text) is None or len(text) % 4 == 1:
+        raise BadRequest("requestId is not a valid ack token", field=_FIELD)
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
     except (binascii.Error, ValueError) as exc:
         raise BadRequest("requestId is not a valid ack token", field=_FIELD) from exc
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != text:
+        raise BadRequest("requestId is not a valid ack token", field=_FIELD)  # non-zero spare bits
     if len(raw) <= MAC_BYTES:
         raise BadRequest("requestId is not a valid ack token", field=_FIELD)
     payload, mac = raw[:-MAC_BYTES], raw[-MAC_BYTES:]

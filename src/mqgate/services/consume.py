@@ -71,11 +71,7 @@ class Consuming:
             token = self.token(request_id)
             if token.consumer != c.name:
                 raise Forbidden("requestId belongs to another consumer", field="requestId")
-            refusal = await ctx.offsets.ack(token, now_ms())
-            ack_outcome = refusal or "ok"
-            if refusal is None:
-                ctx.store.wake(c.topic)
-            ctx.metrics.child(ctx.metrics.acks, c.name, ack_outcome).inc()
+            ack_outcome = await self._commit(c, token) or "ok"
         if c.paused:
             return PullResult(PAUSED, ack=ack_outcome)
         table_client = self._table_client(c, client_id)
@@ -207,10 +203,15 @@ class Consuming:
             return await offsets.lease(c.name, client, bounds, **args)
 
     async def ack(self, c: ConsumerRecord, token: AckToken) -> None:
+        raise_refusal(await self._commit(c, token), "ack")
+
+    async def _commit(self, c: ConsumerRecord, token: AckToken) -> AckRefusal | None:
+        """Ack a batch (SPEC G5), counted by outcome; the queue's waiting pulls are woken."""
         refusal = await self.ctx.offsets.ack(token, now_ms())
         self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
-        raise_refusal(refusal, "ack")
-        self.ctx.store.wake(c.topic)
+        if refusal is None:
+            self.ctx.store.wake(c.topic)
+        return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
         offsets = self.ctx.offsets

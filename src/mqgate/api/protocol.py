@@ -1,0 +1,126 @@
+"""uvicorn's httptools protocol with the bounds it lacks: a time limit for a request's headers
+(slow clients holding connections open: 408), and a limit on the number and size of headers
+(431). uvicorn 0.54 has neither for httptools; the lock file pins the version this is for."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Final
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+REASONS: Final = {408: b"Request Timeout", 431: b"Request Header Fields Too Large"}
+
+
+class _Refused(Exception):
+    """Raised from a parser callback to stop parsing a request that is refused."""
+
+
+class GuardedHttpToolsProtocol(HttpToolsProtocol):
+    header_timeout_s: float = 10.0
+    max_headers: int = 100
+    max_header_bytes: int = 64 * 1024
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._header_timer: asyncio.TimerHandle | None = None
+        self._header_count = 0
+        self._header_bytes = 0
+        self._refusal: tuple[int, str] | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        if self._refusal is not None:
+            return
+        self._unset_keepalive_if_required()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            if self._refusal is not None:
+                self._refuse(*self._refusal)
+                return
+            msg = "Invalid HTTP request received."
+            self.logger.warning(msg)
+            self.send_400_response(msg)
+        except httptools.HttpParserUpgrade:
+            if self._should_upgrade():
+                self.handle_websocket_upgrade()
+            else:
+                self._unsupported_upgrade_warning()
+
+    def on_message_begin(self) -> None:
+        super().on_message_begin()
+        self._header_count = 0
+        self._header_bytes = 0
+        self._arm()
+
+    def on_url(self, url: bytes) -> None:
+        self._count(len(url))
+        super().on_url(url)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.max_headers:
+            self._refusal = (431, f"more than {self.max_headers} header fields")
+            raise _Refused
+        self._count(len(name) + len(value))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        self._disarm()
+        super().on_headers_complete()
+
+    def _count(self, size: int) -> None:
+        self._header_bytes += size
+        if self._header_bytes > self.max_header_bytes:
+            self._refusal = (431, f"request line and headers over {self.max_header_bytes} bytes")
+            raise _Refused
+
+    def _arm(self) -> None:
+        if self._header_timer is None:
+            self._header_timer = self.loop.call_later(self.header_timeout_s, self._headers_too_slow)
+
+    def _disarm(self) -> None:
+        if self._header_timer is not None:
+            self._header_timer.cancel()
+            self._header_timer = None
+
+    def _headers_too_slow(self) -> None:
+        self._header_timer = None
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request is being served: its headers are complete
+        if self.transport.is_closing():
+            return
+        self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
+
+    def _refuse(self, status: int, message: str) -> None:
+        self._refusal = (status, message)
+        self._disarm()
+        body = b'{"status":%d,"message":"%s","result":{"code":"bad_request","field":"headers"}}' % (
+            status,
+            message.encode(),
+        )
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+            b"connection: close\r\n\r\n%s" % (status, REASONS[status], len(body), body)
+        )
+        self.transport.close()
+
+
+# What uvicorn is given as `http=`: an import path, so worker processes load it too.
+PROTOCOL_PATH: Final = "mqgate.api.protocol:GuardedHttpToolsProtocol"
+
+
+def configure(header_timeout_s: float, max_headers: int, max_header_bytes: int) -> None:
+    """Set the limits (from the settings) in this process, before it serves."""
+    GuardedHttpToolsProtocol.header_timeout_s = header_timeout_s
+    GuardedHttpToolsProtocol.max_headers = max_headers
+    GuardedHttpToolsProtocol.max_header_bytes = max_header_bytes
