@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Final, Protocol
+from typing import Final, Literal, Protocol
 
 import msgspec
 
@@ -83,17 +83,17 @@ class StoredMessage(
     deadline_ms: int | None = None
 
 
-class Receipt(msgspec.Struct, frozen=True, omit_defaults=True):
+class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Where one destination of a message went: "stored" at a queue and offset, or
-    "scheduled" (held until `deliverAt`, then stored)."""
+    "scheduled" (held until `deliver_at`, then stored). The produce answers encode it as is."""
 
-    msgId: str
+    msg_id: str
     broker: str
-    status: str  # "stored" | "scheduled"
+    status: Literal["stored", "scheduled"]
     queue: int | None = None
     offset: int | None = None
     destination: str | None = None  # set when the producer named destinations
-    deliverAt: int | None = None
+    deliver_at: int | None = None
     deadline: int | None = None
 
 

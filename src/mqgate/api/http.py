@@ -17,7 +17,7 @@ from typing import Any, Final, Literal, Protocol
 import msgspec
 
 from mqgate.api.decoding import body_fields, content_kind, convert, decode_json, query_fields
-from mqgate.api.shapes import Input, Output
+from mqgate.api.shapes import Input
 from mqgate.errors import BadRequest, MethodNotAllowed, MqgateError, NotFound, PayloadTooLarge
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class Route:
     role: Role
     summary: str
     shape: type[Input] | None = None  # the request; None: the call takes no parameters
-    answer: type[Output] | None = None  # the `result` of a 200 answer (None: not JSON)
+    answer: type[msgspec.Struct] | None = None  # the `result` of a 200 answer (None: not JSON)
     errors: tuple[int, ...] = ()  # error statuses beyond 400 and those of the role
     body: Literal["any", "json", "none"] = "any"  # "none": parameters in the query string
 

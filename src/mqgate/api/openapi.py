@@ -12,7 +12,7 @@ import msgspec
 from mqgate import __version__
 from mqgate.api.http import Route
 from mqgate.api.limits import wire_name
-from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS, ErrorOut, Input, Output
+from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS, ErrorOut
 from mqgate.settings import Settings
 
 _REF: Final = "#/components/schemas/{name}"
@@ -80,7 +80,7 @@ def _body_schema(route: Route, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
-    shapes: list[type[Input] | type[Output]] = [ErrorOut]
+    shapes: list[type[msgspec.Struct]] = [ErrorOut]
     for r in routes:
         shapes += [t for t in (r.shape, r.answer) if t is not None]
     (_, components) = msgspec.json.schema_components(

@@ -8,6 +8,7 @@ import msgspec
 
 from mqgate.api import shapes as s
 from mqgate.api.http import Request, Response, Route
+from mqgate.model import Receipt
 from mqgate.services.consume import FOUND, RATE_LIMITED, PullResult
 from mqgate.services.gateway import Gateway
 
@@ -87,7 +88,7 @@ class DataRoutes:
                 "producer",
                 "Produce one message (SPEC G3, S1)",
                 s.ProduceIn,
-                s.ReceiptOut,
+                Receipt,
                 (404, 413),
             ),
             Route(

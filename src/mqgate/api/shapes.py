@@ -11,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from mqgate.core.scheduling import MAX_PRIORITY
+from mqgate.model import Receipt
 
 MAX_QUEUES: Final = 256
 MAX_DESTINATIONS: Final = 16  # per message
@@ -193,19 +194,8 @@ class Output(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
     pass
 
 
-class ReceiptOut(Output, kw_only=True):
-    msg_id: str
-    broker: str
-    status: Literal["stored", "scheduled"]
-    queue: int | None = None
-    offset: int | None = None
-    destination: str | None = None
-    deliver_at: int | None = None
-    deadline: int | None = None
-
-
 class ReceiptsOut(Output, kw_only=True):
-    receipts: list[ReceiptOut]
+    receipts: list[Receipt]
 
 
 class DeliveredOut(Output, kw_only=True):
