@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.types import StructType
 
 from mqgate.pipeline.config import parse_config
 from mqgate.pipeline.dispatch import partition_slots, spread_of, task_of, worker_of
@@ -33,6 +34,7 @@ from mqgate.pipeline.stages import (
     task_input,
 )
 from mqgate.spark.arrow import Record, to_batch
+from mqgate.spark.schema import SCHEMA
 from tests.spark.conftest import spark  # noqa: F401  (the one local Spark of the Spark tests)
 
 CONFIG = parse_config(
@@ -169,12 +171,24 @@ def test_a_task_without_events_reports_its_progress() -> None:
     assert report == TaskReport(ends={2: 9})
 
 
+def _queue_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """Source rows: 500 likes at offsets 0.. of each queue in the input's `id` column."""
+    for batch in batches:
+        for queue in batch.column("id").to_pylist():
+            yield source_batch(queue, 0, [like(f"v{i % 97}") for i in range(500)])
+
+
 def _check_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Stands in for run_batches inside Spark: what did this partition get?"""
     table = pa.Table.from_batches(list(batches), schema=ROUTED_ARROW)
     got = task_input(table.to_batches())
     seen = sorted(set(table.column("slot").to_pylist()))
+    # Within a worker queue, each source queue's events in offset order (ids are q<queue>-<offset>).
+    positions = [[tuple(map(int, e.event_id[1:].split("-"))) for e in q] for q in got.queues.values()]
+    in_order = all([o for q, o in p if q == queue] == sorted(o for q, o in p if q == queue)
+                   for p in positions for queue in range(3))  # fmt: skip
     summary = {
+        "in_order": in_order,
         "slots": seen,
         "workers": sorted(got.queues),
         "events": sum(map(len, got.queues.values())),
@@ -187,8 +201,9 @@ def _check_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 def test_the_shuffle_gives_each_spark_task_exactly_its_worker_queues(spark: Any) -> None:  # noqa: F811
     tasks = 4
     slots = partition_slots(tasks)
-    batches = [source_batch(q, 0, [like(f"v{i % 97}") for i in range(500)]) for q in range(3)]
-    source = spark.createDataFrame(pa.Table.from_batches(batches)).repartition(3, "queue")
+    # One partition per source queue range, as the mqgate source reads them.
+    schema = StructType([SCHEMA[name] for name in COLUMNS])
+    source = spark.range(0, 3, numPartitions=3).mapInArrow(_queue_ranges, schema)
     routed = source.mapInArrow(
         functools.partial(route_batches, CONFIG, KIND_EVENTS, "like", slots), ROUTED_SCHEMA
     )
@@ -206,6 +221,7 @@ def test_the_shuffle_gives_each_spark_task_exactly_its_worker_queues(spark: Any)
         task = slots.index(s["slots"][0])
         assert s["workers"] and all(task_of(w, tasks) == task for w in s["workers"])
         assert s["batch_events"] == 1500
+        assert s["in_order"]
     assert sum(s["events"] for s in summaries) == 1500
     assert sorted(e for s in summaries for e in map(tuple, s["ends"])) == [(0, 500), (1, 500), (2, 500)]
 
