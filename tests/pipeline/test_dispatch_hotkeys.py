@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from mqgate.pipeline.aggregate import REASON_AGE, REASON_COUNT, REASON_SHUTDOWN, FlushRule, flush_reason
 from mqgate.pipeline.dispatch import (
-    partition_slots,
+    partition_tags,
     spark_hash_int,
     spread_of,
     stable_hash,
@@ -74,10 +74,10 @@ class TestDispatch:
         assert got == [933211791, -559580957, -1604776387, 29417773, 133916647]
 
     @pytest.mark.parametrize("tasks", [1, 2, 3, 16, 64])
-    def test_partition_slots_name_each_partition_once(self, tasks: int) -> None:
-        slots = partition_slots(tasks)
-        assert len(set(slots)) == tasks
-        assert [spark_hash_int(s) % tasks for s in slots] == list(range(tasks))
+    def test_partition_tags_name_each_partition_once(self, tasks: int) -> None:
+        tags = partition_tags(tasks)
+        assert len(set(tags)) == tasks
+        assert [spark_hash_int(s) % tasks for s in tags] == list(range(tasks))
 
     def test_tasks_cover_workers_once(self) -> None:
         for tasks in (1, 2, 3, 16):

@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 from pyspark.sql.types import StructType
 
 from mqgate.pipeline.config import parse_config
-from mqgate.pipeline.dispatch import partition_slots, spread_of, task_of, worker_of
+from mqgate.pipeline.dispatch import partition_tags, spread_of, task_of, worker_of
 from mqgate.pipeline.executor import KIND_EVENTS, KIND_HOT, KIND_RETRY, TaskPlan, TaskReport
 from mqgate.pipeline.hotkeys import REASON_LOAD, HotKey
 from mqgate.pipeline.parsing import ParseFailure, SourceMessage, encode_internal, parse_message
@@ -72,19 +72,19 @@ def rows(batches: Iterator[pa.RecordBatch]) -> pa.Table:
     return pa.Table.from_batches(list(batches))
 
 
-def by_slot(table: pa.Table, slot: int) -> list[pa.RecordBatch]:
-    """What the shuffle gives the task of `slot`."""
-    return table.filter(pc.equal(table.column("slot"), slot)).to_batches()
+def by_tag(table: pa.Table, tag: int) -> list[pa.RecordBatch]:
+    """What the shuffle gives the task of `tag`."""
+    return table.filter(pc.equal(table.column("tag"), tag)).to_batches()
 
 
 def test_events_are_parsed_once_and_each_goes_to_its_workers_task() -> None:
-    slots = partition_slots(4)
+    tags = partition_tags(4)
     batches = [
         source_batch(0, 7, [like("v1"), "oops", like("v2", "u2")]),
         source_batch(1, 3, [like(f"k{i}") for i in range(200)]),
     ]
-    table = rows(route_batches(CONFIG, KIND_EVENTS, "like", slots, batches))
-    inputs = [task_input(by_slot(table, slot)) for slot in slots]
+    table = rows(route_batches(CONFIG, KIND_EVENTS, "like", tags, batches))
+    inputs = [task_input(by_tag(table, tag)) for tag in tags]
     expected = []
     for b in batches:
         for r in b.to_pylist():
@@ -110,10 +110,10 @@ def test_events_are_parsed_once_and_each_goes_to_its_workers_task() -> None:
 
 
 def test_message_keys_are_read_for_the_string_format() -> None:
-    slots = partition_slots(2)
+    tags = partition_tags(2)
     batch = source_batch(0, 0, ["hello", "there"], keys=("v7", "x"), topic="views")
-    table = rows(route_batches(CONFIG, KIND_EVENTS, "view", slots, [batch]))
-    t = task_input(by_slot(table, slots[task_of(worker_of("v7", 16), 2)]))
+    table = rows(route_batches(CONFIG, KIND_EVENTS, "view", tags, [batch]))
+    t = task_input(by_tag(table, tags[task_of(worker_of("v7", 16), 2)]))
     (events,) = t.queues.values()
     got = [(e.key, e.payload, e.fields, e.event_ms) for e in events]
     assert got == [("v7", "hello", {}, TS_MS), ("v7", "there", {}, TS_MS)]
@@ -131,11 +131,11 @@ def test_hot_and_retry_events_spread_and_keep_their_identity() -> None:
         for i, m in enumerate(items)
     ]
     batch = to_batch("vid-retry", "b", 0, 0, records).select(list(COLUMNS))
-    slots = partition_slots(2)
+    tags = partition_tags(2)
     for kind, attempts in ((KIND_HOT, 2), (KIND_RETRY, 3)):
-        table = rows(route_batches(CONFIG, kind, "", slots, [batch]))
+        table = rows(route_batches(CONFIG, kind, "", tags, [batch]))
         assert ITEM_BATCH_SIZE not in table.column("item").to_pylist()
-        inputs = [task_input(by_slot(table, s)) for s in slots]
+        inputs = [task_input(by_tag(table, s)) for s in tags]
         events = [(w, e) for t in inputs for w, q in t.queues.items() for e in q]
         workers = Counter(w for w, _ in events)
         assert len(workers) == 16 and max(workers.values()) < 140
@@ -160,12 +160,12 @@ def test_a_task_report_survives_the_trip_to_the_driver() -> None:
 
 
 def test_a_task_without_events_reports_its_progress() -> None:
-    slots = partition_slots(1)
-    routed = list(route_batches(CONFIG, KIND_EVENTS, "like", slots, [source_batch(2, 0, [])]))
+    tags = partition_tags(1)
+    routed = list(route_batches(CONFIG, KIND_EVENTS, "like", tags, [source_batch(2, 0, [])]))
     # No rows at all: no progress either, and a report of nothing.
     assert sum(b.num_rows for b in routed) == 1 and routed[0].column("item").to_pylist() == [ITEM_BATCH_SIZE]
     plan = TaskPlan(CONFIG, KIND_EVENTS)
-    row = {"slot": slots[0], "item": ITEM_PROGRESS, "queue": 2, "number": 9}
+    row = {"tag": tags[0], "item": ITEM_PROGRESS, "queue": 2, "number": 9}
     progress = pa.RecordBatch.from_pylist([row], schema=ROUTED_ARROW)
     (report,) = read_reports(pa.Table.from_batches(list(run_batches(plan, [progress]))))
     assert report == TaskReport(ends={2: 9})
@@ -182,14 +182,14 @@ def _check_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Stands in for run_batches inside Spark: what did this partition get?"""
     table = pa.Table.from_batches(list(batches), schema=ROUTED_ARROW)
     got = task_input(table.to_batches())
-    seen = sorted(set(table.column("slot").to_pylist()))
+    seen = sorted(set(table.column("tag").to_pylist()))
     # Within a worker queue, each source queue's events in offset order (ids are q<queue>-<offset>).
     positions = [[tuple(map(int, e.event_id[1:].split("-"))) for e in q] for q in got.queues.values()]
     in_order = all([o for q, o in p if q == queue] == sorted(o for q, o in p if q == queue)
                    for p in positions for queue in range(3))  # fmt: skip
     summary = {
         "in_order": in_order,
-        "slots": seen,
+        "tags": seen,
         "workers": sorted(got.queues),
         "events": sum(map(len, got.queues.values())),
         "batch_events": got.batch_events,
@@ -200,25 +200,25 @@ def _check_task(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
 
 def test_the_shuffle_gives_each_spark_task_exactly_its_worker_queues(spark: Any) -> None:  # noqa: F811
     tasks = 4
-    slots = partition_slots(tasks)
+    tags = partition_tags(tasks)
     # One partition per source queue range, as the mqgate source reads them.
     schema = StructType([SCHEMA[name] for name in COLUMNS])
     source = spark.range(0, 3, numPartitions=3).mapInArrow(_queue_ranges, schema)
     routed = source.mapInArrow(
-        functools.partial(route_batches, CONFIG, KIND_EVENTS, "like", slots), ROUTED_SCHEMA
+        functools.partial(route_batches, CONFIG, KIND_EVENTS, "like", tags), ROUTED_SCHEMA
     )
     answers = (
-        routed.repartition(tasks, "slot")
+        routed.repartition(tasks, "tag")
         .mapInArrow(_check_task, "summary string")
         .toArrow()
         .column("summary")
         .to_pylist()
     )
-    summaries = sorted((json.loads(a) for a in answers), key=lambda s: s["slots"])
-    assert sorted(s["slots"][0] for s in summaries) == sorted(slots)
-    assert all(len(s["slots"]) == 1 for s in summaries)  # one task per partition, none shares one
+    summaries = sorted((json.loads(a) for a in answers), key=lambda s: s["tags"])
+    assert sorted(s["tags"][0] for s in summaries) == sorted(tags)
+    assert all(len(s["tags"]) == 1 for s in summaries)  # one task per partition, none shares one
     for s in summaries:
-        task = slots.index(s["slots"][0])
+        task = tags.index(s["tags"][0])
         assert s["workers"] and all(task_of(w, tasks) == task for w in s["workers"])
         assert s["batch_events"] == 1500
         assert s["in_order"]
@@ -227,8 +227,8 @@ def test_the_shuffle_gives_each_spark_task_exactly_its_worker_queues(spark: Any)
 
 
 def test_parse_failure_rows_are_failures() -> None:
-    slots = partition_slots(1)
-    table = rows(route_batches(CONFIG, KIND_EVENTS, "like", slots, [source_batch(0, 0, ["[1]"])]))
+    tags = partition_tags(1)
+    table = rows(route_batches(CONFIG, KIND_EVENTS, "like", tags, [source_batch(0, 0, ["[1]"])]))
     assert task_input(table.to_batches()).failures == [
         ParseFailure("q0-0", "like", "[1]", "parse: expected a JSON object, got list", "likes")
     ]

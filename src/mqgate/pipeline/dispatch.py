@@ -58,16 +58,15 @@ def spark_hash_int(value: int, seed: int = SPARK_HASH_SEED) -> int:
     return h1 - (1 << 32) if h1 >= 1 << 31 else h1
 
 
-def partition_slots(tasks: int) -> list[int]:
+def partition_tags(tasks: int) -> list[int]:
     """For each task t < `tasks`, an int that `DataFrame.repartition(tasks, column)` sends to
     partition t (Spark puts a row in pmod(hash(column), tasks)). Rows tagged with these land
     one task per partition; tagging them with t itself could put two tasks in one partition
     and leave another idle."""
-    slots: list[int] = []
-    candidate = 0
+    tags: list[int] = []
     for task in range(tasks):
+        candidate = 0
         while spark_hash_int(candidate) % tasks != task:
             candidate += 1
-        slots.append(candidate)
-        candidate = 0
-    return slots
+        tags.append(candidate)
+    return tags

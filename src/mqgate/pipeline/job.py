@@ -29,7 +29,7 @@ import mqgate.spark
 from mqgate.errors import MqgateError
 from mqgate.pipeline import stages
 from mqgate.pipeline.config import EventType, PipelineConfig
-from mqgate.pipeline.dispatch import partition_slots
+from mqgate.pipeline.dispatch import partition_tags
 from mqgate.pipeline.executor import KIND_EVENTS, KIND_HOT, KIND_RETRY, TaskPlan, TaskReport
 from mqgate.pipeline.gateway import GatewayClient
 from mqgate.pipeline.hotkeys import HotKeyRule, KeyTimes
@@ -104,13 +104,13 @@ class BatchProcessor:
             slow = {k: v for k, v in shares.items() if v >= self.rule.time_share > 0}
             plan = TaskPlan(config, spec.kind, self.rule, slow)
         # One Spark job on Arrow batches: read and parse (one task per source queue range),
-        # shuffle by the slot of the task that runs each worker queue, then those tasks.
-        slots = self.pipeline.slots
+        # shuffle by the tag of the task that runs each worker queue, then those tasks.
+        tags = self.pipeline.tags
         routed = df.select(*stages.COLUMNS).mapInArrow(
-            functools.partial(stages.route_batches, config, spec.kind, type_name, slots), stages.ROUTED_SCHEMA
+            functools.partial(stages.route_batches, config, spec.kind, type_name, tags), stages.ROUTED_SCHEMA
         )
         answers = (
-            routed.repartition(len(slots), "slot")
+            routed.repartition(len(tags), "tag")
             .mapInArrow(functools.partial(stages.run_batches, plan), stages.REPORT_SCHEMA)
             .toArrow()
         )
@@ -138,8 +138,8 @@ class Pipeline:
         # queries should find free slots meanwhile instead of queueing behind them.
         cores = spark.sparkContext.defaultParallelism
         tasks = config.job.tasks or max(1, min(config.job.partitions, cores // 2))
-        # Task t's rows carry slots[t], which Spark's hash partitioning sends to partition t.
-        self.slots = partition_slots(tasks)
+        # Task t's rows carry tags[t], which Spark's hash partitioning sends to partition t.
+        self.tags = partition_tags(tasks)
         self.summary = RunSummary()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()

@@ -2,8 +2,8 @@
 
 1. `route_batches`, one task per source queue range: reads the source's Arrow columns, parses
    each message once into its events and tags each with the Spark task that runs its worker
-   queue (the `slot` column, see dispatch.partition_slots). The output is Arrow again; Spark
-   shuffles it by `slot` (`repartition(T, "slot")`).
+   queue (the `tag` column, see dispatch.partition_tags). The output is Arrow again; Spark
+   shuffles it by `tag` (`repartition(T, "tag")`).
 2. `run_batches`, one task per T: turns its rows into the worker queues (executor.run_task)
    and answers one row, the task's report.
 
@@ -51,7 +51,7 @@ ITEM_BATCH_SIZE: Final = 3  # the events of one stage-1 partition (event queries
 _S: Final = StringType()
 ROUTED_SCHEMA: Final = StructType(
     [
-        StructField("slot", IntegerType(), False),
+        StructField("tag", IntegerType(), False),
         StructField("item", ByteType(), False),
         StructField("worker", IntegerType(), True),
         StructField("event_id", _S, True),
@@ -86,17 +86,17 @@ class _Routed:
         self.columns: dict[str, list[Any]] = {name: [] for name in ROUTED_ARROW.names}
 
     def __len__(self) -> int:
-        return len(self.columns["slot"])
+        return len(self.columns["tag"])
 
-    def add(self, slot: int, item: int, **values: Any) -> None:
+    def add(self, tag: int, item: int, **values: Any) -> None:
         for name, column in self.columns.items():
             column.append(values.get(name))
-        self.columns["slot"][-1] = slot
+        self.columns["tag"][-1] = tag
         self.columns["item"][-1] = item
 
-    def event(self, slot: int, worker: int, e: Event) -> None:
+    def event(self, tag: int, worker: int, e: Event) -> None:
         c = self.columns
-        c["slot"].append(slot)
+        c["tag"].append(tag)
         c["item"].append(ITEM_EVENT)
         c["worker"].append(worker)
         c["event_id"].append(e.event_id)
@@ -141,14 +141,14 @@ def source_messages(batch: pa.RecordBatch, with_keys: bool, with_properties: boo
 
 
 def route_batches(
-    config: PipelineConfig, kind: str, type_name: str, slots: Sequence[int], batches: Iterable[pa.RecordBatch]
+    config: PipelineConfig, kind: str, type_name: str, tags: Sequence[int], batches: Iterable[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """Stage 1 (mapInArrow): the events and parse failures of the source rows, each tagged with
-    its task's slot; then one progress row per source queue, and for event queries the
+    its task's tag; then one progress row per source queue, and for event queries the
     partition's event count to every task. Events go to a worker by key hash on the event
     queries, spread by event id on the hot and retry queries. All events of a key reach one
     task, which therefore sees its workers' whole load."""
-    tasks = len(slots)
+    tasks = len(tags)
     partitions = config.job.partitions
     types = {et.type: et for et in config.events}
     internal = kind != KIND_EVENTS
@@ -169,19 +169,19 @@ def route_batches(
             parsed, failures = parse(message)
             for e in parsed:
                 worker = worker_of(e.key, partitions) if not internal else spread_of(e.event_id, partitions)
-                out.event(slots[task_of(worker, tasks)], worker, e)
+                out.event(tags[task_of(worker, tasks)], worker, e)
             for f in failures:
-                slot = slots[stable_hash(f.event_id) % tasks]
-                out.add(slot, ITEM_FAILURE, event_id=f.event_id, type=f.type, payload=f.payload,
+                tag = tags[stable_hash(f.event_id) % tasks]
+                out.add(tag, ITEM_FAILURE, event_id=f.event_id, type=f.type, payload=f.payload,
                         error=f.error, source=f.source)  # fmt: skip
             events += len(parsed)
         if len(out):
             yield out.take()
     for queue, next_offset in sorted(ends.items()):
-        out.add(slots[queue % tasks], ITEM_PROGRESS, queue=queue, number=next_offset)
+        out.add(tags[queue % tasks], ITEM_PROGRESS, queue=queue, number=next_offset)
     if not internal:
-        for slot in slots:
-            out.add(slot, ITEM_BATCH_SIZE, number=events)
+        for tag in tags:
+            out.add(tag, ITEM_BATCH_SIZE, number=events)
     if len(out):
         yield out.take()
 
