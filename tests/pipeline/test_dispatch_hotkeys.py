@@ -7,17 +7,21 @@ import os
 import subprocess
 import sys
 from collections import Counter
-from datetime import datetime
-from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from mqgate.pipeline.aggregate import REASON_AGE, REASON_COUNT, REASON_SHUTDOWN, FlushRule, flush_reason
-from mqgate.pipeline.config import parse_config
-from mqgate.pipeline.dispatch import spread_of, stable_hash, task_of, worker_of, workers_of_task
-from mqgate.pipeline.executor import KIND_EVENTS, KIND_HOT
+from mqgate.pipeline.dispatch import (
+    partition_tags,
+    spark_hash_int,
+    spread_of,
+    stable_hash,
+    task_of,
+    worker_of,
+    workers_of_task,
+)
 from mqgate.pipeline.hotkeys import (
     REASON_LOAD,
     REASON_TIME,
@@ -27,13 +31,7 @@ from mqgate.pipeline.hotkeys import (
     hot_keys,
     take_moved,
 )
-from mqgate.pipeline.parsing import (
-    BatchSize,
-    Event,
-    ParseFailure,
-    Progress,
-)
-from mqgate.pipeline.stages import parse_rows, route_partition
+from mqgate.pipeline.parsing import Event
 
 
 class TestDispatch:
@@ -69,6 +67,17 @@ class TestDispatch:
         assert len(counts) == 16 and max(counts.values()) < 1.15 * 1000 and min(counts.values()) > 0.85 * 1000
         keys = Counter(worker_of(f"v{i}", 16) for i in range(16_000))
         assert max(keys.values()) < 1.15 * 1000
+
+    def test_spark_hash_of_ints(self) -> None:
+        # Values of Spark's `SELECT hash(v)` for int v (Spark 4.x; the same since Spark 2).
+        got = [spark_hash_int(v) for v in (0, 1, -1, 42, 2**31 - 1)]
+        assert got == [933211791, -559580957, -1604776387, 29417773, 133916647]
+
+    @pytest.mark.parametrize("tasks", [1, 2, 3, 16, 64])
+    def test_partition_tags_name_each_partition_once(self, tasks: int) -> None:
+        tags = partition_tags(tasks)
+        assert len(set(tags)) == tasks
+        assert [spark_hash_int(s) % tasks for s in tags] == list(range(tasks))
 
     def test_tasks_cover_workers_once(self) -> None:
         for tasks in (1, 2, 3, 16):
@@ -171,51 +180,7 @@ class TestFlushRule:
         assert flush_reason(0, 1000, 1001, FLUSH, shutdown=True) is None
 
 
-def row(mid: str, body: str, queue: int, offset: int, keys: tuple[str, ...] = ()) -> tuple[Any, ...]:
-    return (mid, body, "likes", queue, offset, datetime.fromtimestamp(1_700_000_000), list(keys), {})
-
-
-class TestStages:
-    config = parse_config(
-        {
-            "job": {"name": "vid", "gateway": "http://127.0.0.1:1", "admin_token": "t"},
-            "events": [{"type": "like", "topic": "likes", "key": "video.id", "table": "likes"}],
-            "sink": {"url": "postgresql://postgres@127.0.0.1/db"},
-        },
-        {},
-    )
-
-    def test_parse_rows_yields_events_failures_and_progress(self) -> None:
-        rows = [
-            row("a", '{"video": {"id": "v1"}}', 0, 7),
-            row("b", "oops", 1, 3),
-            row("c", '{"video": {"id": "v2"}}', 0, 8),
-        ]
-        out = list(parse_rows(self.config, KIND_EVENTS, "like", rows))
-        assert [e.event_id for e in out if isinstance(e, Event)] == ["a", "c"]
-        assert [f.event_id for f in out if isinstance(f, ParseFailure)] == ["b"]
-        assert [p for p in out if isinstance(p, Progress)] == [Progress(0, 9), Progress(1, 4)]
-        assert out[0].event_ms == 1_700_000_000_000  # type: ignore[union-attr]
-
-    def test_route_by_key_hash_with_the_batch_size_to_every_task(self) -> None:
-        events = [Event(f"m{i}", "like", f"k{i % 50}", {}, "{}", 0, "likes") for i in range(400)]
-        items = [*events, ParseFailure("bad", "like", "x", "parse: no", "likes"), Progress(6, 10)]
-        routed = list(route_partition(KIND_EVENTS, 16, 4, items))
-        for task, item in routed:
-            if isinstance(item, tuple):
-                worker, e = item
-                assert worker == worker_of(e.key, 16) and task == worker % 4
-        assert (2, Progress(6, 10)) in routed
-        assert sorted(t for t, i in routed if isinstance(i, BatchSize)) == [0, 1, 2, 3]
-        assert all(i == BatchSize(400) for _, i in routed if isinstance(i, BatchSize))
-
-    def test_route_spreads_hot_and_retry_events(self) -> None:
-        events = [Event(f"m{i}", "like", "hot", {}, "{}", 0, "x-hot") for i in range(1600)]
-        routed = list(route_partition(KIND_HOT, 16, 2, events))
-        workers = Counter(item[0] for _, item in routed if isinstance(item, tuple))
-        assert len(workers) == 16 and max(workers.values()) < 140
-        assert not any(isinstance(i, BatchSize) for _, i in routed)
-
+class TestTakeMoved:
     def test_take_moved_moves_about_the_share_and_always_the_same_events(self) -> None:
         def queues() -> dict[int, list[Event]]:
             events = [

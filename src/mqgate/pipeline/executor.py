@@ -1,10 +1,11 @@
 """What runs inside one Spark task: its share of the N worker queues, one thread each.
 
-A task gets (worker, event) pairs. Each worker queue is drained by its own thread in chunks
-of `sink.batch_rows`, one transaction per chunk, so N workers write concurrently even when
-Spark has fewer cores than N (the sink's cost is waiting, not computing). Events marked for
-the hot path are produced to the hot topic instead. A failing chunk never fails the task:
-its events go to the retry topic (or, after retry.max_attempts, to the dead letters).
+A task gets its worker queues, already parsed (stages.task_input). Each worker queue is
+drained by its own thread in chunks of `sink.batch_rows`, one transaction per chunk, so N
+workers write concurrently even when Spark has fewer cores than N (the sink's cost is
+waiting, not computing). Events marked for the hot path are produced to the hot topic
+instead. A failing chunk never fails the task: its events go to the retry topic (or, after
+retry.max_attempts, to the dead letters).
 The task returns only once every transaction committed and every produce was acknowledged.
 """
 
@@ -13,11 +14,11 @@ from __future__ import annotations
 import heapq
 import logging
 import time
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Final
 
 import psycopg
 
@@ -25,7 +26,7 @@ from mqgate.pipeline.config import PipelineConfig
 from mqgate.pipeline.dispatch import worker_of
 from mqgate.pipeline.gateway import GatewayClient
 from mqgate.pipeline.hotkeys import HotKey, HotKeyRule, hot_keys, take_moved
-from mqgate.pipeline.parsing import BatchSize, Event, ParseFailure, Progress, encode_internal
+from mqgate.pipeline.parsing import Event, ParseFailure, encode_internal
 from mqgate.pipeline.sink import ChunkResult, Sink, describe
 
 log = logging.getLogger("mqgate.pipeline")
@@ -88,6 +89,19 @@ class TaskReport:
             self.worker_seconds[w] = self.worker_seconds.get(w, 0.0) + s
         self.errors.extend(other.errors[: MAX_ERRORS - len(self.errors)])
         self.hot.extend(other.hot)
+
+
+@dataclass(slots=True)
+class TaskInput:
+    """What one Spark task got after the shuffle (stages.task_input)."""
+
+    # Worker queue -> its events, in source-queue order.
+    queues: dict[int, list[Event]]
+    failures: list[ParseFailure] = field(default_factory=list)
+    # The next offset per source queue, from the progress rows this task was sent.
+    ends: dict[int, int] = field(default_factory=dict)
+    # The micro-batch's events (event queries): a worker's fair share, for hot-key detection.
+    batch_events: int = 0
 
 
 @dataclass(slots=True)
@@ -172,39 +186,27 @@ def route_failures(
             report.dead += sink.dead_letter(conn, dead)
 
 
-def run_task(plan: TaskPlan, items: Iterable[tuple[int, Any]]) -> Iterator[TaskReport]:
-    """Spark entry point (mapPartitions over stages.route_partition's pairs): one report."""
+def run_task(plan: TaskPlan, task: TaskInput) -> TaskReport:
+    """One Spark task's share of a micro-batch: its worker queues written, hot events moved,
+    failures routed, parse failures dead-lettered."""
     config = plan.config
-    queues: dict[int, list[Event]] = defaultdict(list)
-    parse_failures: list[ParseFailure] = []
-    report = TaskReport()
-    batch_events = 0
-    for _, item in items:
-        if isinstance(item, Progress):
-            report.ends[item.queue] = max(report.ends.get(item.queue, 0), item.next_offset)
-        elif isinstance(item, ParseFailure):
-            parse_failures.append(item)
-        elif isinstance(item, BatchSize):
-            batch_events += item.events
-        else:
-            worker, event = item
-            queues[worker].append(event)
+    queues = task.queues
+    report = TaskReport(ends=dict(task.ends))
     report.events = sum(len(q) for q in queues.values())
     hot: list[Event] = []
     if plan.hot_rule is not None and report.events:
         # SPEC E3: this task holds every event of its workers' keys, so it sees their loads.
         counts = Counter(e.key for q in queues.values() for e in q)
-        report.hot = hot_keys(counts, batch_events, plan.slow_keys, plan.hot_rule, worker_of)
+        report.hot = hot_keys(counts, task.batch_events, plan.slow_keys, plan.hot_rule, worker_of)
         hot = take_moved(queues, report.hot)
     sink = Sink(config)
-    if parse_failures:
+    if task.failures:
         # A message that does not parse will not parse on a retry either.
         with sink.connection() as conn:
-            report.parse_failures = sink.dead_letter(conn, [(f, f.error, 0) for f in parse_failures])
-        report.errors.extend(f.error for f in parse_failures[:MAX_ERRORS])
+            report.parse_failures = sink.dead_letter(conn, [(f, f.error, 0) for f in task.failures])
+        report.errors.extend(f.error for f in task.failures[:MAX_ERRORS])
     if report.events == 0:
-        yield report
-        return
+        return report
     with GatewayClient(config.job.gateway, config.job.admin_token) as gateway:
         with ThreadPoolExecutor(max_workers=len(queues) + 1, thread_name_prefix="mqgate-worker") as pool:
             moved = pool.submit(gateway.produce, config.producer + "-hot", [encode_internal(e) for e in hot])
@@ -230,4 +232,4 @@ def run_task(plan: TaskPlan, items: Iterable[tuple[int, Any]]) -> Iterator[TaskR
             sink.forget_retries(conn, [e for q in queues.values() for e in q])
     top = heapq.nlargest(TOP_KEYS_PER_TASK, report.key_seconds.items(), key=lambda kv: kv[1])
     report.key_seconds = dict(top)
-    yield report
+    return report

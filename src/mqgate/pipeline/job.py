@@ -1,11 +1,11 @@
 """The Spark job: one Structured Streaming query per source, each with foreachBatch.
 
 Sources: every event type's topic (SPEC E1), the hot topic and the retry topic. A micro-batch
-(`BatchProcessor`) is one Spark job: read and parse each source queue range, shuffle every
-event to task (worker mod T), the worker by the hash of its key (SPEC E2), then each task
-finds its hot keys (SPEC E3) from its workers' loads and the processing times measured so
-far, produces their excess events to the hot topic, and runs its worker queues in threads
-that write PostgreSQL (executor.run_task).
+(`BatchProcessor`) is one Spark job on Arrow record batches (`mapInArrow`, stages.py): read
+and parse each source queue range, shuffle every event to task (worker mod T), the worker by
+the hash of its key (SPEC E2), then each task finds its hot keys (SPEC E3) from its workers'
+loads and the processing times measured so far, produces their excess events to the hot
+topic, and runs its worker queues in threads that write PostgreSQL (executor.run_task).
 Only when every task is done (all transactions committed, every produce acknowledged) does
 the batch return, and then the source's progress is committed to the consumer group
 `spark-<job>-<query>` (SPEC E8): the gateway's committed offset never passes an event that
@@ -29,7 +29,8 @@ import mqgate.spark
 from mqgate.errors import MqgateError
 from mqgate.pipeline import stages
 from mqgate.pipeline.config import EventType, PipelineConfig
-from mqgate.pipeline.executor import KIND_EVENTS, KIND_HOT, KIND_RETRY, TaskPlan, TaskReport, run_task
+from mqgate.pipeline.dispatch import partition_tags
+from mqgate.pipeline.executor import KIND_EVENTS, KIND_HOT, KIND_RETRY, TaskPlan, TaskReport
 from mqgate.pipeline.gateway import GatewayClient
 from mqgate.pipeline.hotkeys import HotKeyRule, KeyTimes
 from mqgate.pipeline.schema import create_tables
@@ -95,25 +96,26 @@ class BatchProcessor:
 
     def __call__(self, df: DataFrame, batch_id: int) -> None:
         started = time.monotonic()
-        config, spec, tasks = self.config, self.spec, self.pipeline.tasks
+        config, spec = self.config, self.spec
         type_name = spec.event_type.type if spec.event_type else ""
         plan = TaskPlan(config, spec.kind)
         if self.detect:
             shares = self.key_times.shares()
             slow = {k: v for k, v in shares.items() if v >= self.rule.time_share > 0}
             plan = TaskPlan(config, spec.kind, self.rule, slow)
-        # One Spark job: read and parse (one task per source queue range), shuffle by worker
-        # queue, then the tasks that run the worker queues (executor.run_task).
-        reports = (
-            df.select(*stages.COLUMNS)
-            .rdd.mapPartitions(functools.partial(stages.parse_rows, config, spec.kind, type_name))
-            .mapPartitions(functools.partial(stages.route_partition, spec.kind, config.job.partitions, tasks))
-            .partitionBy(tasks, stages.identity)
-            .mapPartitions(functools.partial(run_task, plan))
-            .collect()
+        # One Spark job on Arrow batches: read and parse (one task per source queue range),
+        # shuffle by the tag of the task that runs each worker queue, then those tasks.
+        tags = self.pipeline.tags
+        routed = df.select(*stages.COLUMNS).mapInArrow(
+            functools.partial(stages.route_batches, config, spec.kind, type_name, tags), stages.ROUTED_SCHEMA
+        )
+        answers = (
+            routed.repartition(len(tags), "tag")
+            .mapInArrow(functools.partial(stages.run_batches, plan), stages.REPORT_SCHEMA)
+            .toArrow()
         )
         report = TaskReport()
-        for part in reports:
+        for part in stages.read_reports(answers):
             report.merge(part)
         if spec.kind == KIND_EVENTS:
             self.key_times.add(report.key_seconds)
@@ -134,8 +136,10 @@ class Pipeline:
         self.sink = Sink(config)
         # Half the slots by default: the workers mostly wait on the sink, and the hot and retry
         # queries should find free slots meanwhile instead of queueing behind them.
-        slots = spark.sparkContext.defaultParallelism
-        self.tasks = config.job.tasks or max(1, min(config.job.partitions, slots // 2))
+        cores = spark.sparkContext.defaultParallelism
+        tasks = config.job.tasks or max(1, min(config.job.partitions, cores // 2))
+        # Task t's rows carry tags[t], which Spark's hash partitioning sends to partition t.
+        self.tags = partition_tags(tasks)
         self.summary = RunSummary()
         self._lock = threading.Lock()
         self._flush_lock = threading.Lock()

@@ -65,22 +65,6 @@ class ParseFailure:
     source: str
 
 
-@dataclass(slots=True, frozen=True)
-class Progress:
-    """The next offset to read in one source queue, after the rows of one partition."""
-
-    queue: int
-    next_offset: int
-
-
-@dataclass(slots=True, frozen=True)
-class BatchSize:
-    """The events of one partition of a batch. Every task gets every partition's, so each
-    knows the batch's total: a worker's fair share, for hot-key detection."""
-
-    events: int
-
-
 class ParseError(ValueError):
     pass
 
