@@ -58,6 +58,7 @@ def test_no_server_error_and_no_answer_outside_the_schema(tmp_path: Path) -> Non
             capture_output=True,
             text=True,
             timeout=300,
+            cwd=tmp_path,  # its reports directory stays out of the work tree
         )
         report = run.stdout[-6000:] + run.stderr[-2000:]
         assert run.returncode == 0, report
