@@ -198,7 +198,9 @@ class ReceiptsOut(Output, kw_only=True):
     receipts: list[Receipt]
 
 
-class DeliveredOut(Output, kw_only=True):
+class ReadMessageOut(Output, kw_only=True):
+    """A stored message as a read returns it: its stored fields, then where it is."""
+
     message_id: str
     timestamp: int
     producer: str
@@ -212,6 +214,11 @@ class DeliveredOut(Output, kw_only=True):
     broker: str
     queue: int
     offset: int
+
+
+class DeliveredOut(ReadMessageOut, kw_only=True):
+    """A message as a pull delivers it."""
+
     reconsume_times: int
 
 
@@ -242,19 +249,6 @@ class BoundsOut(Output, kw_only=True):
     topic: str
     broker: str
     queues: list[BoundOut]
-
-
-class ReadMessageOut(Output, kw_only=True):
-    message_id: str
-    timestamp: int
-    producer: str
-    message: str
-    keys: list[str]
-    tags: list[str]
-    properties: dict[str, str]
-    broker: str
-    queue: int
-    offset: int
 
 
 class ReadOut(Output, kw_only=True):

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from typing import TypeVar
 
 from mqgate.core.layout import Layout, inbox_topic, retry_topic
 from mqgate.errors import BadRequest, NotFound
@@ -27,6 +29,7 @@ from mqgate.services.qos import TOPIC_TARGET, split_target, target_topic
 from mqgate.store.interface import TopicConfig
 
 log = logging.getLogger(__name__)
+R = TypeVar("R", ProducerRecord, ConsumerRecord)
 
 
 class Topology:
@@ -45,23 +48,20 @@ class Topology:
         return rec
 
     async def producer(self, name: str) -> ProducerRecord:
-        validate_name(name, "producer")
-        registry = self.ctx.registry
-        rec = registry.producer(name)
-        if rec is None and await registry.refresh_on_miss():
-            rec = registry.producer(name)
-        if rec is None:
-            raise NotFound(f"producer {name} is not registered", field="producer")
-        return rec
+        return await self._registered("producer", name, self.ctx.registry.producer)
 
     async def consumer(self, name: str) -> ConsumerRecord:
-        validate_name(name, "consumer")
-        registry = self.ctx.registry
-        rec = registry.consumer(name)
-        if rec is None and await registry.refresh_on_miss():
-            rec = registry.consumer(name)
+        return await self._registered("consumer", name, self.ctx.registry.consumer)
+
+    async def _registered(self, kind: str, name: str, find: Callable[[str], R | None]) -> R:
+        """A registered producer or consumer; a name registered through another gateway a
+        moment ago is found by a look at the registry."""
+        validate_name(name, kind)
+        rec = find(name)
+        if rec is None and await self.ctx.registry.refresh_on_miss():
+            rec = find(name)
         if rec is None:
-            raise NotFound(f"consumer {name} is not registered", field="consumer")
+            raise NotFound(f"{kind} {name} is not registered", field=kind)
         return rec
 
     async def layout(self, c: ConsumerRecord) -> Layout:
