@@ -18,20 +18,22 @@ def tour_script() -> str:
     return block.group(1)
 
 
-def test_readme_tour_runs_as_written(server: Server) -> None:
-    out = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", tour_script()],
-        env={**os.environ, "MQGATE_URL": server.url, "MQGATE_ADMIN_TOKEN": server.admin_token},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert out.returncode == 0, out.stderr + out.stdout
-    lines = out.stdout.strip().splitlines()
-    assert lines[-1] == "1", out.stdout
-    assert lines[-3] == "order 2 paid", out.stdout
-    assert json.loads(lines[-2])["status"] == 200
+def test_readme_tour_runs_as_written_and_again(server: Server) -> None:
+    """Twice against the same gateway: a reader trying the tour a second time gets the same."""
+    for _ in range(2):
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", tour_script()],
+            env={**os.environ, "MQGATE_URL": server.url, "MQGATE_ADMIN_TOKEN": server.admin_token},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert out.returncode == 0, out.stderr + out.stdout
+        lines = out.stdout.strip().splitlines()
+        assert lines[-1] == "1", out.stdout
+        assert lines[-3] == "order 2 paid", out.stdout
+        assert json.loads(lines[-2])["status"] == 200
 
 
 def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
@@ -47,8 +49,8 @@ def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_cli_administers_a_gateway(server: Server, tmp_path: Path) -> None:
     assert cli(server, "topic", "create", "cli-t", "--queues", "2").returncode == 0
-    producer = json.loads(cli(server, "producer", "register", "cli-p", "--topic", "cli-t").stdout)
-    consumer = json.loads(cli(server, "consumer", "register", "cli-c", "--topic", "cli-t").stdout)
+    producer = json.loads(cli(server, "--json", "producer", "register", "cli-p", "--topic", "cli-t").stdout)
+    consumer = json.loads(cli(server, "consumer", "register", "cli-c", "--topic", "cli-t", "--json").stdout)
     assert producer["token"].startswith("mqp_") and consumer["token"].startswith("mqc_")
     import httpx
 
@@ -65,9 +67,10 @@ def test_cli_administers_a_gateway(server: Server, tmp_path: Path) -> None:
     assert cli(server, "consumer", "resume", "cli-c").returncode == 0
     assert cli(server, "consumer", "rate-limit", "cli-c", "100").returncode == 0
     assert cli(server, "consumer", "alert", "cli-c", "1").returncode == 0
-    assert json.loads(cli(server, "alerts").stdout)["alerts"][0]["consumer"] == "cli-c"
-    reset = json.loads(cli(server, "consumer", "reset", "cli-c", "--to", "latest").stdout)
+    assert json.loads(cli(server, "--json", "alerts").stdout)["alerts"][0]["consumer"] == "cli-c"
+    reset = json.loads(cli(server, "--json", "consumer", "reset", "cli-c", "--to", "latest").stdout)
     assert reset["lag"] == 0
     bad = cli(server, "consumer", "pause", "nobody")
     assert bad.returncode == 1 and "consumer nobody is not registered" in bad.stderr
-    assert "topic" in cli(server, "topic", "list").stdout
+    assert "topic" in cli(server, "--json", "topic", "list").stdout
+    assert "cli-t" in cli(server, "topic", "list").stdout.split()
