@@ -93,4 +93,3 @@ def test_setup_creates_database_topics_and_sample_events(
             events, failures = parse_message(et, message)
             assert events and not failures and all(e.key.startswith("v") for e in events), (m, failures)
             assert all(None not in e.fields.values() for e in events)
-
