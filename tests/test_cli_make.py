@@ -17,13 +17,21 @@ from tests.conftest import ROOT, free_port, wait_until
 
 # The venv the tests run in; `-o install…` below: it is installed already, make must not redo it.
 VENV = str(Path(sys.executable).parent.parent)
+# Under `make test PYTEST_ARGS=…` the outer make's variables reach an inner make through these.
+OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
 
 
-def make(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def environment(**extra: str) -> dict[str, str]:
+    """This environment without the outer make's variables and without MQGATE_* settings."""
+    kept = {k: v for k, v in os.environ.items() if k not in OUTER_MAKE and not k.startswith("MQGATE_")}
+    return {**kept, **extra}
+
+
+def make(*args: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         ["make", "--no-print-directory", *args, f"VENV={VENV}"],
         cwd=ROOT,
-        env={**os.environ, **(env or {})},
+        env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         start_new_session=True,  # its own process group: make, its shell and the gateway
@@ -54,16 +62,11 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 @pytest.mark.parametrize("how", ["make variables", "environment"])
 def test_make_run_takes_the_port_and_data_dir_either_way(tmp_path: Path, how: str) -> None:
     port, data = free_port(), tmp_path / "data"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MQGATE_")}
     if how == "make variables":
-        proc = make("-o", "install-gateway", "run", f"PORT={port}", f"DATA_DIR={data}", env=env)
+        proc = make("-o", "install-gateway", "run", f"PORT={port}", f"DATA_DIR={data}", env=environment())
     else:
-        proc = make(
-            "-o",
-            "install-gateway",
-            "run",
-            env={**env, "MQGATE_PORT": str(port), "MQGATE_DATA_DIR": str(data)},
-        )
+        env = environment(MQGATE_PORT=str(port), MQGATE_DATA_DIR=str(data))
+        proc = make("-o", "install-gateway", "run", env=env)
     try:
         wait_until(lambda: serves(port, proc), 30, f"make run to serve on port {port}")
         assert (data / "admin.token").exists()
@@ -76,6 +79,7 @@ def dry_run(target: str, *args: str) -> list[str]:
     out = subprocess.run(
         ["make", "--no-print-directory", "-n", "-o", "install", target, f"VENV={VENV}", *args],
         cwd=ROOT,
+        env=environment(),
         capture_output=True,
         text=True,
         timeout=60,
