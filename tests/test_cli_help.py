@@ -63,3 +63,26 @@ def test_version() -> None:
 )
 def test_one_json_switch_before_or_after_the_command(argv: list[str], as_json: bool) -> None:
     assert build_parser().parse_args(argv).json is as_json
+
+
+def test_text_layout_of_any_answer() -> None:
+    """What a command without a layout of its own prints: `key: value` lines, lists as tables."""
+    from mqgate.cli.admin import generic_text, table
+
+    answer = {
+        "name": "c",
+        "paused": False,
+        "tags": ["a", "b"],
+        "rows": [{"queue": 0, "lag": 12}, {"queue": 10, "lag": 3}],
+    }
+    assert generic_text(answer) == [
+        "name: c",
+        "paused: no",
+        "tags: a,b",
+        "rows:",
+        "  queue  lag",
+        "      0   12",
+        "     10    3",
+    ]
+    assert table([], ["x"], "nothing") == ["nothing"]
+    assert table([{"x": None, "y": "long text"}], ["x", "y"], "") == ["x  y", "-  long text"]

@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="mqgate", description=__doc__)
     parser.add_argument("--version", action="version", version=f"mqgate {__version__}")
     parser.add_argument("--json", action="store_true", default=False, help=JSON_HELP)
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND", help="one of:")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="see `mqgate COMMAND --help`"
+    )
     for group in COMMAND_GROUPS:
         group.add_parser(commands)
     return parser

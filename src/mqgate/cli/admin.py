@@ -55,15 +55,19 @@ def admin_command(
     admin_options(parser)
 
     def run(args: argparse.Namespace) -> int:
-        return with_client(args, lambda client: show(args, call(client, args), render, status))
+        return with_client(args, lambda client: show(call(client, args), args, render, status))
 
     parser.set_defaults(func=run)
 
 
 def show(
-    args: argparse.Namespace, result: Any, render: Render | None = None, status: Status | None = None
+    result: Any,
+    args: argparse.Namespace | None = None,
+    render: Render | None = None,
+    status: Status | None = None,
 ) -> int:
-    if getattr(args, "json", False):
+    """Print `result`: as JSON with --json (or without `args`), else as text; the exit status."""
+    if args is None or getattr(args, "json", False):
         print(json.dumps(result, indent=2))
     else:
         for line in (render or generic_text)(result):
