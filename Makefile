@@ -16,9 +16,8 @@ LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet --cust
 # `make run HOST=… PORT=… DATA_DIR=…`: only the variables given on make's command line become
 # flags of `mqgate serve`, so otherwise the settings' own order holds (defaults 127.0.0.1, 8080,
 # ./data; then the --config file, then MQGATE_HOST, MQGATE_PORT, MQGATE_DATA_DIR).
-given = $(filter command line,$(origin $(1)))
-SERVE_FLAGS = $(if $(call given,HOST),--host $(HOST)) $(if $(call given,PORT),--port $(PORT)) \
-	$(if $(call given,DATA_DIR),--data-dir $(DATA_DIR))
+flag = $(if $(and $(filter command line,$(origin $(1))),$($(1))),$(2) $($(1)))
+SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA_DIR,--data-dir)
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
 # What `make test-fast` leaves out: crash and restart cycles, load, Spark, the pipeline on Spark,
