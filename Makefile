@@ -13,11 +13,19 @@ GATEWAY_STAMP := $(VENV)/.installed-gateway-$(INSTALLED)
 UV_VERSION ?= 0.13.9
 UV := $(VENV)-uv/bin/uv
 LOCK_FLAGS := --universal --python-version 3.11 --generate-hashes --quiet --custom-compile-command "make lock"
-HOST ?= 127.0.0.1
-PORT ?= 8080
-DATA_DIR ?= ./data
+# `make run HOST=… PORT=… DATA_DIR=…`: only the variables given on make's command line become
+# flags of `mqgate serve`, so otherwise the settings' own order holds (defaults 127.0.0.1, 8080,
+# ./data; then the --config file, then MQGATE_HOST, MQGATE_PORT, MQGATE_DATA_DIR).
+flag = $(if $(and $(filter command line,$(origin $(1))),$($(1))),$(2) $($(1)))
+SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA_DIR,--data-dir)
+# Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
+PYTEST_ARGS ?=
+# What `make test-fast` leaves out: crash and restart cycles, load, Spark, the pipeline on Spark,
+# schemathesis over the whole API. `make test` (and CI) runs everything.
+SLOW_TESTS = $(wildcard tests/test_*crash*.py tests/test_*restart*.py tests/test_*_load*.py) \
+	tests/spark tests/pipeline/test_end_to_end.py tests/test_schemathesis.py
 
-.PHONY: install install-gateway run test lint bench lock clean
+.PHONY: install install-gateway run test test-fast lint bench lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,12 +47,17 @@ install: $(DEV_STAMP)
 install-gateway: $(GATEWAY_STAMP)
 
 run: install-gateway
-	$(BIN)/mqgate serve --host $(HOST) --port $(PORT) --data-dir $(DATA_DIR)
+	$(BIN)/mqgate $(strip serve $(SERVE_FLAGS))
 
 test: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/pytest
+	$(BIN)/pytest $(PYTEST_ARGS)
+
+test-fast: install
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/mypy
+	$(BIN)/pytest $(addprefix --ignore=,$(SLOW_TESTS)) $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

@@ -88,7 +88,7 @@ class AdminRoutes:
 
     async def reset(self, req: Request) -> Response:
         inp: s.ResetIn = req.input
-        progress = await self.gw.operations.reset(
+        outcome = await self.gw.operations.reset(
             inp.name,
             inp.to,
             offset=inp.offset,
@@ -96,7 +96,8 @@ class AdminRoutes:
             queue=inp.queue,
             client_id=inp.client_id,
         )
-        return Response(out(progress, s.ProgressOut))
+        progress = msgspec.structs.asdict(out(outcome.progress, s.ProgressOut))
+        return Response(s.ResetOut(**progress, clamped=[out(c, s.ClampedOut) for c in outcome.clamped]))
 
     async def pause(self, req: Request) -> Response:
         c = await self.gw.topology.update_consumer(req.input.name, paused=True)
@@ -191,7 +192,7 @@ class AdminRoutes:
                 "admin",
                 "Reset committed offsets: re-consume or skip backlog (SPEC G9)",
                 s.ResetIn,
-                s.ProgressOut,
+                s.ResetOut,
                 (404,),
             ),
             Route(

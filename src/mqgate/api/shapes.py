@@ -340,6 +340,20 @@ class ProgressOut(Output, kw_only=True):
     queues: list[QueueProgressOut]
 
 
+class ClampedOut(Output, kw_only=True):
+    client_id: str | None
+    queue: int
+    requested: int
+    offset: int
+
+
+class ResetOut(ProgressOut, kw_only=True):
+    """The progress after a reset, and each queue whose requested offset was outside
+    [min, max] and went to the nearest bound instead."""
+
+    clamped: list[ClampedOut]
+
+
 class PausedOut(Output, kw_only=True):
     name: str
     paused: bool

@@ -13,11 +13,18 @@ SERVE_FLAGS = ("host", "port", "data_dir", "fsync", "store", "registry", "worker
 
 
 def add_parser(commands: Any) -> None:
-    serve = commands.add_parser("serve", help="run a gateway")
+    serve = commands.add_parser(
+        "serve",
+        help="run a gateway",
+        description="Run a gateway. Settings: defaults, then a TOML file (--config or $MQGATE_CONFIG), "
+        "then MQGATE_* environment variables, then these flags.",
+    )
     serve.add_argument("--config", help="TOML settings file")
-    serve.add_argument("--host")
-    serve.add_argument("--port", type=int)
-    serve.add_argument("--data-dir")
+    serve.add_argument("--host", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    serve.add_argument(
+        "--data-dir", help="logs, offsets journal, SQLite registry and secrets (default ./data)"
+    )
     serve.add_argument("--fsync", help="always (default) or interval:<ms>")
     serve.add_argument("--store", help="embedded (default) or a Redis URL, e.g. redis://127.0.0.1:6379/0")
     serve.add_argument("--registry", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db")

@@ -47,6 +47,22 @@ class ConsumerProgress:
 
 
 @dataclass(slots=True, frozen=True)
+class ClampedOffset:
+    """A reset to an offset outside a queue's [min, max]: it went to the nearest bound."""
+
+    client_id: str | None  # broadcast clients only
+    queue: int
+    requested: int
+    offset: int
+
+
+@dataclass(slots=True, frozen=True)
+class ResetOutcome:
+    progress: ConsumerProgress
+    clamped: list[ClampedOffset]
+
+
+@dataclass(slots=True, frozen=True)
 class BacklogAlert:
     consumer: str
     topic: str
@@ -117,9 +133,9 @@ class Operations:
         timestamp_ms: int | None,
         queue: int | None,
         client_id: str | None,
-    ) -> ConsumerProgress:
+    ) -> ResetOutcome:
         """Move committed offsets (re-consume or skip backlog), for every queue or one, for
-        every broadcast client or one."""
+        every broadcast client or one; say which requested offsets were out of bounds."""
         ctx = self.ctx
         c = await self.topology.consumer(name)
         layout = await self.topology.layout(c)
@@ -135,6 +151,7 @@ class Operations:
         clients = [client_id] if client_id is not None else await ctx.offsets.clients(name)
         if c.mode == MODE_CLUSTER:
             clients = [""]
+        clamped = []
         for client in clients:
             if c.mode == MODE_CLUSTER or await ctx.offsets.table(name, client) is not None:
                 await self.consuming.ensure_table(c, layout, client)
@@ -150,13 +167,15 @@ class Operations:
                 elif to == "offset":
                     assert offset is not None
                     target = min(max(offset, b.min), b.max)
+                    if target != offset:
+                        clamped.append(ClampedOffset(client or None, b.queue, offset, target))
                 else:
                     assert timestamp_ms is not None
                     slot = layout.slot(b.queue)
                     target = await ctx.store.offset_for_time(slot.topic, slot.queue, timestamp_ms)
                 await ctx.offsets.reset(name, client, b.queue, target)
         ctx.store.wake(c.topic)
-        return await self.progress(name)
+        return ResetOutcome(await self.progress(name), clamped)
 
     async def alerts(self) -> list[BacklogAlert]:
         out = []
