@@ -4,6 +4,7 @@ again without harm. Spark is not needed for this; tests/pipeline runs the pipeli
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -93,3 +94,24 @@ def test_setup_creates_database_topics_and_sample_events(
             events, failures = parse_message(et, message)
             assert events and not failures and all(e.key.startswith("v") for e in events), (m, failures)
             assert all(None not in e.fields.values() for e in events)
+
+
+def test_the_example_creates_no_table_of_the_tests_in_its_database(pg_url: str) -> None:
+    """Only the pipeline's own tables and the example's event tables; the failure-injection
+    table only for a config that injects failures (the tests' and benchmarks')."""
+    import psycopg
+
+    from mqgate.pipeline.schema import create_tables
+
+    url = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    config = load_config(EXAMPLE, {"MQGATE_ADMIN_TOKEN": "t"})
+    with psycopg.connect(url, autocommit=True) as conn:
+        create_tables(conn, config)
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+        own = {"ledger", "dead_letters", "retries", "hot_keys", "pending", "flushes"}
+        assert tables == {"video_likes", "video_comments"} | {f"mqgate_pipeline_{t}" for t in own}
+        injecting = dataclasses.replace(config, sink=dataclasses.replace(config.sink, fail_keys=("k",)))
+        create_tables(conn, injecting)
+        assert conn.execute("SELECT to_regclass('mqgate_pipeline_fault_probe')").fetchone() == (
+            "mqgate_pipeline_fault_probe",
+        )

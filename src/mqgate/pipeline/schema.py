@@ -54,11 +54,17 @@ SHARED_DDL: Final = (
         id bigserial PRIMARY KEY, job text NOT NULL, type text NOT NULL, key text NOT NULL,
         count bigint NOT NULL, reason text NOT NULL,
         flushed_at timestamptz NOT NULL DEFAULT now())""",
-    # Failure injection (a testing knob) writes here: the CHECK makes it a real constraint
-    # violation raised by PostgreSQL, so isolation and retry are exercised for real.
-    f"""CREATE TABLE IF NOT EXISTS {FAULT_PROBE} (
-        event_id text NOT NULL, ok boolean NOT NULL CHECK (ok))""",
 )
+# Failure injection (a testing knob) writes here: the CHECK makes it a real constraint
+# violation raised by PostgreSQL, so isolation and retry are exercised for real. Created only
+# for a config that injects failures: a user's database gets no table of the tests.
+FAULT_PROBE_DDL: Final = f"""CREATE TABLE IF NOT EXISTS {FAULT_PROBE} (
+    event_id text NOT NULL, ok boolean NOT NULL CHECK (ok))"""
+
+
+def injects_failures(config: PipelineConfig) -> bool:
+    s = config.sink
+    return bool(s.fail_keys or s.fail_always_keys or s.fail_first_attempt_share)
 
 
 def event_table_ddl(et: EventType, mode: str) -> list[sql.Composed]:
@@ -90,6 +96,8 @@ def create_tables(conn: psycopg.Connection[Any], config: PipelineConfig) -> None
         conn.execute("SELECT pg_advisory_xact_lock(hashtext('mqgate_pipeline_schema'))")
         for statement in SHARED_DDL:
             conn.execute(statement)
+        if injects_failures(config):
+            conn.execute(FAULT_PROBE_DDL)
         for et in config.events:
             for composed in event_table_ddl(et, config.job.mode):
                 conn.execute(composed)
