@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -50,6 +51,15 @@ class Consuming:
         self.topology = topology
         self.redelivery = Redelivery(ctx)
         self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
+        # Set on shutdown: waiting pulls answer NO_NEW_MSG at once and new ones do not wait.
+        self.closing = False
+        # Called with a consumer's name when its committed offsets may have moved (lag).
+        self.on_progress: Callable[[str], None] = _ignore
+
+    def stop_waiting(self) -> None:
+        """Shutdown begins: answer every waiting pull now (the process is about to go)."""
+        self.closing = True
+        self.ctx.store.wake_all()
 
     def token(self, request_id: str) -> AckToken:
         """The ack token a requestId carries, if this gateway cluster signed it."""
@@ -74,7 +84,8 @@ class Consuming:
             refusal = await ctx.offsets.ack(token, now_ms())
             ack_outcome = refusal or "ok"
             if refusal is None:
-                ctx.store.wake(c.topic)
+                ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
+                self.on_progress(c.name)
             ctx.metrics.child(ctx.metrics.acks, c.name, ack_outcome).inc()
         if c.paused:
             return PullResult(PAUSED, ack=ack_outcome)
@@ -117,16 +128,20 @@ class Consuming:
                     )
                 continue  # the lease was settled without delivering (dead letters, redelivery)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if limited:
-                    await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
-                return PullResult(NO_NEW_MSG, ack=ack_outcome)
-            waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
-            waiting.inc()
-            try:
-                await ctx.store.wait_for_data(c.topic, min(remaining, LOCK_RECHECK_S))
-            finally:
-                waiting.dec()
+            if remaining > 0 and not self.closing:
+                waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
+                waiting.inc()
+                try:
+                    await ctx.store.wait_for_data(
+                        c.topic, min(remaining, LOCK_RECHECK_S), (c.name, table_client)
+                    )
+                finally:
+                    waiting.dec()
+                if not self.closing:
+                    continue
+            if limited:
+                await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
+            return PullResult(NO_NEW_MSG, ack=ack_outcome)
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
@@ -210,13 +225,14 @@ class Consuming:
         refusal = await self.ctx.offsets.ack(token, now_ms())
         self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
         raise_refusal(refusal, "ack")
-        self.ctx.store.wake(c.topic)
+        self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
+        self.on_progress(c.name)
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
         offsets = self.ctx.offsets
         if c.mode != MODE_CLUSTER:  # broadcast: delivered again at once to the same client
             raise_refusal(await offsets.release(token, now_ms()), "release")
-            self.ctx.store.wake(c.topic)
+            self.ctx.store.wake(c.topic, consumer=c.name, count=1)
             return
         # Hold the lock while the batch is handed to the scheduler, so no one else takes it.
         raise_refusal(await offsets.extend(token, now_ms(), RELEASE_HOLD_S), "release")
@@ -228,6 +244,10 @@ class Consuming:
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:
         raise_refusal(await self.ctx.offsets.extend(token, now_ms(), seconds), "extend")
+
+
+def _ignore(consumer: str) -> None:
+    return None
 
 
 def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
