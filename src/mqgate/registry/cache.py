@@ -109,7 +109,7 @@ class RegistryCache:
     async def change(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Apply a change through the registry and refresh this gateway's copy at once."""
         await asyncio.to_thread(getattr(self.registry, method), *args, **kwargs)
-        await self.refresh(force=True)
+        await self.refresh()
 
     def topic(self, name: str) -> TopicRecord | None:
         return self.snapshot.topics.get(name)
