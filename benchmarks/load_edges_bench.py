@@ -171,6 +171,13 @@ def run_registry(args: argparse.Namespace) -> dict[str, Any]:
                 r = http.post("/admin/consumers", json={"name": f"c{i}", "topic": "t"})
                 times.append(time.perf_counter() - started)
                 r.raise_for_status()
+            # Scraped once every consumer has a lag gauge (at once before; within one background
+            # pass since), so the figure is the scrape's own cost.
+            deadline = time.monotonic() + 120
+            while httpx.get(url + "/metrics", timeout=60).text.count("mqgate_consumer_lag{") < args.consumers:
+                if time.monotonic() > deadline:
+                    raise SystemExit("lag gauges did not appear")
+                time.sleep(0.5)
             scrapes = []
             for _ in range(5):
                 started = time.perf_counter()

@@ -83,7 +83,8 @@ class Gateway:
                 continue
 
             def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
-                loop.call_soon_threadsafe(self.begin_shutdown)
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits
+                    loop.call_soon_threadsafe(self.begin_shutdown)
                 previous(signum, frame)
 
             signal.signal(sig, handler)
