@@ -21,10 +21,10 @@ log = logging.getLogger(__name__)
 
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 # Every consumer's lag gauge is recomputed at least this often (produces move lag without
-# telling anyone here), and at most a tenth of the time: a pass over thousands of consumers
-# reads the store for each.
+# telling anyone here), and at most a twentieth of the time: a pass over thousands of
+# consumers reads the store for each.
 LAG_FULL_PASS_S: Final = 10.0
-LAG_PASS_SHARE: Final = 10
+LAG_PASS_SHARE: Final = 20
 
 
 @dataclass(slots=True, frozen=True)
