@@ -142,6 +142,26 @@ def test_waiters_that_timed_out_are_not_kept(kind: str, tmp_path: Path) -> None:
     run(kind, tmp_path, body)
 
 
+def test_a_reader_rechecks_with_one_waiter_at_a_time(kind: str, tmp_path: Path) -> None:
+    async def body(s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        await s.bounds("t")
+        started = time.monotonic()
+        tasks = [asyncio.create_task(s.wait_for_data("t", 30, ("c", ""), 0.1)) for _ in range(WAITERS)]
+
+        async def nothing() -> None:
+            return None
+
+        # Each recheck wakes the longest waiting one, not all fifty.
+        assert await woken_after(tasks, nothing) == 1
+        assert tasks[0].done() and time.monotonic() - started >= 0.09
+        assert await woken_after(tasks[1:], nothing) == 1
+        assert tasks[1].done()
+        await cancel(tasks)
+
+    run(kind, tmp_path, body)
+
+
 def test_an_append_on_another_gateway_wakes_at_most_one_waiter_per_queue() -> None:
     require_service("127.0.0.1", 6379, "Redis")
 

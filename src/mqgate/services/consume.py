@@ -26,7 +26,8 @@ FOUND: Final = "FOUND"
 NO_NEW_MSG: Final = "NO_NEW_MSG"
 PAUSED: Final = "PAUSED"
 RATE_LIMITED: Final = "RATE_LIMITED"
-# A waiting pull re-checks at least this often, so it notices an expired lock in time.
+# A consumer's (or broadcast client's) longest waiting pull re-checks at least this often,
+# so an expired lock is noticed in time; one pull per reader, not every waiting one.
 LOCK_RECHECK_S: Final = 1.0
 # How long a released batch stays locked while it is handed to the scheduler.
 RELEASE_HOLD_S: Final = 30.0
@@ -132,9 +133,7 @@ class Consuming:
                 waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
                 waiting.inc()
                 try:
-                    await ctx.store.wait_for_data(
-                        c.topic, min(remaining, LOCK_RECHECK_S), (c.name, table_client)
-                    )
+                    await ctx.store.wait_for_data(c.topic, remaining, (c.name, table_client), LOCK_RECHECK_S)
                 finally:
                     waiting.dec()
                 if not self.closing:

@@ -65,12 +65,16 @@ class MessageStore(Protocol):
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         """The first offset whose message is at or after `timestamp_ms` (or `max`)."""
 
-    async def wait_for_data(self, topic: str, timeout_s: float, reader: Reader = ANY_READER) -> None:
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
         """Return when a write to `topic` becomes visible, or after `timeout_s`, or when woken.
 
         Waiters queue per `reader` (consumer, client id), longest waiting first. A write to
         `n` queues wakes at most `n` waiters of each reader (one pull of a reader leases one
-        queue), not every waiter; waiters that name no reader are woken by every write."""
+        queue), not every waiter; waiters that name no reader are woken by every write. With
+        `recheck_s`, the longest waiting waiter of `reader` is also woken every `recheck_s`
+        (one per reader, not each waiter), to notice what announces itself to no one."""
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         """Wake long polls on `topic` now: every one, or only `consumer`'s, and of each reader

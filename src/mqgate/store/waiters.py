@@ -19,11 +19,12 @@ Reader = tuple[str, str]  # (consumer, client id; "" for a cluster consumer)
 
 
 class _Queue:
-    __slots__ = ("futures", "live")
+    __slots__ = ("futures", "live", "ticker")
 
     def __init__(self) -> None:
         self.futures: deque[asyncio.Future[None]] = deque()
         self.live = 0  # futures not done yet; done ones are dropped lazily
+        self.ticker: asyncio.TimerHandle | None = None
 
 
 class TopicWaiters:
@@ -37,8 +38,12 @@ class TopicWaiters:
     def waiting(self) -> int:
         return sum(q.live for q in self._readers.values())
 
-    async def wait(self, timeout_s: float, reader: Reader = ANY_READER) -> None:
-        """Return when woken, or after `timeout_s`."""
+    async def wait(
+        self, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
+        """Return when woken, or after `timeout_s`. With `recheck_s`, the longest waiting
+        waiter of `reader` is woken every `recheck_s` (one, not each of them): a lock that
+        expires tells no one, so someone must look now and then."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         queue = self._readers.get(reader)
@@ -46,6 +51,8 @@ class TopicWaiters:
             queue = self._readers[reader] = _Queue()
         queue.futures.append(future)
         queue.live += 1
+        if recheck_s is not None and queue.ticker is None:
+            queue.ticker = loop.call_later(recheck_s, self._tick, reader, queue, recheck_s)
         timer = loop.call_later(timeout_s, _settle, future)
         try:
             await future
@@ -55,6 +62,9 @@ class TopicWaiters:
                 future.cancel()  # the waiting task was cancelled
             queue.live -= 1
             if queue.live == 0:
+                if queue.ticker is not None:
+                    queue.ticker.cancel()
+                    queue.ticker = None
                 if self._readers.get(reader) is queue:
                     del self._readers[reader]
             elif len(queue.futures) > 2 * queue.live + 16:
@@ -71,6 +81,14 @@ class TopicWaiters:
                 _wake(queue, None)
             elif consumer is None or reader[0] == consumer:
                 _wake(queue, count)
+
+    def _tick(self, reader: Reader, queue: _Queue, recheck_s: float) -> None:
+        queue.ticker = None
+        if queue.live > 0:
+            _wake(queue, 1)
+            queue.ticker = asyncio.get_running_loop().call_later(
+                recheck_s, self._tick, reader, queue, recheck_s
+            )
 
 
 def _settle(future: asyncio.Future[None]) -> None:

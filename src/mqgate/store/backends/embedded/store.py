@@ -269,8 +269,10 @@ class EmbeddedStore:
                 hi = mid
         return lo
 
-    async def wait_for_data(self, topic: str, timeout_s: float, reader: Reader = ANY_READER) -> None:
-        await self._topic(topic).waiters.wait(timeout_s, reader)
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
+        await self._topic(topic).waiters.wait(timeout_s, reader, recheck_s)
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         t = self._topics.get(topic)

@@ -302,13 +302,15 @@ class RedisStore:
 
     # --- long polling -------------------------------------------------------------------
 
-    async def wait_for_data(self, topic: str, timeout_s: float, reader: Reader = ANY_READER) -> None:
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
         t = await self._topic(topic)
         looked = _looked.get()
         if looked is not None and looked[0] is t and looked[1] != t.epoch:
             _looked.set(None)
             return  # woken since the caller last looked: look again first
-        await t.waiters.wait(timeout_s, reader)
+        await t.waiters.wait(timeout_s, reader, recheck_s)
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         t = self._topics.get(topic)
