@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Protocol
 
 from mqgate.errors import StorageError
+from mqgate.health import Health
+
+log = logging.getLogger(__name__)
 
 
 class Syncable(Protocol):
@@ -42,8 +46,10 @@ def _fsync_all(fds: list[int]) -> None:
 
 
 class GroupCommitter:
-    def __init__(self, interval_ms: int | None) -> None:
+    def __init__(self, interval_ms: int | None, health: Health | None = None) -> None:
         self.interval_ms = interval_ms
+        self.health = health or Health()
+        self._fsyncing: frozenset[int] = frozenset()
         self._dirty: dict[int, Syncable] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
@@ -58,6 +64,10 @@ class GroupCommitter:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    def fsyncing(self, fd: int) -> bool:
+        """True while the current round fsyncs `fd` (it must not be closed before it ends)."""
+        return fd in self._fsyncing
 
     def mark_dirty(self, item: Syncable) -> None:
         self._dirty[id(item)] = item
@@ -88,26 +98,45 @@ class GroupCommitter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval_ms / 1000)
             self._wake.clear()
-            await self._round()
+            try:
+                await self._round()
+            except Exception as exc:
+                # The flusher must outlive any one round: writers wait on it, and so does stop().
+                log.exception("group commit round failed")
+                self.health.fault("group_commit", "round_failed", repr(exc))
 
     async def _round(self) -> None:
         dirty, self._dirty = self._dirty, {}
         waiters, self._waiters = self._waiters, []
         closers, self._deferred_close = self._deferred_close, []
         items = list(dirty.values())
-        fds = [fd for item in items for fd in item.sync_fds()]
         error: BaseException | None = None
+        try:
+            fds = [fd for item in items for fd in item.sync_fds()]
+        except OSError as exc:  # a file could not be opened again to fsync it
+            fds = []
+            error = StorageError(f"fsync failed: {exc.strerror}")
         if fds:
+            self._fsyncing = frozenset(fds)
             try:
                 await asyncio.get_running_loop().run_in_executor(None, _fsync_all, fds)
             except OSError as exc:
                 error = StorageError(f"fsync failed: {exc.strerror}")
+            finally:
+                self._fsyncing = frozenset()
         self.rounds += 1
         if error is None:
             for item in items:
                 item.after_sync()
+        else:
+            self.health.fault("group_commit", "fsync_failed", str(error))
+            for key, item in dirty.items():  # their bytes are still to be made durable
+                self._dirty.setdefault(key, item)
         for closer in closers:
-            closer()
+            try:
+                closer()
+            except OSError as exc:
+                self.health.fault("group_commit", "close_failed", str(exc))
         for fut in waiters:
             if not fut.done():
                 if error is None:
