@@ -17,7 +17,6 @@ from typing import Final
 
 from mqgate.durable.handles import FileHandles, Handle
 
-
 _WRITE_FLAGS: Final = os.O_WRONLY | os.O_APPEND
 
 

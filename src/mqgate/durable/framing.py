@@ -2,9 +2,10 @@
 
 Every durable file of the embedded backends is a sequence of such records. A reader checks
 both fields before trusting a payload, so a torn or corrupt write is detected instead of
-served; `iter_payloads` (strict: stops at the first bad record) and `scan` (recovery: skips a
-damaged record and goes on with the intact ones after it) are where that check is made. The format is on disk in every
-existing data directory: changing it needs a new `FORMAT` of the message store.
+served; `iter_payloads` (strict: stops at the first bad record) and `scan` (recovery: skips
+a damaged record and goes on with the intact ones after it) are where that check is made.
+The format is on disk in every existing data directory: changing it needs a new `FORMAT` of
+the message store.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def _next_intact(view: memoryview, damaged: int, end: int) -> int:
     """Where intact records resume after the damaged record at `damaged`, or -1."""
     if damaged + HEADER_BYTES <= end:
         # Damage inside one record whose length survived: the next one starts where it says.
-        length = HEADER.unpack_from(view, damaged)[0]
+        length: int = HEADER.unpack_from(view, damaged)[0]
         after = damaged + HEADER_BYTES + length
         if 0 < length <= MAX_PAYLOAD_BYTES and after < end and _resumes_at(view, after, end):
             return after

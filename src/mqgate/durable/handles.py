@@ -12,8 +12,8 @@ import errno
 import os
 import resource
 from collections import OrderedDict
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Final, Protocol
 
 # At most this share of the process's descriptor limit goes to cached files; the rest is left

@@ -141,7 +141,7 @@ class QueueLog:
             self.health.fault(
                 COMPONENT,
                 "corrupt_record_skipped",
-                f"{where}: {len(damaged)} damaged records kept as gaps, the records after them kept ({spans})",
+                f"{where}: {len(damaged)} damaged records kept as gaps, the ones after them kept ({spans})",
                 len(damaged),
             )
             self._reported.update(seg.base + seg.positions.index(pos) for pos, _ in damaged)

@@ -27,7 +27,7 @@ from mqgate.errors import BadRequest, NotFound, StorageError
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
-from mqgate.store.backends.embedded.queue_log import COMPONENT, QueueLog
+from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.interface import Encoded, TopicConfig
 
 log = logging.getLogger(__name__)
@@ -229,8 +229,8 @@ class EmbeddedStore:
             self._write_meta(config)
         except BaseException:
             del self._topics[config.name]
-            for q in topic.queues:
-                q.close()
+            for queue_log in topic.queues:
+                queue_log.close()
             raise
 
     def _write_meta(self, config: TopicConfig) -> None:
@@ -264,7 +264,7 @@ class EmbeddedStore:
         logs = {q: self._queue(topic, q) for q in batches}
         self.space.check()
         firsts: dict[int, int] = {}
-        marks = []
+        marks: list[tuple[QueueLog, Mark]] = []
         for q, (payloads, timestamp_ms) in batches.items():
             queue_log = logs[q]
             mark = queue_log.mark()
