@@ -201,6 +201,12 @@ class EmbeddedStore:
 
     async def create_topic(self, config: TopicConfig) -> None:
         validate_topic_name(config.name)
+        try:
+            self._create_topic(config)
+        except OSError as exc:
+            raise self.space.write_error(exc, COMPONENT, "topic creation", config.name) from exc
+
+    def _create_topic(self, config: TopicConfig) -> None:
         existing = self._topics.get(config.name)
         if existing is not None:
             if existing.config.queues > config.queues:
