@@ -198,8 +198,11 @@ def test_an_empty_registry_beside_existing_data_refuses_to_start(tmp_path: Path)
     assert r.status_code == 200
     srv.stop()
     (tmp_path / "data" / "registry.db").write_bytes(b"")  # truncated to 0
-    with pytest.raises(AssertionError, match="holds no topics"):
-        srv.start(timeout_s=20)
+    try:
+        with pytest.raises(AssertionError, match="holds no topics"):
+            srv.start(timeout_s=20)
+    finally:
+        srv.stop()
     assert srv.proc is not None and srv.proc.returncode not in (0, None)
     # The data is untouched.
     assert (tmp_path / "data" / "topics" / "kept" / "0" / "00000000000000000000.log").stat().st_size > 0
