@@ -36,7 +36,9 @@ def data_dir(tmp_path: Path) -> Path:
         ptoken, ctoken = srv.setup_topic("chk", queues=2)
         auth = {"Authorization": f"Bearer {ptoken}"}
         for i in range(40):
-            r = httpx.post(srv.url + "/mq/produce", json={"producer": "chk-p", "message": f"m{i}"}, headers=auth)
+            r = httpx.post(
+                srv.url + "/mq/produce", json={"producer": "chk-p", "message": f"m{i}"}, headers=auth
+            )
             assert r.status_code == 200
         r = httpx.post(
             srv.url + "/mq/produce",
@@ -48,7 +50,9 @@ def data_dir(tmp_path: Path) -> Path:
         pulled = httpx.get(
             srv.url + "/mq/message", params={"topic": "chk", "consumer": "chk-c", "max": 5}, headers=cauth
         ).json()["result"]
-        assert httpx.post(srv.url + "/mq/ack", json={"requestId": pulled["requestId"]}, headers=cauth).is_success
+        assert httpx.post(
+            srv.url + "/mq/ack", json={"requestId": pulled["requestId"]}, headers=cauth
+        ).is_success
     finally:
         srv.stop()
     return tmp_path / "data"

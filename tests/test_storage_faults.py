@@ -10,11 +10,14 @@ checkpoint that fails is reported while the next SIGTERM still stops it cleanly.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import random
 import shutil
 import signal
 import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -60,8 +63,18 @@ def gateway(disk: Path, floor: int = 0, **env: str) -> Server:
     return Server(disk, env={"MQGATE_DISK_FREE_FLOOR_BYTES": str(floor), **env})
 
 
+# One client for the module: a new one per call costs tens of ms (it builds a TLS context).
+HTTP = httpx.Client(timeout=30)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _close_http() -> Iterator[None]:
+    yield
+    HTTP.close()
+
+
 def produce(srv: Server, token: str, topic: str, body: str) -> httpx.Response:
-    return httpx.post(
+    return HTTP.post(
         srv.url + "/mq/produce",
         json={"producer": f"{topic}-p", "message": body},
         headers={"Authorization": f"Bearer {token}"},
@@ -72,7 +85,7 @@ def produce(srv: Server, token: str, topic: str, body: str) -> httpx.Response:
 def read_queue(srv: Server, topic: str, queue: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     while True:
-        r = httpx.get(
+        r = HTTP.get(
             srv.url + "/mq/read",
             params={"topic": topic, "queue": queue, "offset": len(out), "max": 100},
             headers={"Authorization": f"Bearer {srv.admin_token}"},
@@ -86,7 +99,7 @@ def read_queue(srv: Server, topic: str, queue: int) -> list[dict[str, Any]]:
 
 
 def health(srv: Server) -> dict[str, Any]:
-    r = httpx.get(srv.url + "/healthz", timeout=10)
+    r = HTTP.get(srv.url + "/healthz", timeout=10)
     assert r.status_code == 200
     result: dict[str, Any] = r.json()["result"]
     return result
@@ -213,13 +226,13 @@ def test_below_the_free_space_floor_new_messages_are_refused_and_resume_by_thems
         state = health(srv)
         assert state["status"] == "degraded" and "disk_below_floor" in state["degraded"]
         # Consumers go on below the floor: acks are small and keep the system moving.
-        pulled = httpx.get(
+        pulled = HTTP.get(
             srv.url + "/mq/message",
             params={"topic": "floor", "consumer": "floor-c", "max": 1},
             headers={"Authorization": f"Bearer {ctoken}"},
             timeout=30,
         ).json()["result"]
-        ack = httpx.post(
+        ack = HTTP.post(
             srv.url + "/mq/ack",
             json={"requestId": pulled["requestId"]},
             headers={"Authorization": f"Bearer {ctoken}"},
@@ -250,7 +263,9 @@ def test_a_failing_checkpoint_is_reported_and_sigterm_still_stops_cleanly(small_
                 assert r.status_code == 507, r.text
                 break
             sent.append("z" * 3000)
-        wait_until(lambda: fault_count(srv, "message_log", "checkpoint_failed") > 0, 10, "a checkpoint to fail")
+        wait_until(
+            lambda: fault_count(srv, "message_log", "checkpoint_failed") > 0, 10, "a checkpoint to fail"
+        )
         assert health(srv)["status"] in ("ok", "degraded")  # still serving
         assert srv.proc is not None
         srv.proc.send_signal(signal.SIGTERM)
@@ -264,3 +279,95 @@ def test_a_failing_checkpoint_is_reported_and_sigterm_still_stops_cleanly(small_
         assert sorted(stored) == sorted(sent)
     finally:
         srv.stop()
+
+
+def test_a_delayed_produce_on_a_full_disk_is_refused_or_delivered_after_kill_9(small_disk: Path) -> None:
+    ballast = small_disk / "ballast"
+    srv = gateway(small_disk).start()
+    try:
+        ptoken, _ = srv.setup_topic("later", queues=2)
+        ballast.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 256 * 1024))
+        started = time.monotonic()
+        held: list[str] = []
+        refused = 0
+        for i in range(2000):  # held messages go to the schedule log until it fills too
+            body = f"held {i} " + "h" * 2000
+            r = HTTP.post(
+                srv.url + "/mq/produce",
+                json={"producer": "later-p", "message": body, "delayMs": 8_000},
+                headers={"Authorization": f"Bearer {ptoken}"},
+                timeout=30,
+            )
+            assert r.status_code in (200, 507), r.text
+            if r.status_code == 507:
+                refused += 1
+                if refused == 5:
+                    break
+            else:
+                held.append(body)
+        assert refused == 5 and len(held) > 20
+        assert fault_count(srv, "schedule_log", "disk_full") == 5
+        # Due after the restart below, on the full disk.
+        assert time.monotonic() - started < 4, "too slow: the messages come due before the restart"
+
+        srv.kill9()
+        srv.start()  # on the full disk
+        ballast.unlink()
+
+        def delivered() -> list[str]:
+            return sorted(m["message"] for q in (0, 1) for m in read_queue(srv, "later", q))
+
+        wait_until(lambda: len(delivered()) >= len(held), 20, "the held messages to be delivered")
+        assert delivered() == sorted(held)
+    finally:
+        srv.stop()
+
+
+BATCH_CHILD = r"""
+import asyncio, json, resource, signal, sys
+from pathlib import Path
+from mqgate.errors import MqgateError
+from mqgate.model import StoredMessage
+from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.interface import TopicConfig
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead of killing
+
+
+def msg(i, size):
+    return StoredMessage(f"id{i}", 1000 + i, "p", "x" * size, [], [], {})
+
+
+async def main():
+    root = Path(sys.argv[1])
+    store = EmbeddedStore(root)
+    await store.open()
+    await store.create_topic(TopicConfig("t", 2, 7 * 24 * 3600 * 1000))
+    await store.append_many("t", {0: [msg(0, 10)], 1: [msg(1, 10)]})
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (4096, hard))  # queue 1's write crosses it
+    try:
+        await store.append_many("t", {0: [msg(2, 100)], 1: [msg(3, 8000)]})
+        error = None
+    except MqgateError as exc:
+        error = [exc.http_status, exc.message]
+    resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    after = await store.append_many("t", {0: [msg(4, 10)], 1: [msg(5, 10)]})
+    got = {q: [m.msg_id for _, m in await store.read("t", q, 0, 10)] for q in (0, 1)}
+    await store.close()
+    print(json.dumps({"error": error, "after": after, "got": got}))
+
+
+asyncio.run(main())
+"""
+
+
+def test_a_batch_whose_write_fails_on_one_queue_leaves_nothing_on_the_others(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", BATCH_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["error"] == [503, "write failed: File too large"]
+    assert got["after"] == {"0": 1, "1": 1}  # queue 0's part of the failed batch took no offset
+    assert got["got"] == {"0": ["id0", "id4"], "1": ["id1", "id5"]}

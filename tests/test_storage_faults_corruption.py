@@ -98,7 +98,10 @@ def test_a_flipped_byte_mid_log_costs_one_record_and_is_reported(tmp_path: Path,
         (fault,) = [f for f in health["faults"] if f["kind"] == "corrupt_record_skipped"]
         assert fault["component"] == "message_log" and fault["count"] == 1
         metrics = httpx.get(srv.url + "/metrics", timeout=10).text
-        assert 'mqgate_storage_faults_total{component="message_log",kind="corrupt_record_skipped"} 1.0' in metrics
+        assert (
+            'mqgate_storage_faults_total{component="message_log",kind="corrupt_record_skipped"} 1.0'
+            in metrics
+        )
     finally:
         srv.stop()
 

@@ -1,8 +1,9 @@
 """Free space: the floor below which new messages are refused, and what a failed write means.
 
-`DiskSpace.check()` costs a `statvfs` at most every `CHECK_EVERY_S`; below the floor it marks
-the gateway degraded and raises `InsufficientStorage` (507), and once space is back the next
-check clears it: writes resume by themselves. `write_error` turns the OSError of a failed
+`DiskSpace.check()` costs a `statvfs` at most every `CHECK_EVERY_S` (and at once near the
+floor); a write that would go below the floor marks the gateway degraded and raises
+`InsufficientStorage` (507), and once space is back the next write clears it: writes resume
+by themselves. `write_error` turns the OSError of a failed
 write into the error a client gets: 507 for a full disk or quota, 503 for anything else.
 """
 
@@ -33,32 +34,45 @@ class DiskSpace:
         self.health = health
         self._checked_at = -CHECK_EVERY_S
         self._free = -1
+        self._written = 0  # by this gateway since the last look
+        self._refused_bytes = 0  # the last refused write, while refusing
 
-    def free_bytes(self) -> int:
+    def free_bytes(self, fresh: bool = False) -> int:
         now = time.monotonic()
-        if now - self._checked_at >= CHECK_EVERY_S:
+        if fresh or now - self._checked_at >= CHECK_EVERY_S:
             st = os.statvfs(self.path)
             self._free = st.f_bavail * st.f_frsize
             self._checked_at = now
-            if self._free < self.floor_bytes:
-                self.health.degrade(
-                    CONDITION,
-                    f"{self._free} bytes free on {self.path}, below the floor of {self.floor_bytes}: "
-                    "new messages are refused",
-                )
-            else:
+            self._written = 0
+            if self._free - self._refused_bytes >= self.floor_bytes:
                 self.health.restore(CONDITION)
         return self._free
 
-    def check(self) -> None:
-        """Refuse a new write while free space is below the floor."""
-        if self.floor_bytes > 0 and self.free_bytes() < self.floor_bytes:
-            self.health.fault("disk", "write_refused_below_floor", f"{self._free} bytes free")
+    def check(self, nbytes: int) -> None:
+        """Refuse a write of `nbytes` that would take free space below the floor. Between two
+        looks at the file system the bytes written meanwhile are counted, and a write that
+        comes near the floor looks again at once, so a burst does not overshoot it."""
+        if self.floor_bytes <= 0:
+            return
+        free = self.free_bytes()
+        if free - self._written - nbytes < self.floor_bytes:
+            free = self.free_bytes(fresh=True)
+        if free - nbytes < self.floor_bytes:
+            self._refused_bytes = nbytes
+            self.health.fault("disk", "write_refused_below_floor", f"{free} bytes free")
+            self.health.degrade(
+                CONDITION,
+                f"{free} bytes free on {self.path}, at the floor of {self.floor_bytes} "
+                "(disk_free_floor_bytes): new messages are refused until space is freed",
+            )
             raise InsufficientStorage(
-                f"the data directory has {self._free} bytes free, below the floor of "
+                f"the data directory has {free} bytes free, below the floor of "
                 f"{self.floor_bytes} (disk_free_floor_bytes): nothing was stored; retry once "
                 "space is freed"
             )
+        self._written += nbytes
+        self._refused_bytes = 0
+        self.health.restore(CONDITION)
 
     def write_error(self, exc: OSError, component: str, what: str, where: str = "") -> MqgateError:
         """The error for a write that failed (and was cut back): counted, logged, translated."""

@@ -230,7 +230,6 @@ class EmbeddedScheduler:
             return []
         for _, dests in items:
             check_destinations(dests)
-        self.space.check()
         seq = self._next_seq
         recs = []
         pieces = []
@@ -242,6 +241,7 @@ class EmbeddedScheduler:
             recs.append(rec)
             pieces.append(piece)
             seq += 1
+        self.space.check(sum(len(p) for p in pieces))
         self._next_seq = seq  # before the write: a seq that reached the file is never reused
         self._append(pieces)
         earliest = MAX_TIME_MS

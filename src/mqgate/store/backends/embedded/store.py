@@ -20,6 +20,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
@@ -268,7 +269,7 @@ class EmbeddedStore:
         awaits in here, so the queues written before a failure are taken back before anyone
         could read them; the failed one cut itself back."""
         logs = {q: self._queue(topic, q) for q in batches}
-        self.space.check()
+        self.space.check(sum(len(p) + HEADER_BYTES for payloads, _ in batches.values() for p in payloads))
         firsts: dict[int, int] = {}
         marks: list[tuple[QueueLog, Mark]] = []
         for q, (payloads, timestamp_ms) in batches.items():
