@@ -66,7 +66,7 @@ def flip_inside_record(log: Path, index: int) -> None:
 def test_a_flipped_byte_mid_log_costs_one_record_and_is_reported(tmp_path: Path, checkpoint: str) -> None:
     srv = Server(tmp_path / "data").start()
     try:
-        ptoken, _ = srv.setup_topic("flip", queues=1)
+        ptoken, ctoken = srv.setup_topic("flip", queues=1)
         batch = [{"message": f"m{i}"} for i in range(201)]
         r = httpx.post(
             srv.url + "/mq/produce/batch",
@@ -93,6 +93,18 @@ def test_a_flipped_byte_mid_log_costs_one_record_and_is_reported(tmp_path: Path,
         assert [m["message"] for m in got] == [f"m{i}" for i in expected]
         bounds = admin_get(srv, "/mq/bounds", topic="flip").json()["result"]["queues"][0]
         assert bounds["max"] == 201
+        # A consumer gets every good record, the damaged one skipped.
+        pulled: list[str] = []
+        with httpx.Client(base_url=srv.url, headers={"Authorization": f"Bearer {ctoken}"}, timeout=30) as c:
+            for _ in range(20):
+                body = c.get("/mq/message", params={"topic": "flip", "consumer": "flip-c", "max": 64})
+                assert body.status_code == 200, body.text
+                result = body.json()["result"]
+                if result["status"] != "FOUND":
+                    break
+                pulled += [m["message"] for m in result["msgList"]]
+                assert c.post("/mq/ack", json={"requestId": result["requestId"]}).status_code == 200
+        assert pulled == [f"m{i}" for i in expected]
 
         health = httpx.get(srv.url + "/healthz", timeout=10).json()["result"]
         (fault,) = [f for f in health["faults"] if f["kind"] == "corrupt_record_skipped"]

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 
 import httpx
 
+from mqgate.durable.append_file import AppendFile
+from mqgate.durable.framing import frame, iter_payloads
+from mqgate.durable.handles import FileHandles
 from tests.conftest import Server
 
 TOPICS = 126
@@ -82,3 +86,25 @@ def test_a_topic_whose_files_cannot_be_made_is_not_registered(tmp_path: Path) ->
         assert "blocked" in [t["name"] for t in srv.admin("GET", "/admin/topics")["topics"]]
     finally:
         srv.stop()
+
+
+def open_fds() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_file_handles_keep_at_most_their_capacity_open_and_reopen_on_use(tmp_path: Path) -> None:
+    before = open_fds()
+    handles = FileHandles(4)
+    files = [AppendFile.create(tmp_path / f"{i}.log", handles) for i in range(50)]
+    assert handles.open_count == 4 and open_fds() - before <= 4
+    for round_ in range(3):
+        for i, f in enumerate(files):
+            f.append(frame(b"%d-%d" % (round_, i)))
+            assert handles.open_count <= 4
+    assert open_fds() - before <= 4 and handles.reopened > 100
+    for f in files:
+        f.close()
+    assert open_fds() == before and handles.open_count == 0
+    for i in range(50):
+        got = [p for _, p in iter_payloads((tmp_path / f"{i}.log").read_bytes())]
+        assert got == [b"%d-%d" % (r, i) for r in range(3)]

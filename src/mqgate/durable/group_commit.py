@@ -45,11 +45,19 @@ def _fsync_all(fds: list[int]) -> None:
             pass
 
 
+class _Round:
+    __slots__ = ("closing", "fds")
+
+    def __init__(self) -> None:
+        self.fds: set[int] = set()
+        self.closing: list[int] = []
+
+
 class GroupCommitter:
     def __init__(self, interval_ms: int | None, health: Health | None = None) -> None:
         self.interval_ms = interval_ms
         self.health = health or Health()
-        self._fsyncing: frozenset[int] = frozenset()
+        self._in_flight: list[_Round] = []  # rounds collecting or fsyncing their fds
         self._dirty: dict[int, Syncable] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
@@ -65,9 +73,14 @@ class GroupCommitter:
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
 
-    def fsyncing(self, fd: int) -> bool:
-        """True while the current round fsyncs `fd` (it must not be closed before it ends)."""
-        return fd in self._fsyncing
+    def close_when_synced(self, fd: int) -> bool:
+        """Close `fd` once the round fsyncing it is done, if one is; False if none is (the
+        caller closes it now)."""
+        for round_ in reversed(self._in_flight):
+            if fd in round_.fds:
+                round_.closing.append(fd)
+                return True
+        return False
 
     def mark_dirty(self, item: Syncable) -> None:
         self._dirty[id(item)] = item
@@ -111,19 +124,23 @@ class GroupCommitter:
         closers, self._deferred_close = self._deferred_close, []
         items = list(dirty.values())
         error: BaseException | None = None
+        # Marked as they are collected: opening one file again (a bounded FileHandles) may
+        # evict another one collected already, whose close must then wait for this round.
+        round_ = _Round()
+        self._in_flight.append(round_)
         try:
-            fds = [fd for item in items for fd in item.sync_fds()]
-        except OSError as exc:  # a file could not be opened again to fsync it
-            fds = []
+            for item in items:
+                round_.fds.update(item.sync_fds())
+            if round_.fds:
+                await asyncio.get_running_loop().run_in_executor(None, _fsync_all, list(round_.fds))
+        except OSError as exc:  # an fsync failed, or a file could not be opened again for it
             error = StorageError(f"fsync failed: {exc.strerror}")
-        if fds:
-            self._fsyncing = frozenset(fds)
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, _fsync_all, fds)
-            except OSError as exc:
-                error = StorageError(f"fsync failed: {exc.strerror}")
-            finally:
-                self._fsyncing = frozenset()
+        finally:
+            self._in_flight.remove(round_)
+            for fd in round_.closing:
+                if not self.close_when_synced(fd):  # unless another round still has it
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
         self.rounds += 1
         if error is None:
             for item in items:

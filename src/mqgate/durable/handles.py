@@ -12,7 +12,6 @@ import errno
 import os
 import resource
 from collections import OrderedDict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -24,11 +23,8 @@ _MAX_CAPACITY: Final = 4096
 
 
 class InFlight(Protocol):
-    def fsyncing(self, fd: int) -> bool:
-        """True while a round fsyncs `fd` in a worker thread."""
-
-    def close_after_next_sync(self, closer: Callable[[], None]) -> None:
-        """Run `closer` once the next round is done with the files."""
+    def close_when_synced(self, fd: int) -> bool:
+        """Close `fd` once the fsync round that has it is done; False if no round has it."""
 
 
 def default_capacity() -> int:
@@ -74,9 +70,7 @@ class FileHandles:
             oldest.evict()
 
     def release_fd(self, fd: int) -> None:
-        if self.committer is not None and self.committer.fsyncing(fd):
-            self.committer.close_after_next_sync(lambda: os.close(fd))
-        else:
+        if self.committer is None or not self.committer.close_when_synced(fd):
             os.close(fd)
 
 
