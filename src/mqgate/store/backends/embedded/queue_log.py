@@ -110,6 +110,12 @@ class QueueLog:
                 seg.clear_index()
                 seg.size, damaged = seg.scan_tail(0)
                 self._report_recovery(seg, size, damaged)
+                if seg.size < size:  # a sealed segment is never appended to: left, ignored
+                    self.health.fault(
+                        COMPONENT,
+                        "torn_tail_ignored",
+                        f"{self.directory}/{seg.log_path.name}: {size - seg.size} bytes after {seg.size}",
+                    )
                 self._try(seg.write_index_tail, "index_write_failed", seg.index_path.name)
         last = self.active
         file_size = last.log_path.stat().st_size
