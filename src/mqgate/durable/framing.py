@@ -112,13 +112,19 @@ def scan(buf: bytes | memoryview, start: int = 0) -> Iterator[tuple[int, int, by
     tail and is not yielded: the last `end` yielded is where the intact data ends."""
     view = memoryview(buf)
     end = len(view)
+    unpack = HEADER.unpack_from
     pos = start
     while pos < end:
-        after = _intact_end(view, pos, end)
-        if after > 0:
-            yield pos, after, bytes(view[pos + HEADER_BYTES : after])
-            pos = after
-            continue
+        # The intact case inline, as in iter_payloads: this loop reads whole logs at start-up.
+        if pos + HEADER_BYTES <= end:
+            length, crc = unpack(view, pos)
+            body_end = pos + HEADER_BYTES + length
+            if 0 < length <= MAX_PAYLOAD_BYTES and body_end <= end:
+                payload = bytes(view[pos + HEADER_BYTES : body_end])
+                if _crc32(payload) == crc:
+                    yield pos, body_end, payload
+                    pos = body_end
+                    continue
         resume = _next_intact(view, pos, end)
         if resume < 0:
             return
