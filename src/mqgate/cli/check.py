@@ -74,5 +74,7 @@ def run(args: argparse.Namespace) -> int:
             for line in r.repaired:
                 print(f"     repaired: {line}")
         bad = sum(1 for r in reports if r.problems)
-        print(f"{len(reports)} files checked, {bad} with problems" + (" left" if args.repair else ""))
+        kept = sum(1 for r in reports if r.kept)
+        left = " left" if args.repair else ""
+        print(f"{len(reports)} files checked, {bad} with problems{left}, {kept} with damage kept")
     return 1 if any(not r.ok for r in reports) else 0

@@ -247,7 +247,9 @@ class DataDirCheck:
         path = self.root / "registry.db"
         if not path.exists():
             if store_topics:
-                self._report(path).problems.append("missing while the data directory holds topics")
+                self._report(path).facts.append(
+                    "absent: the registry is a database elsewhere (registry = URL), or it was lost"
+                )
             return
         report = self._report(path)
         try:
