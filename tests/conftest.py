@@ -11,7 +11,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -78,6 +78,8 @@ class Server:
     admin_token: str = field(default_factory=lambda: "mqa_test_" + secrets.token_hex(8))
     extra_args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    # Run in the gateway's process before it starts (a resource limit, say).
+    preexec: Callable[[], None] | None = None
     proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -102,6 +104,7 @@ class Server:
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
+            preexec_fn=self.preexec,
         )
         log.close()
 

@@ -84,5 +84,14 @@ class StorageError(MqgateError):
     code = "storage"
 
 
+class InsufficientStorage(MqgateError):
+    """The disk is full, or below the free-space floor: nothing was stored; retry once space
+    is freed (the gateway resumes by itself)."""
+
+    http_status = 507
+    code = "disk_full"
+    retry_after_s = 5.0
+
+
 class CorruptRecord(MqgateError):
     code = "corrupt_record"

@@ -56,6 +56,9 @@ class Settings:
     registry_refresh_s: float = 5.0
     retention_check_s: float = 30.0
     checkpoint_interval_s: float = 5.0
+    # Below this much free space on the data directory's file system, new messages are refused
+    # (507) until space returns (like RabbitMQ's disk_free_limit); acks go on. 0 turns it off.
+    disk_free_floor_bytes: int = 64 * MIB
     max_message_bytes: int = 1 * MIB
     max_request_bytes: int = 5 * MIB
     max_batch_messages: int = 1000
@@ -137,6 +140,8 @@ def load_settings(
     validate_name(settings.redis_prefix, "redis_prefix")
     if settings.store != "embedded" and not settings.uses_redis:
         raise BadRequest(f"store must be 'embedded' or a redis:// URL, not {settings.store!r}", field="store")
+    if settings.disk_free_floor_bytes < 0:
+        raise BadRequest("disk_free_floor_bytes must be 0 (off) or more", field="disk_free_floor_bytes")
     if not 1 <= settings.workers <= MAX_WORKERS:
         raise BadRequest(f"workers must be between 1 and {MAX_WORKERS}", field="workers")
     if settings.workers > 1 and not settings.uses_redis:

@@ -21,6 +21,8 @@ from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.errors import StorageError
+from mqgate.health import Health
 from mqgate.metrics import Metrics
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.interface import OffsetStore
@@ -77,6 +79,36 @@ def token_secret_for(settings: Settings, registry: SqlRegistry) -> bytes:
     ).encode()
 
 
+def stored_data(settings: Settings) -> list[Path]:
+    """Files of the embedded backends that hold data (messages, consumer offsets)."""
+    if settings.uses_redis:
+        return []
+    root = Path(settings.data_dir)
+    candidates = [*root.glob("topics/*/*/*.log"), root / "offsets" / "journal.log"]
+    return [p for p in candidates if p.is_file() and p.stat().st_size > 0]
+
+
+def open_registry(settings: Settings) -> SqlRegistry:
+    """The registry, its tables created; refused when it is empty while the data directory
+    holds data: a lost or truncated registry must not start as a new one (every name would
+    answer 404 and new registrations would reuse the old data's names)."""
+    registry = SqlRegistry(settings.resolved_registry_url())
+    try:
+        data = stored_data(settings)
+        if data and registry.is_empty():
+            raise StorageError(
+                f"the registry ({settings.resolved_registry_url()}) holds no topics, but the data "
+                f"directory {settings.data_dir} holds data ({len(data)} files, e.g. {data[0]}): "
+                "refusing to start as new. Restore the registry (registry.db) from a backup, or "
+                "move the data directory away to start afresh; `mqgate check` reports what is there."
+            )
+        registry.create_schema()
+    except BaseException:
+        registry.dispose()
+        raise
+    return registry
+
+
 def prepare(settings: Settings) -> None:
     """Checks and one-time setup before any gateway process starts: fail early and clearly."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
@@ -84,9 +116,8 @@ def prepare(settings: Settings) -> None:
         from mqgate import redisio  # an extra: only a Redis store needs it
 
         asyncio.run(redisio.check_reachable(settings.store))
-    registry = SqlRegistry(settings.resolved_registry_url())
+    registry = open_registry(settings)
     try:
-        registry.create_schema()
         admin_token_for(settings, registry)
         token_secret_for(settings, registry)
     finally:
@@ -102,7 +133,7 @@ class Backends:
     stop: Callable[[], Awaitable[None]]
 
 
-def backends_for(settings: Settings) -> Backends:
+def backends_for(settings: Settings, health: Health | None = None) -> Backends:
     if settings.uses_redis:
         from mqgate import redisio
         from mqgate.offsets.backends.redis import RedisOffsetStore
@@ -122,20 +153,25 @@ def backends_for(settings: Settings) -> Backends:
             nothing,
             client.aclose,
         )
-    committer = GroupCommitter(settings.fsync_interval_ms)
+    health = health or Health()
+    committer = GroupCommitter(settings.fsync_interval_ms, health)
     store = EmbeddedStore(
         Path(settings.data_dir),
         broker=settings.broker_name,
         segment_bytes=settings.segment_bytes,
         committer=committer,
         checkpoint_interval_s=settings.checkpoint_interval_s,
+        health=health,
+        disk_free_floor_bytes=settings.disk_free_floor_bytes,
     )
 
     async def start() -> None:
         committer.start()
 
-    offsets = EmbeddedOffsetStore(Path(settings.data_dir), committer)
-    scheduler = EmbeddedScheduler(Path(settings.data_dir) / "scheduler", committer)
+    offsets = EmbeddedOffsetStore(Path(settings.data_dir), committer, health)
+    scheduler = EmbeddedScheduler(
+        Path(settings.data_dir) / "scheduler", committer, health, settings.disk_free_floor_bytes
+    )
     return Backends(store, offsets, scheduler, start, committer.stop)
 
 
@@ -143,15 +179,17 @@ def build_app(settings: Settings) -> App:
     """The ASGI app of one gateway process."""
     protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
-    sql = SqlRegistry(settings.resolved_registry_url())
-    sql.create_schema()
+    sql = open_registry(settings)
     secret = token_secret_for(settings, sql)
     admin_token = admin_token_for(settings, sql)
-    backends = backends_for(settings)
-    registry = RegistryCache(sql, settings.registry_refresh_s)
     metrics = Metrics()
+    health = Health(metrics.registry)
+    backends = backends_for(settings, health)
+    registry = RegistryCache(sql, settings.registry_refresh_s)
     gateway = Gateway(
-        Context(settings, backends.store, backends.offsets, backends.scheduler, registry, metrics, secret)
+        Context(
+            settings, backends.store, backends.offsets, backends.scheduler, registry, metrics, secret, health
+        )
     )
     limits = SettingsLimits(settings)
     log_routes = LogRoutes(gateway)

@@ -70,7 +70,18 @@ class LogRoutes:
         return Response(s.CommitOut(consumer=inp.consumer, queues=queues))
 
     async def healthz(self, req: Request) -> Response:
-        return Response(s.HealthOut(healthy=True, broker=self.gw.ctx.store.broker, pid=os.getpid()))
+        # 200 while serving, degraded or not: the detail says what is wrong.
+        health = self.gw.ctx.health.snapshot()
+        return Response(
+            s.HealthOut(
+                healthy=True,
+                broker=self.gw.ctx.store.broker,
+                pid=os.getpid(),
+                status=health["status"],
+                degraded=health["degraded"],
+                faults=[s.FaultOut(**f) for f in health["faults"]],
+            )
+        )
 
     async def metrics(self, req: Request) -> Response:
         """Renders gauges kept current by the operations that move them: no store reads here.

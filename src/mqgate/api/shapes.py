@@ -380,10 +380,22 @@ class AlertsOut(Output, kw_only=True):
     alerts: list[AlertOut]
 
 
+class FaultOut(Output, kw_only=True):
+    """Storage faults of one kind since the gateway started (details in its log)."""
+
+    component: str
+    kind: str
+    count: int
+    last: str
+
+
 class HealthOut(Output, kw_only=True):
     healthy: bool
     broker: str
     pid: int
+    status: Literal["ok", "degraded"]
+    degraded: dict[str, str]  # condition -> what it means, e.g. disk_below_floor
+    faults: list[FaultOut]
 
 
 class ErrorOut(Output, kw_only=True):

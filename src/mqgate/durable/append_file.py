@@ -3,7 +3,8 @@
 An `AppendFile` is open for appending at the end of its intact records (`size`). A write
 that fails part-way is cut back, so a torn record never sits before records appended later;
 the caller decides what the failure means for its writers. A file is made durable by the
-owner's group commit (`fd`) or by `sync`; a new file takes its place by `install`.
+owner's group commit (`fd`) or by `sync`; a new file takes its place by `install`. Given a
+`FileHandles`, its descriptor may be closed while unused and is opened again when needed.
 """
 
 from __future__ import annotations
@@ -12,36 +13,49 @@ import contextlib
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Final
 
-_MODE = 0o644
+from mqgate.durable.handles import FileHandles, Handle
+
+_WRITE_FLAGS: Final = os.O_WRONLY | os.O_APPEND
 
 
 class AppendFile:
-    __slots__ = ("fd", "size")
+    __slots__ = ("_handle", "size")
 
-    def __init__(self, fd: int, size: int) -> None:
-        self.fd = fd
+    def __init__(self, handle: Handle, size: int) -> None:
+        self._handle = handle
         self.size = size  # where the next record goes: the end of what was written
 
-    @classmethod
-    def create(cls, path: Path) -> AppendFile:
-        """A new, empty file at `path` (an existing one is emptied)."""
-        return cls(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, _MODE), 0)
+    @property
+    def fd(self) -> int:
+        """The file's descriptor (reopened if a bounded `FileHandles` closed it); -1 once closed."""
+        return self._handle.fd
+
+    @property
+    def path(self) -> Path:
+        return self._handle.path
 
     @classmethod
-    def reopen(cls, path: Path, intact_end: int) -> AppendFile:
+    def create(cls, path: Path, handles: FileHandles | None = None) -> AppendFile:
+        """A new, empty file at `path` (an existing one is emptied)."""
+        return cls(Handle(path, _WRITE_FLAGS | os.O_CREAT | os.O_TRUNC, _WRITE_FLAGS, handles), 0)
+
+    @classmethod
+    def reopen(cls, path: Path, intact_end: int, handles: FileHandles | None = None) -> AppendFile:
         """Append to an existing file after its first `intact_end` bytes: cut what follows (a
         torn or corrupt tail) and fsync, since a crash may have left the last writes in the
         page cache only."""
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+        handle = Handle(path, _WRITE_FLAGS, _WRITE_FLAGS, handles)
         try:
+            fd = handle.fd
             if os.fstat(fd).st_size > intact_end:
                 os.ftruncate(fd, intact_end)
             os.fsync(fd)
         except BaseException:
-            os.close(fd)
+            handle.close()
             raise
-        return cls(fd, intact_end)
+        return cls(handle, intact_end)
 
     def append(self, data: bytes | memoryview) -> int:
         """Write all of `data` at the end and return its length. On an OSError (a short write
@@ -49,24 +63,28 @@ class AppendFile:
         raised."""
         view = memoryview(data)
         done = 0
+        fd = self.fd
         try:
             while done < len(view):
-                done += os.write(self.fd, view[done:])
+                done += os.write(fd, view[done:])
         except OSError:
             # If even this fails, a reader's frame check stops at the torn record instead.
             with contextlib.suppress(OSError):
-                os.ftruncate(self.fd, self.size)
+                os.ftruncate(fd, self.size)
             raise
         self.size += done
         return done
+
+    def cut_back(self, size: int) -> None:
+        """Drop what was appended after `size` (a batch that must not stay half-written)."""
+        os.ftruncate(self.fd, size)
+        self.size = size
 
     def sync(self) -> None:
         os.fsync(self.fd)
 
     def close(self) -> None:
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
+        self._handle.close()
 
 
 def write_new(path: Path, pieces: Iterable[bytes | memoryview]) -> AppendFile:

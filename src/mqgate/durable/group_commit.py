@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Final, Protocol
 
 from mqgate.errors import StorageError
+from mqgate.health import Health
+
+log = logging.getLogger(__name__)
 
 
 class Syncable(Protocol):
@@ -41,9 +45,19 @@ def _fsync_all(fds: list[int]) -> None:
             pass
 
 
+class _Round:
+    __slots__ = ("closing", "fds")
+
+    def __init__(self) -> None:
+        self.fds: set[int] = set()
+        self.closing: list[int] = []
+
+
 class GroupCommitter:
-    def __init__(self, interval_ms: int | None) -> None:
+    def __init__(self, interval_ms: int | None, health: Health | None = None) -> None:
         self.interval_ms = interval_ms
+        self.health = health or Health()
+        self._in_flight: list[_Round] = []  # rounds collecting or fsyncing their fds
         self._dirty: dict[int, Syncable] = {}
         self._waiters: list[asyncio.Future[None]] = []
         self._wake = asyncio.Event()
@@ -58,6 +72,15 @@ class GroupCommitter:
 
     def start(self) -> None:
         self._task = asyncio.get_running_loop().create_task(self._run(), name="group-commit")
+
+    def close_when_synced(self, fd: int) -> bool:
+        """Close `fd` once the round fsyncing it is done, if one is; False if none is (the
+        caller closes it now)."""
+        for round_ in reversed(self._in_flight):
+            if fd in round_.fds:
+                round_.closing.append(fd)
+                return True
+        return False
 
     def mark_dirty(self, item: Syncable) -> None:
         self._dirty[id(item)] = item
@@ -88,26 +111,49 @@ class GroupCommitter:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), self.interval_ms / 1000)
             self._wake.clear()
-            await self._round()
+            try:
+                await self._round()
+            except Exception as exc:
+                # The flusher must outlive any one round: writers wait on it, and so does stop().
+                log.exception("group commit round failed")
+                self.health.fault("group_commit", "round_failed", repr(exc))
 
     async def _round(self) -> None:
         dirty, self._dirty = self._dirty, {}
         waiters, self._waiters = self._waiters, []
         closers, self._deferred_close = self._deferred_close, []
         items = list(dirty.values())
-        fds = [fd for item in items for fd in item.sync_fds()]
         error: BaseException | None = None
-        if fds:
-            try:
-                await asyncio.get_running_loop().run_in_executor(None, _fsync_all, fds)
-            except OSError as exc:
-                error = StorageError(f"fsync failed: {exc.strerror}")
+        # Marked as they are collected: opening one file again (a bounded FileHandles) may
+        # evict another one collected already, whose close must then wait for this round.
+        round_ = _Round()
+        self._in_flight.append(round_)
+        try:
+            for item in items:
+                round_.fds.update(item.sync_fds())
+            if round_.fds:
+                await asyncio.get_running_loop().run_in_executor(None, _fsync_all, list(round_.fds))
+        except OSError as exc:  # an fsync failed, or a file could not be opened again for it
+            error = StorageError(f"fsync failed: {exc.strerror}")
+        finally:
+            self._in_flight.remove(round_)
+            for fd in round_.closing:
+                if not self.close_when_synced(fd):  # unless another round still has it
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
         self.rounds += 1
         if error is None:
             for item in items:
                 item.after_sync()
+        else:
+            self.health.fault("group_commit", "fsync_failed", str(error))
+            for key, item in dirty.items():  # their bytes are still to be made durable
+                self._dirty.setdefault(key, item)
         for closer in closers:
-            closer()
+            try:
+                closer()
+            except OSError as exc:
+                self.health.fault("group_commit", "close_failed", str(exc))
         for fut in waiters:
             if not fut.done():
                 if error is None:

@@ -134,6 +134,17 @@ class SqlRegistry:
                     if column.name not in {c["name"] for c in columns}:
                         raise
 
+    def is_empty(self) -> bool:
+        """True if no topic was ever registered here (no tables yet, or no topic rows): a new
+        registry, or one that lost its contents."""
+        try:
+            if not sa.inspect(self.engine).has_table(topics.name):
+                return True
+            with self.engine.connect() as conn:
+                return conn.execute(sa.select(topics.c.name).limit(1)).first() is None
+        except OperationalError as exc:
+            raise Unavailable(f"registry database unreachable: {exc.orig}") from exc
+
     def dispose(self) -> None:
         self.engine.dispose()
 

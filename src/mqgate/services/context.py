@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from mqgate.health import Health
 from mqgate.metrics import Metrics
 from mqgate.offsets.interface import OffsetStore
 from mqgate.registry.cache import RegistryCache
@@ -26,3 +27,4 @@ class Context:
     registry: RegistryCache
     metrics: Metrics
     secret: bytes  # signs ack tokens
+    health: Health = field(default_factory=Health)  # storage faults and degraded states

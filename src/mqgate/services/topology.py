@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from mqgate.core.layout import Layout, inbox_topic, retry_topic
-from mqgate.errors import BadRequest, NotFound
+from mqgate.errors import AlreadyExists, BadRequest, NotFound
 from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
 from mqgate.names import dlq_topic, validate_name, validate_topic_name
 from mqgate.registry.records import (
@@ -142,8 +142,14 @@ class Topology:
     ) -> TopicRecord:
         validate_topic_name(name, "name")
         rec = TopicRecord(name, queues, retention_ms, retention_bytes, now_ms(), max_priority)
+        if self.ctx.registry.topic(name) is not None:
+            raise AlreadyExists(f"topic {name} already exists", field="name")
+        # The store topic first, the registry row last: a failure in between leaves a store
+        # topic no name points to (a retry reuses it), never a registered topic without queues.
+        await self.ctx.store.create_topic(
+            TopicConfig(name, queues * (max_priority + 1), retention_ms, retention_bytes)
+        )
         await self.ctx.registry.change("add_topic", rec)
-        await self._ensure_store_topic(rec)
         return rec
 
     async def register_producer(

@@ -4,12 +4,16 @@ Single process, single event loop: each method runs without awaiting between its
 its write, so each is atomic. What must survive a restart (committed offsets, dead-letter
 counts, broadcast clientIds and when they were last seen) is appended to
 `<data_dir>/offsets/journal.log` (framed by `mqgate.durable`, like the message logs) and fsynced through the
-shared group commit before the call returns. Locks and attempt counts live in memory only:
-after a restart every batch in flight is simply delivered again.
+shared group commit before the call returns. A change is written to the journal before it
+shows in memory: a write that fails (a full disk: 507) changes nothing, so an ack is never
+acknowledged unless it is journaled. Each record is checked on its own at start-up: a damaged
+one costs that record (counted in `Health`), not the ones after it. Locks and attempt counts
+live in memory only: after a restart every batch in flight is simply delivered again.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any, Final
 
@@ -20,14 +24,19 @@ from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken
 from mqgate.durable.append_file import AppendFile, install, write_new
-from mqgate.durable.framing import frame, iter_payloads
+from mqgate.durable.framing import frame, scan
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.durable.space import DiskSpace
 from mqgate.errors import NotFound
+from mqgate.health import Health
 from mqgate.model import QueueBounds
 from mqgate.offsets.interface import Lease, OffsetEntry
 
 JOURNAL_FILE: Final = "journal.log"
 COMPACT_MIN_RECORDS: Final = 10_000
+COMPONENT: Final = "offsets_journal"
+
+log = logging.getLogger(__name__)
 
 TableKey = tuple[str, str]
 
@@ -36,9 +45,12 @@ _decode = msgspec.msgpack.Decoder().decode
 
 
 class EmbeddedOffsetStore:
-    def __init__(self, data_dir: Path, committer: GroupCommitter) -> None:
+    def __init__(self, data_dir: Path, committer: GroupCommitter, health: Health | None = None) -> None:
         self.directory = Path(data_dir) / "offsets"
         self.committer = committer
+        self.health = health or Health()
+        self._space = DiskSpace(self.directory, 0, self.health)
+        self._retry_compaction_at = 0  # after a failed compaction, not before this many records
         self._tables: dict[TableKey, list[OffsetEntry]] = {}
         self._seen_ms: dict[TableKey, int] = {}
         self._journal: AppendFile | None = None
@@ -57,14 +69,41 @@ class EmbeddedOffsetStore:
             data = self._path.read_bytes()
         except FileNotFoundError:
             data = b""
-        for _, payload in iter_payloads(data):
-            self._replay(_decode(payload))
-        self._compact()
+        good_end = 0
+        dropped: list[str] = []
+        for pos, end, payload in scan(data):
+            good_end = end
+            if payload is None:
+                dropped.append(f"{end - pos} damaged bytes at {pos}")
+                continue
+            try:
+                self._replay(_decode(payload))
+            except (msgspec.DecodeError, ValueError, TypeError, IndexError) as exc:
+                dropped.append(f"unreadable record at {pos}: {exc}")
+        where = str(self._path)
+        if dropped:
+            self.health.fault(
+                COMPONENT,
+                "record_dropped",
+                f"{where}: {len(dropped)} records dropped, the others kept ({'; '.join(dropped[:5])})",
+                len(dropped),
+            )
+        if good_end < len(data):
+            self.health.fault(
+                COMPONENT, "torn_tail_cut", f"{where}: cut {len(data) - good_end} bytes after byte {good_end}"
+            )
+        if not self._try_compact():
+            # No room to rewrite it: go on appending to the journal as it is, after its intact
+            # records (start-up reads past the damage the same way next time).
+            if self._path.exists():
+                self._journal = AppendFile.reopen(self._path, good_end)
+            else:
+                self._journal = AppendFile.create(self._path)
 
     async def close(self) -> None:
         await self.committer.flush()
         if self._journal is not None:
-            self._compact()
+            self._try_compact()
             self._journal.close()
             self._journal = None
 
@@ -88,15 +127,7 @@ class EmbeddedOffsetStore:
             self._seen_ms.pop((rec[1], rec[2]), None)
 
     def _table_record(self, key: TableKey) -> list[Any]:
-        table = self._tables[key]
-        return [
-            "t",
-            key[0],
-            key[1],
-            [e.committed for e in table],
-            [e.dead_lettered for e in table],
-            self._seen_ms.get(key, 0),
-        ]
+        return _table_record(key, self._tables[key], self._seen_ms.get(key, 0))
 
     def _compact(self) -> None:
         """Rewrite the journal as one record per table: temp file, fsync, atomic rename."""
@@ -112,13 +143,31 @@ class EmbeddedOffsetStore:
         self._journal = journal
         self._records = len(self._tables)
 
-    def _log(self, rec: list[Any]) -> None:
-        assert self._journal is not None
-        self._journal.append(frame(_encode(rec)))
-        self._records += 1
-        self.committer.mark_dirty(self)
-        if self._records > max(COMPACT_MIN_RECORDS, 4 * len(self._tables)):
+    def _try_compact(self) -> bool:
+        try:
             self._compact()
+        except OSError as exc:
+            self.health.fault(COMPONENT, "compaction_failed", f"{self._path}: {exc.strerror}")
+            self._retry_compaction_at = self._records + COMPACT_MIN_RECORDS
+            self._path.with_suffix(".tmp").unlink(missing_ok=True)
+            return False
+        return True
+
+    def _log(self, *recs: list[Any]) -> None:
+        """Journal records before their change shows in memory: raises (507 on a full disk,
+        the journal cut back) and changes nothing if the write fails."""
+        assert self._journal is not None
+        try:
+            self._journal.append(b"".join(frame(_encode(rec)) for rec in recs))
+        except OSError as exc:
+            raise self._space.write_error(exc, COMPONENT, "offsets journal write") from exc
+        self._records += len(recs)
+        self.committer.mark_dirty(self)
+
+    def _maybe_compact(self) -> None:
+        """Called once the journaled change shows in memory (a compaction writes the memory)."""
+        if self._records > max(COMPACT_MIN_RECORDS, 4 * len(self._tables), self._retry_compaction_at):
+            self._try_compact()
 
     def sync_fds(self) -> list[int]:
         assert self._journal is not None
@@ -127,10 +176,9 @@ class EmbeddedOffsetStore:
     def after_sync(self) -> None:
         return None
 
-    def _log_commit(self, key: TableKey, queue: int, now_ms: int) -> None:
-        e = self._tables[key][queue]
-        self._seen_ms[key] = now_ms
-        self._log(["c", key[0], key[1], queue, e.committed, e.dead_lettered, now_ms])
+    @staticmethod
+    def _commit_record(key: TableKey, queue: int, committed: int, dead: int, now_ms: int) -> list[Any]:
+        return ["c", key[0], key[1], queue, committed, dead, now_ms]
 
     # --- tables -------------------------------------------------------------------------
 
@@ -139,13 +187,17 @@ class EmbeddedOffsetStore:
         table = self._tables.get(key)
         if table is not None:
             if len(table) < len(starts):
-                table.extend(OffsetEntry(committed=s) for s in starts[len(table) :])
-                self._log(self._table_record(key))
+                added = [OffsetEntry(committed=s) for s in starts[len(table) :]]
+                self._log(_table_record(key, table + added, self._seen_ms.get(key, 0)))
+                table.extend(added)
+                self._maybe_compact()
                 await self.committer.durable()
             return False
-        self._tables[key] = [OffsetEntry(committed=s) for s in starts]
+        entries = [OffsetEntry(committed=s) for s in starts]
+        self._log(_table_record(key, entries, now_ms))
+        self._tables[key] = entries
         self._seen_ms[key] = now_ms
-        self._log(self._table_record(key))
+        self._maybe_compact()
         await self.committer.durable()
         return True
 
@@ -224,13 +276,16 @@ class EmbeddedOffsetStore:
         e, refusal = self._check(token, now_ms)
         if refusal is not None or e is None:
             return refusal
+        key = (token.consumer, token.client_id)
+        self._log(self._commit_record(key, token.queue, token.next_offset, e.dead_lettered + dead, now_ms))
         e.committed = token.next_offset
         e.dead_lettered += dead
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
         e.last_access_ms = now_ms
-        self._log_commit((token.consumer, token.client_id), token.queue, now_ms)
+        self._seen_ms[key] = now_ms
+        self._maybe_compact()
         await self.committer.durable()
         return None
 
@@ -255,11 +310,13 @@ class EmbeddedOffsetStore:
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         table = self._entries(group, client_id)
         e = table[queue]
+        key = (group, client_id)
+        self._log(self._commit_record(key, queue, offset, e.dead_lettered, self._seen_ms.get(key, 0)))
         e.committed = offset
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
-        self._log_commit((group, client_id), queue, self._seen_ms.get((group, client_id), 0))
+        self._maybe_compact()
         await self.committer.durable()
 
     async def advance(
@@ -269,26 +326,29 @@ class EmbeddedOffsetStore:
         for queue in offsets:
             if not 0 <= queue < len(table):
                 raise IndexError(queue)
-        changed = False
-        for queue, offset in offsets.items():
-            e = table[queue]
-            if offset > e.committed:
+        key = (group, client_id)
+        moves = {q: o for q, o in offsets.items() if o > table[q].committed}
+        if moves:
+            dead = {q: table[q].dead_lettered for q in moves}
+            self._log(*(self._commit_record(key, q, o, dead[q], now_ms) for q, o in moves.items()))
+            for queue, offset in moves.items():
+                e = table[queue]
                 e.committed = offset
                 e.attempts = 0
                 e.delivered_end = 0
-                self._log_commit((group, client_id), queue, now_ms)
-                changed = True
-        if changed:
+            self._seen_ms[key] = now_ms
+            self._maybe_compact()
             await self.committer.durable()
         return {queue: table[queue].committed for queue in offsets}
 
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
         gone = [c for (g, c), seen in self._seen_ms.items() if g == group and c and seen < idle_before_ms]
-        for c in gone:
-            self._tables.pop((group, c), None)
-            self._seen_ms.pop((group, c), None)
-            self._log(["x", group, c])
         if gone:
+            self._log(*(["x", group, c] for c in gone))
+            for c in gone:
+                self._tables.pop((group, c), None)
+                self._seen_ms.pop((group, c), None)
+            self._maybe_compact()
             await self.committer.durable()
         return gone
 
@@ -309,6 +369,17 @@ class EmbeddedOffsetStore:
         bucket = self._buckets.get(group)
         if bucket is not None and bucket.rate_per_s == rate_per_s:
             bucket.give_back(count)
+
+
+def _table_record(key: TableKey, table: list[OffsetEntry], seen_ms: int) -> list[Any]:
+    return [
+        "t",
+        key[0],
+        key[1],
+        [e.committed for e in table],
+        [e.dead_lettered for e in table],
+        seen_ms,
+    ]
 
 
 def _unlock(e: OffsetEntry) -> None:

@@ -19,8 +19,7 @@ from typing import Final
 
 import msgspec
 
-from mqgate.durable.framing import HEADER_BYTES, frame, framed_size, iter_payloads
-from mqgate.errors import CorruptRecord
+from mqgate.durable.framing import frame, framed_size, scan
 from mqgate.scheduler.interface import Destination
 
 # Write the compacted log in pieces of about this size (bounds the memory of one write).
@@ -64,6 +63,7 @@ class Replayed:
     next_seq: int
     records: int  # intact records read
     valid_bytes: int  # where the intact records end (a torn or corrupt tail follows)
+    dropped: list[str]  # damaged or unreadable records skipped (the ones after them are kept)
     compacted: list[bytes | memoryview]  # the compacted log, in pieces
     # The log already is its compacted form (one mark, then live unchanged adds, no torn tail):
     # recovery may keep the file instead of writing the same bytes again.
@@ -71,8 +71,9 @@ class Replayed:
 
 
 def replay(data: bytes) -> Replayed:
-    """Rebuild the live messages from a log's flags, stopping at a torn or corrupt tail, and
-    lay out the compacted log: unchanged add records are copied from `data` as they are."""
+    """Rebuild the live messages from a log's flags, skipping a damaged record (the ones after
+    it count), stopping at a torn tail, and lay out the compacted log: unchanged add records
+    are copied from `data` as they are."""
     held: dict[int, Add] = {}
     # Where each live message's add record starts, while no modify record has changed it.
     unchanged: dict[int, int] = {}
@@ -80,15 +81,20 @@ def replay(data: bytes) -> Replayed:
     records = 0
     end = 0
     starts_with_mark = False
+    dropped: list[str] = []
     # One pass, decoding every record in full. (Two passes, flags and seqs first and then only
     # the live records, cost less for a log of mostly deletes but 40% more for a compact one.)
-    for pos, payload in iter_payloads(data):
+    for pos, rec_end, payload in scan(data):
+        end = rec_end
+        if payload is None:
+            dropped.append(f"{rec_end - pos} damaged bytes at {pos}")
+            continue
         records += 1
-        end = pos + HEADER_BYTES + len(payload)
         try:
             rec = _decode(payload)
-        except msgspec.DecodeError as exc:  # intact (the CRC matched) but unreadable: a bug
-            raise CorruptRecord(f"schedule log record at byte {pos} cannot be decoded: {exc}") from exc
+        except msgspec.DecodeError as exc:  # intact (the CRC matched) but unreadable
+            dropped.append(f"unreadable record at {pos}: {exc}")
+            continue
         if type(rec) is Add:
             held[rec.seq] = rec
             unchanged[rec.seq] = pos
@@ -109,8 +115,14 @@ def replay(data: bytes) -> Replayed:
         elif type(rec) is Mark:
             next_seq = max(next_seq, rec.next_seq)
             starts_with_mark = starts_with_mark or records == 1
-    compact = starts_with_mark and records == len(held) + 1 == len(unchanged) + 1 and end == len(data)
-    return Replayed(held, next_seq, records, end, _compacted(data, held, unchanged, next_seq), compact)
+    compact = (
+        starts_with_mark
+        and not dropped
+        and records == len(held) + 1 == len(unchanged) + 1
+        and end == len(data)
+    )
+    compacted = _compacted(data, held, unchanged, next_seq)
+    return Replayed(held, next_seq, records, end, dropped, compacted, compact)
 
 
 def _compacted(

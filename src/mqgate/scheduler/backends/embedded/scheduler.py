@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
-import logging
 import os
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
@@ -30,7 +29,9 @@ from mqgate.core.scheduling import MAX_TIME_MS, is_expired
 from mqgate.durable.append_file import AppendFile, fsync_dir, install, write_new
 from mqgate.durable.framing import HEADER_BYTES, MAX_PAYLOAD_BYTES
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.durable.space import DiskSpace
 from mqgate.errors import PayloadTooLarge, StorageError
+from mqgate.health import Health
 from mqgate.scheduler.backends.embedded import log
 from mqgate.scheduler.backends.embedded.index import DueIndex
 from mqgate.scheduler.backends.embedded.log import Add, Delete, Modify
@@ -40,14 +41,22 @@ LOG_FILE: Final = "schedule.log"
 TEMP_SUFFIX: Final = ".tmp"
 COMPACT_MIN_RECORDS: Final = 10_000
 PROMOTE_SLICE: Final = 50_000
-
-_log = logging.getLogger(__name__)
+COMPONENT: Final = "schedule_log"
 
 
 class EmbeddedScheduler:
-    def __init__(self, directory: Path, committer: GroupCommitter) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        committer: GroupCommitter,
+        health: Health | None = None,
+        disk_free_floor_bytes: int = 0,
+    ) -> None:
         self.directory = Path(directory)
         self.committer = committer
+        self.health = health or Health()
+        # Holding a message is a new write (refused below the floor); settling one is not.
+        self.space = DiskSpace(self.directory, disk_free_floor_bytes, self.health)
         self._held: dict[int, Add] = {}
         self._index = DueIndex(self._held)
         self._destinations = 0
@@ -86,13 +95,7 @@ class EmbeddedScheduler:
         gc.disable()
         try:
             replayed = log.replay(data)
-            if replayed.valid_bytes < len(data):
-                _log.warning(
-                    "schedule log %s: dropped a torn or corrupt tail of %d bytes at %d",
-                    self.path,
-                    len(data) - replayed.valid_bytes,
-                    replayed.valid_bytes,
-                )
+            self._report(replayed, len(data))
             # Writing the compacted log waits on the disk, indexing on the CPU: side by side.
             with ThreadPoolExecutor(1, thread_name_prefix="schedule-recovery") as pool:
                 if replayed.already_compact:  # the same bytes are on disk already
@@ -101,7 +104,17 @@ class EmbeddedScheduler:
                     writing = pool.submit(self._install, tmp, replayed.compacted)
                 index = DueIndex(replayed.held)
                 destinations = index.load()
-                file = writing.result()
+                try:
+                    file = writing.result()
+                except OSError as exc:
+                    # No room for the compacted copy (a full disk): keep appending to the log
+                    # as it is, after its intact records; the next start replays it the same way.
+                    self.health.fault(COMPONENT, "compaction_failed", f"{self.path}: {exc.strerror}")
+                    tmp.unlink(missing_ok=True)
+                    if self.path.exists():
+                        file = AppendFile.reopen(self.path, replayed.valid_bytes)
+                    else:
+                        file = AppendFile.create(self.path)
         finally:
             if collecting:
                 gc.enable()
@@ -111,6 +124,22 @@ class EmbeddedScheduler:
         self._file = file
         self._records = 1 + len(self._held)
         self._next_seq = replayed.next_seq
+
+    def _report(self, replayed: log.Replayed, size: int) -> None:
+        if replayed.dropped:
+            self.health.fault(
+                COMPONENT,
+                "record_dropped",
+                f"{self.path}: {len(replayed.dropped)} records dropped, the others kept "
+                f"({'; '.join(replayed.dropped[:5])})",
+                len(replayed.dropped),
+            )
+        if replayed.valid_bytes < size:
+            self.health.fault(
+                COMPONENT,
+                "torn_tail_cut",
+                f"{self.path}: cut {size - replayed.valid_bytes} bytes after byte {replayed.valid_bytes}",
+            )
 
     def _install(self, tmp: Path, pieces: list[bytes | memoryview]) -> AppendFile:
         file = write_new(tmp, pieces)
@@ -146,7 +175,7 @@ class EmbeddedScheduler:
         try:
             self._file.append(data)
         except OSError as exc:
-            raise StorageError(f"schedule log write failed: {exc.strerror}") from exc
+            raise self.space.write_error(exc, COMPONENT, "schedule log write") from exc
         self._records += len(pieces)
         if self._tail is not None:
             self._tail.append(data)
@@ -174,7 +203,7 @@ class EmbeddedScheduler:
             new.sync()
             os.replace(tmp, self.path)
         except OSError as exc:
-            _log.error("schedule log compaction failed, retrying later: %s", exc)
+            self.health.fault(COMPONENT, "compaction_failed", f"{self.path}: {exc}; retrying later")
             if new is not None:
                 new.close()
             tmp.unlink(missing_ok=True)
@@ -192,7 +221,7 @@ class EmbeddedScheduler:
         try:
             fsync_dir(self.directory)
         except OSError as exc:
-            _log.error("schedule log compaction: directory fsync failed: %s", exc)
+            self.health.fault(COMPONENT, "compaction_failed", f"directory fsync failed: {exc}")
 
     # --- intake and delivery --------------------------------------------------------------
 
@@ -212,6 +241,7 @@ class EmbeddedScheduler:
             recs.append(rec)
             pieces.append(piece)
             seq += 1
+        self.space.check(sum(len(p) for p in pieces))
         self._next_seq = seq  # before the write: a seq that reached the file is never reused
         self._append(pieces)
         earliest = MAX_TIME_MS

@@ -7,7 +7,8 @@ from array import array
 from pathlib import Path
 from typing import Final
 
-from mqgate.durable.framing import HEADER_BYTES, framed_size, iter_payloads
+from mqgate.durable.framing import HEADER_BYTES, framed_size, scan
+from mqgate.durable.handles import FileHandles, Handle
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".idx"
@@ -23,7 +24,8 @@ class Segment:
     record `base+i`, so a read from any offset seeks instead of scanning."""
 
     __slots__ = (
-        "_read_fd",
+        "_handles",
+        "_reader",
         "base",
         "indexed_on_disk",
         "log_path",
@@ -32,14 +34,15 @@ class Segment:
         "size",
     )
 
-    def __init__(self, directory: Path, base: int) -> None:
+    def __init__(self, directory: Path, base: int, handles: FileHandles | None = None) -> None:
+        self._handles = handles
         self.base = base
         self.log_path = directory / (segment_name(base) + LOG_SUFFIX)
         self.positions: array[int] = array(_POSITION_TYPE)
         self.size = 0
         self.indexed_on_disk = 0  # how many positions the .idx file holds
         self.max_timestamp_ms: int | None = None
-        self._read_fd: int | None = None
+        self._reader: Handle | None = None
 
     @property
     def index_path(self) -> Path:
@@ -50,9 +53,9 @@ class Segment:
         return self.base + len(self.positions)
 
     def read_fd(self) -> int:
-        if self._read_fd is None:
-            self._read_fd = os.open(self.log_path, os.O_RDONLY)
-        return self._read_fd
+        if self._reader is None:
+            self._reader = Handle(self.log_path, os.O_RDONLY, os.O_RDONLY, self._handles)
+        return self._reader.fd
 
     def pread(self, start: int, stop: int) -> bytes:
         return os.pread(self.read_fd(), stop - start, start)
@@ -65,9 +68,9 @@ class Segment:
         return start_pos, stop_pos
 
     def close(self) -> None:
-        if self._read_fd is not None:
-            os.close(self._read_fd)
-            self._read_fd = None
+        if self._reader is not None:
+            self._reader.close()
+            self._reader = None
 
     # --- index file -------------------------------------------------------------------
 
@@ -99,17 +102,22 @@ class Segment:
             header = fh.read(HEADER_BYTES)
         return last + framed_size(header) == log_size
 
-    def scan_tail(self, from_pos: int) -> int:
-        """Verify records from `from_pos`, index them, and return where the intact data ends."""
+    def scan_tail(self, from_pos: int) -> tuple[int, list[tuple[int, int]]]:
+        """Verify records from `from_pos` and index them: (where the intact data ends, the
+        damaged stretches skipped as (position, bytes)). A damaged stretch followed by intact
+        records keeps one offset (reads skip it); the records after it keep theirs."""
         with open(self.log_path, "rb") as fh:
             fh.seek(from_pos)
             data = fh.read()
         good_end = from_pos
         positions = self.positions
-        for pos, payload in iter_payloads(data):
+        damaged: list[tuple[int, int]] = []
+        for pos, end, payload in scan(data):
             positions.append(from_pos + pos)
-            good_end = from_pos + pos + HEADER_BYTES + len(payload)
-        return good_end
+            good_end = from_pos + end
+            if payload is None:
+                damaged.append((from_pos + pos, end - pos))
+        return good_end, damaged
 
     def write_index_tail(self) -> None:
         """Append the positions not yet in the .idx file and fsync it."""
@@ -117,7 +125,10 @@ class Segment:
         try:
             offset_bytes = self.indexed_on_disk * self.positions.itemsize
             os.ftruncate(fd, offset_bytes)
-            os.pwrite(fd, self.positions[self.indexed_on_disk :].tobytes(), offset_bytes)
+            data = memoryview(self.positions[self.indexed_on_disk :].tobytes())
+            done = 0
+            while done < len(data):  # a short write is followed by another try (or its error)
+                done += os.pwrite(fd, data[done:], offset_bytes + done)
             os.fsync(fd)
         finally:
             os.close(fd)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import fcntl
 import json
+import logging
 import os
 import time
 from dataclasses import asdict
@@ -19,13 +20,19 @@ from typing import Final
 
 import msgspec
 
+from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.durable.handles import FileHandles
+from mqgate.durable.space import DiskSpace
 from mqgate.errors import BadRequest, NotFound, StorageError
+from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
-from mqgate.store.backends.embedded.queue_log import QueueLog
+from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.interface import Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
+
+log = logging.getLogger(__name__)
 
 TOPIC_FILE: Final = "topic.json"
 # Bumped whenever the on-disk record format changes; a data directory of another format is
@@ -65,7 +72,14 @@ class EmbeddedStore:
         fsync_interval_ms: int | None = None,
         committer: GroupCommitter | None = None,
         checkpoint_interval_s: float = 5.0,
+        health: Health | None = None,
+        disk_free_floor_bytes: int = 0,
+        max_open_files: int | None = None,
     ) -> None:
+        self.health = health or Health()
+        self.space = DiskSpace(Path(data_dir), disk_free_floor_bytes, self.health)
+        self._max_open_files = max_open_files
+        self.handles = FileHandles(max_open_files)
         self.broker = broker
         self.root = Path(data_dir)
         self.topics_dir = self.root / "topics"
@@ -91,8 +105,9 @@ class EmbeddedStore:
             raise StorageError(f"data directory {self.root} is in use by another process") from exc
         self._check_format()
         if self.committer is None:
-            self.committer = GroupCommitter(self._fsync_interval_ms)
+            self.committer = GroupCommitter(self._fsync_interval_ms, self.health)
             self.committer.start()
+        self.handles = FileHandles(self._max_open_files, self.committer)
         for topic_dir in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
             try:
                 meta = json.loads((topic_dir / TOPIC_FILE).read_text())
@@ -128,6 +143,8 @@ class EmbeddedStore:
                 await self.committer.stop()
             else:
                 await self.committer.flush()
+        # Each queue's last checkpoint may fail (a full disk): reported, and the next start
+        # verifies a little more; closing goes on.
         for topic in self._topics.values():
             for q in topic.queues:
                 q.close()
@@ -138,39 +155,57 @@ class EmbeddedStore:
 
     def _load_topic(self, config: TopicConfig) -> _Topic:
         topic = _Topic(config)
-        for q in range(config.queues):
-            self._add_queue(topic, q)
+        try:
+            for q in range(config.queues):
+                self._add_queue(topic, q)
+        except BaseException:
+            for log_ in topic.queues:
+                log_.close()
+            raise
         self._topics[config.name] = topic
         return topic
 
     def _add_queue(self, topic: _Topic, queue: int) -> None:
         assert self.committer is not None
-        log = QueueLog(
+        queue_log = QueueLog(
             self.topics_dir / topic.config.name / str(queue),
             segment_bytes=self.segment_bytes,
             committer=self.committer,
             on_visible=topic.notify,
             timestamp_of=_timestamp_of,
+            health=self.health,
+            handles=self.handles,
         )
-        self.recovered_bytes_cut += log.recover()
-        topic.queues.append(log)
+        self.recovered_bytes_cut += queue_log.recover()
+        topic.queues.append(queue_log)
 
     async def _checkpoint_loop(self) -> None:
         last_full = time.monotonic()
         while True:
             await asyncio.sleep(1.0)
-            full = time.monotonic() - last_full >= self.checkpoint_interval_s
-            for topic in list(self._topics.values()):
-                for q in topic.queues:
-                    if full or q.bytes_since_checkpoint >= CHECKPOINT_BYTES:
-                        q.checkpoint()
-            if full:
-                last_full = time.monotonic()
+            try:
+                full = time.monotonic() - last_full >= self.checkpoint_interval_s
+                for topic in list(self._topics.values()):
+                    for q in topic.queues:
+                        if full or q.bytes_since_checkpoint >= CHECKPOINT_BYTES:
+                            q.try_checkpoint()
+                if full:
+                    last_full = time.monotonic()
+            except Exception as exc:
+                # This task must not die silently: the next round tries again.
+                log.exception("message store checkpoint round failed")
+                self.health.fault(COMPONENT, "checkpoint_task_failed", repr(exc))
 
     # --- topics -------------------------------------------------------------------------
 
     async def create_topic(self, config: TopicConfig) -> None:
         validate_topic_name(config.name)
+        try:
+            self._create_topic(config)
+        except OSError as exc:
+            raise self.space.write_error(exc, COMPONENT, "topic creation", config.name) from exc
+
+    def _create_topic(self, config: TopicConfig) -> None:
         existing = self._topics.get(config.name)
         if existing is not None:
             if existing.config.queues > config.queues:
@@ -181,13 +216,27 @@ class EmbeddedStore:
             if existing.config != config:
                 # Queues before the meta: a crash in between leaves empty queue directories
                 # that the next start ignores and the next growth reuses.
-                for q in range(existing.config.queues, config.queues):
-                    self._add_queue(existing, q)
+                try:
+                    for q in range(existing.config.queues, config.queues):
+                        self._add_queue(existing, q)
+                    self._write_meta(config)
+                except BaseException:
+                    for added in existing.queues[existing.config.queues :]:
+                        added.close()
+                    del existing.queues[existing.config.queues :]
+                    raise
                 existing.config = config
-                self._write_meta(config)
             return
-        self._write_meta(config)
-        self._load_topic(config)
+        # Queues first, the meta last: a failure in between leaves queue directories without a
+        # topic.json, which start-up ignores and a new attempt reuses; never half a topic.
+        topic = self._load_topic(config)
+        try:
+            self._write_meta(config)
+        except BaseException:
+            del self._topics[config.name]
+            for queue_log in topic.queues:
+                queue_log.close()
+            raise
 
     def _write_meta(self, config: TopicConfig) -> None:
         directory = self.topics_dir / config.name
@@ -213,34 +262,48 @@ class EmbeddedStore:
 
     # --- data ---------------------------------------------------------------------------
 
-    def _write(self, log: QueueLog, messages: list[StoredMessage]) -> int:
-        try:
-            return log.append([_encode(m) for m in messages], messages[-1].timestamp_ms)
-        except OSError as exc:
-            raise StorageError(f"write failed: {exc.strerror}") from exc
+    def _write_all(self, topic: str, batches: dict[int, tuple[list[bytes], int]]) -> dict[int, int]:
+        """Write each queue's records (payloads, last timestamp): all of them or none. Nothing
+        awaits in here, so the queues written before a failure are taken back before anyone
+        could read them; the failed one cut itself back."""
+        logs = {q: self._queue(topic, q) for q in batches}
+        self.space.check(sum(len(p) + HEADER_BYTES for payloads, _ in batches.values() for p in payloads))
+        firsts: dict[int, int] = {}
+        marks: list[tuple[QueueLog, Mark]] = []
+        for q, (payloads, timestamp_ms) in batches.items():
+            queue_log = logs[q]
+            mark = queue_log.mark()
+            try:
+                firsts[q] = queue_log.append(payloads, timestamp_ms)
+            except OSError as exc:
+                for done, done_mark in reversed(marks):
+                    try:
+                        done.take_back(done_mark)
+                    except OSError as undo_exc:  # they stay: delivered, though not acknowledged
+                        self.health.fault(COMPONENT, "take_back_failed", f"{done.directory}: {undo_exc}")
+                raise self.space.write_error(exc, COMPONENT, "write", f"to {topic} queue {q}") from exc
+            marks.append((queue_log, mark))
+        return firsts
 
-    def _write_encoded(self, log: QueueLog, messages: list[Encoded]) -> int:
-        try:
-            return log.append([payload for _, payload in messages], messages[-1][0])
-        except OSError as exc:
-            raise StorageError(f"write failed: {exc.strerror}") from exc
-
-    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
-        firsts = {q: self._write_encoded(self._queue(topic, q), msgs) for q, msgs in batches.items()}
+    async def _durable(self) -> None:
         assert self.committer is not None
         await self.committer.durable()
+
+    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        firsts = self._write_all(
+            topic, {q: ([payload for _, payload in msgs], msgs[-1][0]) for q, msgs in batches.items()}
+        )
+        await self._durable()
         return firsts
 
     async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
-        first = self._write(self._queue(topic, queue), messages)
-        assert self.committer is not None
-        await self.committer.durable()
-        return first
+        return (await self.append_many(topic, {queue: messages}))[queue]
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
-        firsts = {q: self._write(self._queue(topic, q), msgs) for q, msgs in batches.items()}
-        assert self.committer is not None
-        await self.committer.durable()
+        firsts = self._write_all(
+            topic, {q: ([_encode(m) for m in msgs], msgs[-1].timestamp_ms) for q, msgs in batches.items()}
+        )
+        await self._durable()
         return firsts
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
@@ -262,9 +325,12 @@ class EmbeddedStore:
         lo, hi = log.min_offset, log.visible_end
         while lo < hi:
             mid = (lo + hi) // 2
-            ((_, payload),) = log.read(mid, 1)
-            if _timestamp_of(payload) < timestamp_ms:
-                lo = mid + 1
+            # The first readable record from mid on (a damaged one is skipped).
+            found = log.read(mid, 16)
+            if not found:
+                hi = mid
+            elif _timestamp_of(found[0][1]) < timestamp_ms:
+                lo = found[0][0] + 1
             else:
                 hi = mid
         return lo

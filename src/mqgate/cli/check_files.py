@@ -1,0 +1,292 @@
+"""The checks behind `mqgate check`: one report per file of an embedded data directory."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import msgspec
+
+from mqgate.cli.check import FileReport
+from mqgate.durable.append_file import install, write_new
+from mqgate.durable.framing import frame, scan
+from mqgate.scheduler.backends.embedded import log as schedule_log
+from mqgate.store.backends.embedded.queue_log import CHECKPOINT_FILE
+from mqgate.store.backends.embedded.segment import INDEX_SUFFIX, LOG_SUFFIX
+from mqgate.store.backends.embedded.store import FORMAT, FORMAT_FILE, TOPIC_FILE
+
+
+class LockedError(Exception):
+    pass
+
+
+class DataDirCheck:
+    def __init__(self, root: Path, *, repair: bool) -> None:
+        self.root = root
+        self.repair = repair
+        self.reports: list[FileReport] = []
+
+    def run(self) -> list[FileReport]:
+        if not self.root.is_dir():
+            raise LockedError(f"{self.root} is not a directory")
+        with self._locked():
+            self._format()
+            store_topics = self._topics()
+            self._journal()
+            self._schedule()
+            self._registry(store_topics)
+            self._temporary_files()
+        return self.reports
+
+    def _report(self, path: Path) -> FileReport:
+        report = FileReport(str(path.relative_to(self.root)) if path != self.root else str(path))
+        self.reports.append(report)
+        return report
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock = self.root / ".lock"
+        if not lock.exists():
+            yield
+            return
+        fd = os.open(lock, os.O_RDWR)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError as exc:
+                raise LockedError(f"a gateway is running on {self.root}: stop it first") from exc
+            yield
+        finally:
+            os.close(fd)
+
+    # --- files ----------------------------------------------------------------------------
+
+    def _format(self) -> None:
+        path = self.root / FORMAT_FILE
+        report = self._report(path)
+        try:
+            found = path.read_text().strip()
+        except FileNotFoundError:
+            report.problems.append("missing: the gateway treats a data directory with topics as format 1")
+            return
+        report.facts.append(found)
+        if found != FORMAT:
+            report.problems.append(f"format {found!r}, this build reads {FORMAT!r}")
+
+    def _topics(self) -> set[str]:
+        names: set[str] = set()
+        topics_dir = self.root / "topics"
+        if not topics_dir.is_dir():
+            return names
+        for topic_dir in sorted(p for p in topics_dir.iterdir() if p.is_dir()):
+            meta_path = topic_dir / TOPIC_FILE
+            report = self._report(meta_path)
+            try:
+                queues = int(json.loads(meta_path.read_text())["queues"])
+            except FileNotFoundError:
+                report.facts.append("absent: an unfinished creation, ignored at start-up")
+                continue
+            except (ValueError, KeyError, TypeError) as exc:
+                report.problems.append(f"unreadable: {exc}")
+                continue
+            names.add(topic_dir.name)
+            report.facts.append(f"{queues} queues")
+            for q in range(queues):
+                self._queue(topic_dir / str(q))
+        return names
+
+    def _queue(self, directory: Path) -> None:
+        segments = sorted(directory.glob("*" + LOG_SUFFIX))
+        if not segments:
+            self._report(directory).facts.append("no segment yet")
+            return
+        for i, seg in enumerate(segments):
+            self._segment(seg, active=i == len(segments) - 1)
+        self._checkpoint(directory / CHECKPOINT_FILE, segments[-1])
+
+    def _segment(self, path: Path, *, active: bool) -> None:
+        report = self._report(path)
+        data = path.read_bytes()
+        positions: list[int] = []
+        good_end = 0
+        damaged = []
+        for pos, end, payload in scan(data):
+            positions.append(pos)
+            good_end = end
+            if payload is None:
+                damaged.append(f"{end - pos} bytes at byte {pos} (offset {_base(path) + len(positions) - 1})")
+        report.facts.append(f"{len(positions)} records")
+        if damaged:
+            report.kept.append(
+                f"{len(damaged)} damaged records kept as gaps, reads skip them: {', '.join(damaged[:5])}"
+            )
+        if good_end < len(data):
+            problem = f"torn tail of {len(data) - good_end} bytes after byte {good_end}"
+            if self.repair:
+                with open(path, "r+b") as fh:
+                    fh.truncate(good_end)
+                    os.fsync(fh.fileno())
+                report.repaired.append(f"cut the {problem}")
+            else:
+                report.problems.append(problem)
+        self._index(path.with_suffix(INDEX_SUFFIX), positions, active=active)
+
+    def _index(self, path: Path, positions: list[int], *, active: bool) -> None:
+        report = self._report(path)
+        try:
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            if not active and positions:
+                self._fix(report, path, positions, "missing")
+            else:
+                report.facts.append("absent (rebuilt at start-up)")
+            return
+        stored = array("Q")
+        stored.frombytes(raw[: len(raw) - len(raw) % stored.itemsize])
+        report.facts.append(f"{len(stored)} positions")
+        expected = positions if not active else positions[: len(stored)]
+        if list(stored) != expected or len(raw) % stored.itemsize:
+            self._fix(report, path, positions, "does not match its log")
+
+    def _fix(self, report: FileReport, path: Path, positions: list[int], problem: str) -> None:
+        if not self.repair:
+            report.problems.append(problem)
+            return
+        tmp = path.with_suffix(".idx.tmp")
+        write_new(tmp, [array("Q", positions).tobytes()]).close()
+        install(tmp, path)
+        report.repaired.append(f"{problem}: rebuilt from the log ({len(positions)} positions)")
+        checkpoint = path.parent / CHECKPOINT_FILE
+        if checkpoint.exists():
+            checkpoint.unlink()
+            report.repaired.append("removed the queue's checkpoint: start-up verifies the whole segment")
+
+    def _checkpoint(self, path: Path, last_segment: Path) -> None:
+        if not path.exists():
+            return
+        report = self._report(path)
+        try:
+            data = json.loads(path.read_text())
+            base, end, pos = int(data["base"]), int(data["end"]), int(data["pos"])
+        except (ValueError, KeyError, TypeError) as exc:
+            self._drop(report, path, f"unreadable ({exc})")
+            return
+        report.facts.append(f"offsets up to {end} verified at byte {pos}")
+        if base == _base(last_segment) and pos > last_segment.stat().st_size:
+            self._drop(report, path, f"points past the end of {last_segment.name}")
+
+    def _drop(self, report: FileReport, path: Path, problem: str) -> None:
+        if self.repair:
+            path.unlink()
+            report.repaired.append(f"{problem}: removed (start-up verifies the whole segment)")
+        else:
+            report.problems.append(problem)
+
+    def _journal(self) -> None:
+        path = self.root / "offsets" / "journal.log"
+        if not path.exists():
+            return
+        report = self._report(path)
+        data = path.read_bytes()
+        good: list[bytes] = []
+        dropped: list[str] = []
+        good_end = 0
+        decode = msgspec.msgpack.Decoder().decode
+        for pos, end, payload in scan(data):
+            good_end = end
+            if payload is None:
+                dropped.append(f"{end - pos} damaged bytes at {pos}")
+                continue
+            try:
+                decode(payload)
+            except msgspec.DecodeError:
+                dropped.append(f"unreadable record at {pos}")
+                continue
+            good.append(payload)
+        report.facts.append(f"{len(good)} records")
+        problems = [f"{len(dropped)} damaged records: {', '.join(dropped[:5])}"] if dropped else []
+        if good_end < len(data):
+            problems.append(f"torn tail of {len(data) - good_end} bytes after byte {good_end}")
+        if problems and self.repair:
+            tmp = path.with_suffix(".tmp")
+            write_new(tmp, [b"".join(frame(p) for p in good)]).close()
+            install(tmp, path)
+            report.repaired.append(f"rewritten with its {len(good)} good records ({'; '.join(problems)})")
+        else:
+            report.problems.extend(problems)
+
+    def _schedule(self) -> None:
+        path = self.root / "scheduler" / "schedule.log"
+        if not path.exists():
+            return
+        report = self._report(path)
+        data = path.read_bytes()
+        replayed = schedule_log.replay(data)
+        report.facts.append(f"{replayed.records} records, {len(replayed.held)} held messages")
+        problems = []
+        if replayed.dropped:
+            problems.append(f"{len(replayed.dropped)} damaged records: {', '.join(replayed.dropped[:5])}")
+        if replayed.valid_bytes < len(data):
+            tail = len(data) - replayed.valid_bytes
+            problems.append(f"torn tail of {tail} bytes after byte {replayed.valid_bytes}")
+        if problems and self.repair:
+            tmp = path.with_suffix(".tmp")
+            write_new(tmp, replayed.compacted).close()
+            install(tmp, path)
+            report.repaired.append(f"rewritten compacted ({'; '.join(problems)})")
+        else:
+            report.problems.extend(problems)
+
+    def _registry(self, store_topics: set[str]) -> None:
+        path = self.root / "registry.db"
+        if not path.exists():
+            if store_topics:
+                self._report(path).facts.append(
+                    "absent: the registry is a database elsewhere (registry = URL), or it was lost"
+                )
+            return
+        report = self._report(path)
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as db:
+                integrity = db.execute("PRAGMA integrity_check").fetchone()[0]
+                tables = {r[0] for r in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+                names = (
+                    {r[0] for r in db.execute("SELECT name FROM mqgate_topics")}
+                    if "mqgate_topics" in tables
+                    else set()
+                )
+        except sqlite3.DatabaseError as exc:
+            report.problems.append(f"not a readable SQLite database: {exc}")
+            return
+        report.facts.append(f"{len(names)} topics")
+        if integrity != "ok":
+            report.problems.append(f"integrity check: {integrity}")
+        if not names and store_topics:
+            report.problems.append(
+                f"empty while the data directory holds {len(store_topics)} topics: "
+                "the gateway refuses to start"
+            )
+        missing = sorted(names - store_topics)
+        if missing:
+            report.facts.append(
+                f"registered without store files yet (made at start-up): {', '.join(missing[:10])}"
+            )
+
+    def _temporary_files(self) -> None:
+        for path in sorted(self.root.rglob("*.tmp")):
+            report = self._report(path)
+            if self.repair:
+                path.unlink()
+                report.repaired.append("left by an interrupted write: removed")
+            else:
+                report.problems.append("left by an interrupted write (removed by --repair)")
+
+
+def _base(segment: Path) -> int:
+    return int(segment.name[: -len(LOG_SUFFIX)])
