@@ -214,18 +214,23 @@ class EmbeddedOffsetStore:
             stored_committed=e.committed,
             stored_lock_ts=e.lock_ts,
             stored_lock_deadline_ms=e.lock_deadline_ms,
+            stored_acked_lock_ts=e.acked_lock_ts,
             token_offset=token.offset,
             token_lock_ts=token.lock_ts,
             now_ms=now_ms,
         )
         return e, refusal
 
-    async def _commit(self, token: AckToken, now_ms: int, dead: int) -> AckRefusal | None:
+    async def _commit(
+        self, token: AckToken, now_ms: int, dead: int, *, dead_letters: bool = False
+    ) -> AckRefusal | None:
         e, refusal = self._check(token, now_ms)
         if refusal is not None or e is None:
             return refusal
         e.committed = token.next_offset
         e.dead_lettered += dead
+        if not dead_letters:  # an ack, not the gateway settling a batch it did not deliver
+            e.acked_lock_ts = token.lock_ts
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
@@ -238,7 +243,7 @@ class EmbeddedOffsetStore:
         return await self._commit(token, now_ms, 0)
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
-        return await self._commit(token, now_ms, count)
+        return await self._commit(token, now_ms, count, dead_letters=True)
 
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         e, refusal = self._check(token, now_ms)
