@@ -111,7 +111,8 @@ class TestAckRules:
         assert self.refusal(stored_committed=20, stored_lock_deadline_ms=0, stored_acked_lock_ts=500) == (
             ALREADY_ACKED
         )
-        assert self.refusal(stored_committed=20, stored_lock_ts=600, stored_acked_lock_ts=500) == ALREADY_ACKED
+        taken_since = self.refusal(stored_committed=20, stored_lock_ts=600, stored_acked_lock_ts=500)
+        assert taken_since == ALREADY_ACKED
         assert self.refusal(stored_committed=20, stored_acked_lock_ts=400) == OFFSET_MOVED
 
     def test_lock_taken_by_another_pull(self) -> None:

@@ -92,6 +92,10 @@ class OffsetStore(Protocol):
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
         """Like `ack`, and count `count` messages as dead-lettered."""
 
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        """Count `count` messages as dead-lettered while the token's lock is held, without
+        committing (part of a batch that is delivered otherwise)."""
+
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         """Set the committed offset, drop any lock and the attempt count."""
 

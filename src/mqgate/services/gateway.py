@@ -9,8 +9,10 @@ from collections.abc import Awaitable, Callable
 
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_BROADCAST
+from mqgate.services.browse import Browsing
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
+from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
 from mqgate.services.operations import Operations
 from mqgate.services.produce import Producing
@@ -28,6 +30,8 @@ class Gateway:
         self.consuming = Consuming(ctx, self.topology)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
         self.operations = Operations(ctx, self.topology, self.consuming)
+        self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
+        self.browsing = Browsing(ctx, self.log_reading)
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:

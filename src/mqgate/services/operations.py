@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mqgate.core.layout import Slot
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, NotFound
 from mqgate.model import MODE_CLUSTER
@@ -80,7 +81,7 @@ class Operations:
                     QueueProgress(
                         client_id=client or None,
                         broker=ctx.store.broker,
-                        queue=b.queue,
+                        queue=slot.queue,
                         source=slot.topic,
                         lane=slot.lane,
                         min=b.min,
@@ -124,8 +125,9 @@ class Operations:
         c = await self.topology.consumer(name)
         layout = await self.topology.layout(c)
         bounds = await self.topology.bounds(layout)
-        if queue is not None and not 0 <= queue < len(bounds):
-            raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
+        topic_queues = layout.queues * layout.lanes  # `queue` is a store queue of the topic
+        if queue is not None and not 0 <= queue < topic_queues:
+            raise BadRequest(f"queue must be between 0 and {topic_queues - 1}", field="queue")
         if to not in RESET_TARGETS:
             raise BadRequest("to must be earliest, latest, offset or timestamp", field="to")
         if to == "offset" and offset is None:
@@ -141,7 +143,7 @@ class Operations:
             if await ctx.offsets.table(name, client) is None:
                 raise NotFound(f"consumer {name} has no clientId {client}", field="clientId")
             for b in bounds:
-                if queue is not None and b.queue != queue:
+                if queue is not None and layout.slot(b.queue) != Slot(c.topic, queue, queue // layout.queues):
                     continue
                 if to == "earliest":
                     target = b.min

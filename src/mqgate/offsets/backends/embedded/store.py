@@ -245,6 +245,15 @@ class EmbeddedOffsetStore:
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
         return await self._commit(token, now_ms, count, dead_letters=True)
 
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        e, refusal = self._check(token, now_ms)
+        if refusal is not None or e is None:
+            return refusal
+        e.dead_lettered += count
+        self._log_commit((token.consumer, token.client_id), token.queue, now_ms)
+        await self.committer.durable()
+        return None
+
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         e, refusal = self._check(token, now_ms)
         if refusal is None and e is not None:

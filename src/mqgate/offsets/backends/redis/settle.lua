@@ -1,9 +1,10 @@
 --! include common.lua
 -- Ack, dead-letter, release or extend the batch an ack token names (SPEC G5). See README.md.
 -- KEYS[1] table hash, KEYS[2] clients zset
--- ARGV[1] op: 'commit' | 'dead' (a commit by the gateway, not an ack) | 'release' | 'extend', ARGV[2] broker, ARGV[3] queue,
+-- ARGV[1] op: 'commit' | 'dead' (a commit by the gateway, not an ack) | 'count' (dead letters
+-- of a batch delivered otherwise: no commit) | 'release' | 'extend', ARGV[2] broker, ARGV[3] queue,
 -- ARGV[4] token offset, ARGV[5] token lock ts, ARGV[6] now ms,
--- ARGV[7] next offset (commit) or new deadline ms (extend), ARGV[8] dead-lettered count (commit),
+-- ARGV[7] next offset (commit) or new deadline ms (extend), ARGV[8] dead-lettered count (commit, count),
 -- ARGV[9] client id
 -- Returns -1 (no table), nil (done) or the refusal: already_acked, offset_moved, lock_expired,
 -- lock_taken. An ack remembers its lock ts ('acked'), so a retried ack is told apart.
@@ -18,6 +19,8 @@ if refusal then return refusal end
 local op = ARGV[1]
 if op == 'extend' then
   redis.call('HSET', KEYS[1], f .. 'lock_deadline', ARGV[7])
+elseif op == 'count' then
+  redis.call('HINCRBY', KEYS[1], f .. 'dead', ARGV[8])
 elseif op == 'release' then
   -- lock_ts stays: the next lock must get a larger one, so an old token never matches it.
   redis.call('HSET', KEYS[1], f .. 'lock_deadline', 0, f .. 'owner', '')

@@ -31,7 +31,9 @@ SCRIPTS: Final = (
 )
 NO_TABLE: Final = -1
 MISMATCH: Final = -2
-_REFUSALS: Final[dict[str, AckRefusal]] = {r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ALREADY_ACKED)}
+_REFUSALS: Final[dict[str, AckRefusal]] = {
+    r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ALREADY_ACKED)
+}
 
 # Hash field suffix -> OffsetEntry attribute; a missing field is the attribute's default.
 _FIELDS: Final = {
@@ -158,6 +160,9 @@ class RedisOffsetStore:
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
         return await self._settle("record dead letters", token, now_ms, "dead", token.next_offset, count)
+
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._settle("count dead letters", token, now_ms, "count", 0, count)
 
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         return await self._settle("release", token, now_ms, "release")
