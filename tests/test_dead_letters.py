@@ -5,11 +5,29 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import Client, Server, wait_until
+
+Connect = Callable[[str | None, str | None], Client]
+
+
+@pytest.fixture
+def connect(server: Server) -> Iterator[Connect]:
+    """Data-path clients of the test's server (producer token, consumer token), closed after it."""
+    made: list[Client] = []
+
+    def make(ptoken: str | None, ctoken: str | None) -> Client:
+        made.append(Client(server, ptoken, ctoken))
+        return made[-1]
+
+    yield make
+    for client in made:
+        client.close()
 
 
 def unique(prefix: str) -> str:
@@ -55,16 +73,18 @@ def expire_now(client: Client, topic: str, *extra: dict[str, Any]) -> list[dict[
 
 class TestDeadLetterCounts:
     def test_an_expired_message_is_counted_with_no_deliveries_and_its_store_queue(
-        self, server: Server
+        self, server: Server, connect: Connect
     ) -> None:
         topic = unique("x")
         ptoken, ctoken = server.setup_topic(topic, queues=2)
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         receipts = expire_now(c, topic, {"message": "live"})
         pulled = ok(c.pull(topic, f"{topic}-c", max=10))
         assert [m["message"] for m in pulled["msgList"]] == ["live"]
         assert c.call("/mq/ack", requestId=pulled["requestId"]).status_code == 200
         (dead,) = dead_letters(server, f"{topic}-c", 1)
+        progress = server.admin("GET", f"/admin/consumers/{topic}-c/progress")
+        assert progress["deadLettered"] == 1 and progress["lag"] == 0
         props = dead["properties"]
         assert props["dlq.reason"] == "expired" and props["dlq.topic"] == topic
         assert props["dlq.attempts"] == "0"  # it was never delivered
@@ -72,42 +92,39 @@ class TestDeadLetterCounts:
             str(receipts[0]["queue"]),
             str(receipts[0]["offset"]),
         )
-        progress = server.admin("GET", f"/admin/consumers/{topic}-c/progress")
-        assert progress["deadLettered"] == 1 and progress["lag"] == 0
-        c.close()
 
-    def test_attempts_are_the_deliveries_through_redelivery(self, server: Server) -> None:
+    def test_attempts_are_the_deliveries_through_redelivery(self, server: Server, connect: Connect) -> None:
         topic = unique("a")
         ptoken, ctoken = server.setup_topic(
             topic, queues=1, consumer_args={"lockTimeoutS": 1, "maxAttempts": 2}
         )
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         c.produce(f"{topic}-p", "never acked")
         first = ok(c.pull(topic, f"{topic}-c"))
         assert first["status"] == "FOUND"
         # Lock timeout, then the first backoff: delivered again, from the retry queue.
         second = ok(c.pull(topic, f"{topic}-c", wait=6))
         assert second["status"] == "FOUND" and second["msgList"][0]["reconsumeTimes"] == 1
-        assert second["msgList"][0]["source"] == f"%RETRY%{topic}-c" and second["msgList"][0]["queue"] == 0
         # Its lock runs out again: two deliveries of two allowed, so it is dead-lettered.
         assert ok(c.pull(topic, f"{topic}-c", wait=3))["status"] == "NO_NEW_MSG"
         (dead,) = dead_letters(server, f"{topic}-c", 1)
         props = dead["properties"]
         assert props["dlq.reason"] == "max_attempts" and props["dlq.attempts"] == "2"
+        # Queues are named in the one numbering: queue 0 of the retry topic it came from.
+        assert second["msgList"][0]["source"] == f"%RETRY%{topic}-c" and second["msgList"][0]["queue"] == 0
         assert props["dlq.source"] == f"%RETRY%{topic}-c" and props["dlq.queue"] == "0"
         assert server.admin("GET", f"/admin/consumers/{topic}-c/progress")["deadLettered"] == 1
-        c.close()
 
 
 class TestOneQueueNumbering:
     def test_a_receipts_queue_is_the_one_pull_read_browse_progress_and_reset_use(
-        self, server: Server
+        self, server: Server, connect: Connect
     ) -> None:
         topic = unique("n")
         server.admin("POST", "/admin/topics", name=topic, queues=2, maxPriority=1)
         ptoken = server.admin("POST", "/admin/producers", name=f"{topic}-p", topic=topic)["token"]
         ctoken = server.admin("POST", "/admin/consumers", name=f"{topic}-c", topic=topic)["token"]
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         receipt = ok(c.produce(f"{topic}-p", "urgent", priority=1, orderKey="k"))
         queue, offset = receipt["queue"], receipt["offset"]
         assert queue in (2, 3)  # lane 1 holds store queues 2 and 3
@@ -126,14 +143,15 @@ class TestOneQueueNumbering:
         server.admin("POST", f"/admin/consumers/{topic}-c/reset", to="offset", offset=0, queue=queue)
         again = ok(c.pull(topic, f"{topic}-c"))
         assert [(m["queue"], m["offset"]) for m in again["msgList"]] == [(queue, offset)]
-        c.close()
 
 
 class TestDeadLetterTopics:
-    def test_a_dlq_is_consumed_by_a_consumer_and_read_with_its_token(self, server: Server) -> None:
+    def test_a_dlq_is_consumed_by_a_consumer_and_read_with_its_token(
+        self, server: Server, connect: Connect
+    ) -> None:
         topic = unique("d")
         ptoken, ctoken = server.setup_topic(topic, queues=1)
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         expire_now(c, topic)
         assert ok(c.pull(topic, f"{topic}-c"))["status"] == "NO_NEW_MSG"
         dead_letters(server, f"{topic}-c", 1)
@@ -141,18 +159,16 @@ class TestDeadLetterTopics:
         dtoken = server.admin("POST", "/admin/consumers", name=f"{topic}-dlq", topic=dlq)["token"]
         browsed = ok(get(server, "/mq/read", dtoken, topic=dlq, consumer=f"{topic}-dlq", queue=0, offset=0))
         assert [m["message"] for m in browsed["msgList"]] == ["late"]
-        reader = Client(server, None, dtoken)
+        reader = connect(None, dtoken)
         pulled = ok(reader.pull(dlq, f"{topic}-dlq"))
         assert [m["properties"]["dlq.reason"] for m in pulled["msgList"]] == ["expired"]
         assert reader.call("/mq/ack", requestId=pulled["requestId"]).status_code == 200
-        reader.close()
-        c.close()
 
 
 class TestRedrive:
-    def setup_dead(self, server: Server, topic: str) -> tuple[Client, list[dict[str, Any]]]:
+    def setup_dead(self, server: Server, connect: Connect, topic: str) -> tuple[Client, list[dict[str, Any]]]:
         ptoken, ctoken = server.setup_topic(topic, queues=2)
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         batch = [
             {
                 "message": f"m{i}",
@@ -172,10 +188,10 @@ class TestRedrive:
     def redrive(self, server: Server, consumer: str, **body: Any) -> httpx.Response:
         return post(server, f"/admin/consumers/{consumer}/dead-letters/redrive", server.admin_token, **body)
 
-    def test_one_a_filter_then_all_each_exactly_once(self, server: Server) -> None:
+    def test_one_a_filter_then_all_each_exactly_once(self, server: Server, connect: Connect) -> None:
         topic = unique("r")
         consumer = f"{topic}-c"
-        c, dead = self.setup_dead(server, topic)
+        c, dead = self.setup_dead(server, connect, topic)
         by_offset = {m["offset"]: m for m in dead}
         # One, by its DLQ offset (not the first one: it is recorded on its own).
         one = ok(self.redrive(server, consumer, offset=3))
@@ -206,12 +222,11 @@ class TestRedrive:
             i = int(m["message"][1:])
             assert m["keys"] == [f"k{i % 2}"] and m["tags"] == ["t"] and m["properties"] == {"p": str(i)}
             assert m["messageId"] == next(d["messageId"] for d in dead if d["message"] == m["message"])
-        c.close()
 
-    def test_by_reason_and_time_and_the_refusals(self, server: Server) -> None:
+    def test_by_reason_and_time_and_the_refusals(self, server: Server, connect: Connect) -> None:
         topic = unique("f")
         consumer = f"{topic}-c"
-        c, dead = self.setup_dead(server, topic)
+        _, dead = self.setup_dead(server, connect, topic)
         assert ok(self.redrive(server, consumer, reason="max_attempts"))["redriven"] == []
         none_yet = ok(self.redrive(server, consumer, until=dead[0]["timestamp"]))
         assert none_yet["redriven"] == [] and none_yet["position"] == 0
@@ -227,14 +242,15 @@ class TestRedrive:
         assert missing.status_code == 404 and missing.json()["result"]["field"] == "offset"
         unknown = self.redrive(server, "nobody", all=True)
         assert unknown.status_code == 404
-        c.close()
 
 
 class TestBrowse:
-    def test_by_offset_time_key_and_message_id_without_consuming(self, server: Server) -> None:
+    def test_by_offset_time_key_and_message_id_without_consuming(
+        self, server: Server, connect: Connect
+    ) -> None:
         topic = unique("b")
         ptoken, ctoken = server.setup_topic(topic, queues=1)
-        c = Client(server, ptoken, ctoken)
+        c = connect(ptoken, ctoken)
         receipts = ok(
             c.produce_batch(f"{topic}-p", [{"message": f"m{i}", "keys": [f"k{i % 3}"]} for i in range(30)])
         )
@@ -267,4 +283,3 @@ class TestBrowse:
         assert httpx.get(server.url + "/mq/browse", params={"topic": topic, "queue": 0}).status_code == 401
         # Nothing was consumed.
         assert server.admin("GET", f"/admin/consumers/{topic}-c/progress")["lag"] == 30
-        c.close()
