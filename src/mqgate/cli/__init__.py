@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 
-from mqgate.cli import consumer, pipeline, producer, serve, topic
+from mqgate.cli import consumer, dlq, pipeline, producer, serve, topic
 from mqgate.errors import MqgateError
 
 # Each module adds its command group; none imports more than argparse and mqgate.client until
 # its command runs, so `mqgate --help` and the admin commands stay light.
-COMMAND_GROUPS = (serve, topic, producer, consumer, pipeline)
+COMMAND_GROUPS = (serve, topic, producer, consumer, dlq, pipeline)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,9 +1,10 @@
-"""`mqgate topic create|list`."""
+"""`mqgate topic create|list|browse`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from mqgate.cli import browse
 from mqgate.cli.admin import admin_command
 
 
@@ -21,3 +22,4 @@ def add_parser(commands: Any) -> None:
         ),
     )
     admin_command(actions.add_parser("list"), lambda c, a: c.topics())
+    browse.add_actions(actions)
