@@ -210,8 +210,8 @@ class TestRedrive:
         assert ok(self.redrive(server, consumer, all=True))["redriven"] == []
         by_id = self.redrive(server, consumer, messageId=dead[0]["messageId"])
         assert (
-            by_id.status_code == 200 and by_id.json()["result"]["redriven"] == []
-        )  # nothing past the position
+            by_id.status_code == 404 and by_id.json()["result"]["field"] == "messageId"
+        )  # below the position
         state = server.admin("GET", f"/admin/consumers/{consumer}/dead-letters")
         assert (state["position"], state["redriven"], state["max"]) == (5, 5, 5)
         # Every message came back once, without dlq.* properties, and is delivered again.
@@ -234,6 +234,15 @@ class TestRedrive:
         assert [r["dlqOffset"] for r in bounded["redriven"]] == [0, 1] and bounded["position"] == 2
         assert (bounded["scanned"], bounded["next"], bounded["scanLimit"]) == (2, 2, 2)
         assert self.redrive(server, consumer, offset=1).json()["result"]["code"] == "already_redriven"
+        # By message id: searched from the position; found and redriven once, then refused.
+        third = ok(self.redrive(server, consumer, messageId=dead[3]["messageId"]))
+        assert [r["dlqOffset"] for r in third["redriven"]] == [3] and third["position"] == 2
+        twice = self.redrive(server, consumer, messageId=dead[3]["messageId"])
+        assert twice.status_code == 409 and twice.json()["result"]["code"] == "already_redriven"
+        assert self.redrive(server, consumer, messageId="nope").status_code == 404
+        rest = ok(self.redrive(server, consumer, all=True))
+        assert [r["dlqOffset"] for r in rest["redriven"]] == [2, 4] and rest["alreadyRedriven"] == 1
+        assert rest["position"] == 5
         nothing = self.redrive(server, consumer)
         assert nothing.status_code == 400 and nothing.json()["result"]["field"] == "all"
         mixed = self.redrive(server, consumer, all=True, key="k0")

@@ -178,6 +178,8 @@ class DeadLetters:
                 raise Conflict(f"another redrive of {dlq_topic(c.name)} is running", code="redrive_busy")
             if sel.offset is not None:
                 raise _already(sel.offset)
+            if sel.message_id is not None:
+                raise _not_found(sel, position, 0)
             return result
         token = AckToken(group, "", ctx.store.broker, 0, lease.offset, lease.offset, lease.lock_ts)
         try:
@@ -201,19 +203,17 @@ class DeadLetters:
         else:
             records = await ctx.store.read(dlq, 0, position, sel.scan)
             chosen = [(o, m) for o, m in records if sel.matches(m)]
-            result.already_redriven = sum(1 for o, _ in chosen if o in claims)
-            chosen = [(o, m) for o, m in chosen if o not in claims]
             if sel.message_id is not None:
                 chosen = chosen[:1]
+                if not chosen:
+                    raise _not_found(sel, position, len(records))
+                if chosen[0][0] in claims:
+                    raise _already(chosen[0][0])
+            result.already_redriven = sum(1 for o, _ in chosen if o in claims)
+            chosen = [(o, m) for o, m in chosen if o not in claims]
         if records:
             result.scanned = len(records)
             result.next = records[-1][0] + 1
-        if sel.message_id is not None and not chosen and not result.already_redriven:
-            raise NotFound(
-                f"message {sel.message_id} is not among the {len(records)} dead letters scanned from "
-                f"the redrive position {position} (at most {sel.scan}: raise max to scan further)",
-                field="messageId",
-            )
         result.redriven = await self._copy(c, chosen)
         done = claims | {copy.dlq_offset for copy in result.redriven}
         new_position = position
@@ -253,6 +253,15 @@ class DeadLetters:
             batch.append(redriven_message(m, ts))
         firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in batches.items()}
         return [RedrivenCopy(o, mid, topic, q, firsts[topic][q] + i) for o, mid, topic, q, i in placed]
+
+
+def _not_found(sel: Selection, position: int, scanned: int) -> NotFound:
+    return NotFound(
+        f"message {sel.message_id} is not among the {scanned} dead letters scanned from the redrive "
+        f"position {position} (at most {sel.scan}: raise max to scan further; every dead letter "
+        "below the position was redriven)",
+        field="messageId",
+    )
 
 
 def _already(offset: int) -> Conflict:
