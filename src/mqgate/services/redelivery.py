@@ -133,7 +133,8 @@ class Redelivery:
                 timestamp_ms=ts,
                 deadline_ms=None,  # dead letters are kept for inspection, not expired again
                 properties={
-                    **m.properties,
+                    # A dead letter dead-lettered again (by a consumer of a DLQ) keeps no stale dlq.*.
+                    **{k: v for k, v in m.properties.items() if not k.startswith("dlq.")},
                     "dlq.reason": reason,
                     "dlq.topic": c.topic,
                     "dlq.queue": str(slot.queue),
