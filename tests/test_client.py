@@ -102,7 +102,7 @@ def test_a_refused_ack_is_a_conflict_with_the_reason_as_code(gateway: Server) ->
         refused = fails(
             lambda: consumer.call("POST", "/mq/ack", {"requestId": pulled["requestId"]}), Conflict
         )
-    assert (refused.http_status, refused.code, refused.field) == (409, "offset_moved", "requestId")
+    assert (refused.http_status, refused.code, refused.field) == (409, "already_acked", "requestId")
 
 
 def test_rate_limited_is_unavailable_with_the_answers_retry_after(gateway: Server, admin: Client) -> None:

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqgate.core.acks import LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ack_refusal
+from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ack_refusal
 from mqgate.core.ids import message_id_time_ms, new_message_id, new_message_ids
 from mqgate.core.queue_choice import QueueView, choose_queue, lock_is_held, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
@@ -106,6 +106,14 @@ class TestAckRules:
 
     def test_released_lock_counts_as_expired(self) -> None:
         assert self.refusal(stored_lock_deadline_ms=0) == LOCK_EXPIRED
+
+    def test_a_token_whose_lock_made_the_last_commit_was_acked_already(self) -> None:
+        assert self.refusal(stored_committed=20, stored_lock_deadline_ms=0, stored_acked_lock_ts=500) == (
+            ALREADY_ACKED
+        )
+        taken_since = self.refusal(stored_committed=20, stored_lock_ts=600, stored_acked_lock_ts=500)
+        assert taken_since == ALREADY_ACKED
+        assert self.refusal(stored_committed=20, stored_acked_lock_ts=400) == OFFSET_MOVED
 
     def test_lock_taken_by_another_pull(self) -> None:
         assert self.refusal(stored_lock_ts=501) == LOCK_TAKEN

@@ -19,6 +19,9 @@ class Metrics:
         self.dead_lettered = Counter(
             "mqgate_dead_lettered_messages", "Messages moved to a DLQ", ["consumer"], registry=r
         )
+        self.redriven = Counter(
+            "mqgate_redriven_messages", "Dead letters copied back to their topic", ["consumer"], registry=r
+        )
         self.waiting = Gauge(
             "mqgate_waiting_pulls", "Long polls waiting for messages", ["consumer"], registry=r
         )

@@ -19,6 +19,7 @@ from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import build_openapi
 from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_data import DataRoutes
+from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import StorageError
@@ -197,6 +198,7 @@ def build_app(settings: Settings) -> App:
         *DataRoutes(gateway).routes(),
         *log_routes.routes(),
         *AdminRoutes(gateway, limits).routes(),
+        *DeadLetterRoutes(gateway).routes(),
     ]
     log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
     guard = RoleGuard(admin_token, gateway.topology, gateway.consuming)

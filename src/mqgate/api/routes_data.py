@@ -8,7 +8,9 @@ import msgspec
 
 from mqgate.api import shapes as s
 from mqgate.api.http import Request, Response, Route
+from mqgate.core.tokens import AckToken
 from mqgate.model import Receipt
+from mqgate.registry.records import ConsumerRecord
 from mqgate.services.consume import FOUND, RATE_LIMITED, PullResult
 from mqgate.services.gateway import Gateway
 
@@ -19,7 +21,8 @@ def found_body(result: PullResult, broker: str) -> bytes:
     """The FOUND answer, assembled from the stored JSON objects: each gets its delivery
     fields appended in place of its closing brace, nothing is decoded or re-encoded."""
     assert result.messages is not None and result.request_id is not None
-    head = b',"broker":' + msgspec.json.encode(broker) + b',"queue":%d,"offset":' % result.queue
+    source = b',"source":' + msgspec.json.encode(result.source) if result.source else b""
+    head = b',"broker":' + msgspec.json.encode(broker) + source + b',"queue":%d,"offset":' % result.queue
     tail = b',"reconsumeTimes":%d}' % result.reconsume_times
     items = b",".join([payload[:-1] + head + b"%d" % offset + tail for offset, payload in result.messages])
     ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
@@ -63,21 +66,29 @@ class DataRoutes:
             )
         return Response(answer, message=_STATUS_MESSAGE.get(result.status, result.status.lower()))
 
+    async def _queue_of(self, c: ConsumerRecord, token: AckToken) -> tuple[int, str | None]:
+        """(store queue, store topic if not the consumer's) of the queue a token's table index names."""
+        slot = (await self.gw.topology.layout(c)).slot(token.queue)
+        return slot.queue, (slot.topic if slot.topic != c.topic else None)
+
     async def ack(self, req: Request) -> Response:
         caller = req.caller
         await self.gw.consuming.ack(caller.consumer, caller.token)
-        return Response(s.AckOut(queue=caller.token.queue, committed=caller.token.next_offset))
+        queue, source = await self._queue_of(caller.consumer, caller.token)
+        return Response(s.AckOut(queue=queue, source=source, committed=caller.token.next_offset))
 
     async def release(self, req: Request) -> Response:
         caller = req.caller
         await self.gw.consuming.release(caller.consumer, caller.token)
-        return Response(s.AckOut(queue=caller.token.queue, committed=caller.token.offset))
+        queue, source = await self._queue_of(caller.consumer, caller.token)
+        return Response(s.AckOut(queue=queue, source=source, committed=caller.token.offset))
 
     async def extend(self, req: Request) -> Response:
         caller = req.caller
         seconds = req.input.seconds or caller.consumer.lock_timeout_s
         await self.gw.consuming.extend(caller.consumer, caller.token, seconds)
-        return Response(s.ExtendOut(queue=caller.token.queue, extended_by_seconds=seconds))
+        queue, source = await self._queue_of(caller.consumer, caller.token)
+        return Response(s.ExtendOut(queue=queue, source=source, extended_by_seconds=seconds))
 
     def routes(self) -> list[Route]:
         return [

@@ -19,6 +19,8 @@ MAX_STORE_QUEUES: Final = MAX_QUEUES * (MAX_PRIORITY + 1)
 MAX_LOCK_TIMEOUT_S: Final = 12 * 3600.0
 MAX_ATTEMPTS: Final = 1000
 MAX_READ_MESSAGES: Final = 10_000
+MAX_SCAN_RECORDS: Final = 1_000_000
+DEFAULT_SCAN_RECORDS: Final = 10_000
 MAX_LIST_ITEMS: Final = 32
 MAX_ITEM_CHARS: Final = 256
 MAX_PROPERTIES: Final = 64
@@ -141,6 +143,21 @@ class CommitIn(Input, kw_only=True, frozen=True):
     offsets: dict[str, Any]
 
 
+class BrowseIn(BoundsIn, kw_only=True, frozen=True):
+    """One store queue from `offset` or `timestamp` (default: its oldest record), optionally
+    searching for a `key` or a `messageId` among at most `scan` records."""
+
+    queue: Annotated[int, Meta(ge=0, le=MAX_STORE_QUEUES)]
+    offset: Offset | None = None
+    timestamp: EpochMs | None = None
+    key: Item | None = None
+    message_id: Item | None = None
+    max: Annotated[int, Meta(ge=1, le=MAX_READ_MESSAGES)] = 100
+    scan: Annotated[int, Meta(ge=1, le=MAX_SCAN_RECORDS, description="records a search reads at most")] = (
+        DEFAULT_SCAN_RECORDS
+    )
+
+
 class TopicIn(Input, kw_only=True, frozen=True):
     name: Name
     queues: Annotated[int, Meta(ge=1, le=MAX_QUEUES)] | None = None
@@ -179,6 +196,20 @@ class ResetIn(NamedIn, kw_only=True, frozen=True):
     client_id: Name | None = None
 
 
+class RedriveIn(NamedIn, kw_only=True, frozen=True):
+    """Which dead letters go back to their topic: one (`offset` or `messageId`), those that
+    pass every filter given, or all; at most `max` records are scanned from the position."""
+
+    offset: Offset | None = None
+    message_id: Item | None = None
+    reason: Item | None = None
+    key: Item | None = None
+    since: EpochMs | None = None
+    until: EpochMs | None = None
+    everything: bool = msgspec.field(name="all", default=False)
+    max: Annotated[int, Meta(ge=1, le=MAX_READ_MESSAGES, description="dead letters scanned at most")] = 1000
+
+
 class RateLimitIn(NamedIn, kw_only=True, frozen=True):
     messages_per_second: Annotated[float, Meta(ge=0.0, le=1e9, description="0 = unlimited")]
 
@@ -212,6 +243,7 @@ class ReadMessageOut(Output, kw_only=True):
     deliver_at: int | None = None
     deadline: int | None = None
     broker: str
+    source: str | None = None  # the consumer's retry or inbox topic, when the message came from it
     queue: int
     offset: int
 
@@ -231,11 +263,13 @@ class PullOut(Output, kw_only=True):
 
 class AckOut(Output, kw_only=True):
     queue: int
+    source: str | None = None
     committed: int
 
 
 class ExtendOut(Output, kw_only=True):
     queue: int
+    source: str | None = None
     extended_by_seconds: float
 
 
@@ -258,6 +292,11 @@ class ReadOut(Output, kw_only=True):
     offset: int
     next: int
     msg_list: list[ReadMessageOut]
+
+
+class BrowseOut(ReadOut, kw_only=True):
+    scanned: int
+    scan_limit: int | None = None  # a key or messageId search: how many records it could read
 
 
 class CommittedOut(Output, kw_only=True):
@@ -387,6 +426,34 @@ class FaultOut(Output, kw_only=True):
     kind: str
     count: int
     last: str
+
+
+class RedrivenOut(Output, kw_only=True):
+    dlq_offset: int
+    message_id: str
+    topic: str
+    queue: int
+    offset: int
+
+
+class RedriveOut(Output, kw_only=True):
+    consumer: str
+    dead_letters: str
+    position: int
+    scanned: int
+    next: int
+    scan_limit: int
+    already_redriven: int
+    redriven: list[RedrivenOut]
+
+
+class DeadLettersOut(Output, kw_only=True):
+    consumer: str
+    dead_letters: str
+    min: int
+    max: int
+    position: int
+    redriven: int
 
 
 class HealthOut(Output, kw_only=True):

@@ -1,9 +1,10 @@
-"""`mqgate topic create|list`."""
+"""`mqgate topic create|list|browse`."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from mqgate.cli import browse
 from mqgate.cli.admin import admin_command, table
 
 TOPIC_COLUMNS = ("name", "queues", "retentionMs", "retentionBytes", "maxPriority")
@@ -35,3 +36,4 @@ def add_parser(commands: Any) -> None:
         lambda c, a: c.topics(),
         lambda r: table(r["topics"], TOPIC_COLUMNS, "no topics"),
     )
+    browse.add_actions(actions)

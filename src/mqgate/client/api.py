@@ -200,6 +200,38 @@ class Client:
     def alerts(self) -> Any:
         return self.call("GET", "/admin/alerts", what="listing alerts")
 
+    def dead_letters(self, consumer: str) -> Any:
+        """The consumer's dead-letter topic: its offsets, redrive position and copies so far."""
+        path = f"/admin/consumers/{_path_part(consumer)}/dead-letters"
+        return self.call("GET", path, what=f"dead letters of consumer {consumer}")
+
+    def redrive(
+        self,
+        consumer: str,
+        *,
+        offset: int | None = None,
+        message_id: str | None = None,
+        reason: str | None = None,
+        key: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        everything: bool = False,
+        scan: int | None = None,
+    ) -> Any:
+        """Copy dead letters back to their original topic: one (offset or message_id), those
+        passing the filters given, or all (`everything`); each at most once."""
+        body = {
+            "offset": offset,
+            "messageId": message_id,
+            "reason": reason,
+            "key": key,
+            "since": since,
+            "until": until,
+            "all": everything or None,
+            "max": scan,
+        }
+        return self._consumer_action(consumer, "dead-letters/redrive", _compact(body))
+
     def _consumer_action(self, consumer: str, action: str, body: dict[str, Any]) -> Any:
         path = f"/admin/consumers/{_path_part(consumer)}/{action}"
         return self.call("POST", path, body, what=f"{action} consumer {consumer}")
@@ -223,6 +255,33 @@ class Client:
         """The raw /mq/read answer: up to `max_count` records of one queue from `offset`."""
         params = self._read_params({"topic": topic, "queue": queue, "offset": offset, "max": max_count})
         return self.request("GET", "/mq/read", params=params, what=f"reading topic {topic} queue {queue}")
+
+    def browse(
+        self,
+        topic: str,
+        queue: int,
+        *,
+        offset: int | None = None,
+        timestamp: int | None = None,
+        key: str | None = None,
+        message_id: str | None = None,
+        max_count: int | None = None,
+        scan: int | None = None,
+    ) -> Any:
+        """Records of one store queue from an offset or a time, or those with a key or a
+        message id among at most `scan` records; nothing is consumed."""
+        params = {
+            "topic": topic,
+            "queue": queue,
+            "offset": offset,
+            "timestamp": timestamp,
+            "key": key,
+            "messageId": message_id,
+            "max": max_count,
+            "scan": scan,
+        }
+        what = f"browsing topic {topic} queue {queue}"
+        return self.call("GET", "/mq/browse", params=self._read_params(_compact(params)), what=what)
 
     def commit(self, consumer: str, offsets: Mapping[int, int]) -> dict[int, int]:
         """Raise `consumer`'s committed offsets (never lowers them); the committed values."""

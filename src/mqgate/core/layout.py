@@ -66,6 +66,7 @@ def store_queue_for(lane: int, queue: int, queues: int) -> int:
     return lane * queues + queue
 
 
-def view_queue(store_queue: int, queues: int) -> int:
-    """The number consumers (and receipts) use for a topic's store queue: its table index."""
+def table_index(store_queue: int, queues: int) -> int:
+    """Where a topic's store queue sits in a consumer's table. Internal only: every answer and
+    parameter names queues by store queue (docs/PROTOCOL.md, "Queue numbers")."""
     return store_queue if store_queue < queues else store_queue + SIDE_QUEUES

@@ -26,6 +26,9 @@ class OffsetEntry:
     attempts: int = 0  # deliveries of the batch that starts at `committed`
     delivered_end: int = 0  # next offset of the last delivery from `committed`
     dead_lettered: int = 0  # messages moved to the dead-letter topic, in total
+    # The lock ts of the last commit, so a retried ack is answered `already_acked`. Embedded:
+    # in memory only (after a restart such a retry answers `offset_moved`, as before).
+    acked_lock_ts: int = 0
 
 
 @dataclass(slots=True, frozen=True)
@@ -88,6 +91,10 @@ class OffsetStore(Protocol):
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
         """Like `ack`, and count `count` messages as dead-lettered."""
+
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        """Count `count` messages as dead-lettered while the token's lock is held, without
+        committing (part of a batch that is delivered otherwise)."""
 
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         """Set the committed offset, drop any lock and the attempt count."""

@@ -39,7 +39,8 @@ _decode_stored = msgspec.json.Decoder(StoredMessage).decode
 class PullResult:
     status: str
     request_id: str | None = None
-    queue: int = -1
+    queue: int = -1  # the store queue of `source` (one numbering everywhere, docs/PROTOCOL.md)
+    source: str | None = None  # the store topic, when not the consumer's topic (retry, inbox)
     messages: list[tuple[int, bytes]] | None = None  # (offset, stored JSON object)
     reconsume_times: int = 0
     ack: str | None = None  # outcome of the ack carried by the pull, if any
@@ -114,10 +115,12 @@ class Consuming:
                         lease.lock_ts,
                     )
                     ctx.metrics.child(ctx.metrics.consumed, c.name).inc(len(msgs))
+                    slot = layout.slot(lease.queue)
                     return PullResult(
                         FOUND,
                         request_id=encode_token(token, ctx.secret),
-                        queue=lease.queue,
+                        queue=slot.queue,
+                        source=slot.topic if slot.topic != c.topic else None,
                         messages=msgs,
                         reconsume_times=reconsumed,
                         ack=ack_outcome,
@@ -147,7 +150,9 @@ class Consuming:
         count = lease.next_offset - lease.offset
         if lease.dead_letter:
             msgs = await store.read(slot.topic, slot.queue, lease.offset, count)
-            await self.redelivery.settle_elsewhere(c, client, lease, msgs, msgs, DLQ_REASON_ATTEMPTS)
+            await self.redelivery.settle_elsewhere(
+                c, client, lease, msgs, msgs, DLQ_REASON_ATTEMPTS, delivered=lease.attempts
+            )
             return None
         if lease.attempts > 1 and c.mode == MODE_CLUSTER:
             # Delivered before and not acked (lock expired or released): back off, through the
@@ -171,10 +176,19 @@ class Consuming:
                 self.ctx.metrics.child(self.ctx.metrics.expired, c.name).inc(len(expired))
                 if not live:
                     await self.redelivery.settle_elsewhere(
-                        c, client, lease, decoded, expired, DLQ_REASON_EXPIRED, end
+                        c,
+                        client,
+                        lease,
+                        decoded,
+                        expired,
+                        DLQ_REASON_EXPIRED,
+                        end,
+                        delivered=lease.attempts - 1,
                     )
                     return None
-                await self.redelivery.to_dead_letters(c, client, lease, expired, DLQ_REASON_EXPIRED)
+                await self.redelivery.dead_letter_part(
+                    c, client, lease, expired, DLQ_REASON_EXPIRED, lease.attempts - 1
+                )
             reconsumed += max((deliveries(m) for _, m in decoded), default=0)
         return end, live, reconsumed
 

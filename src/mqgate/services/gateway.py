@@ -14,8 +14,10 @@ from typing import Any, Final
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_BROADCAST
 from mqgate.registry.records import Snapshot
+from mqgate.services.browse import Browsing
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
+from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
 from mqgate.services.operations import Operations
 from mqgate.services.produce import Producing
@@ -36,6 +38,8 @@ class Gateway:
         self.consuming = Consuming(ctx, self.topology)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
         self.operations = Operations(ctx, self.topology, self.consuming)
+        self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
+        self.browsing = Browsing(ctx, self.log_reading)
         self._tasks: list[asyncio.Task[None]] = []
         self._chained: list[tuple[int, Any, Any]] = []  # (signal, our handler, the one before)
 

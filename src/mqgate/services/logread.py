@@ -3,7 +3,7 @@ track their own position (a Spark job): SPEC D1."""
 
 from __future__ import annotations
 
-from mqgate.core.layout import view_queue
+from mqgate.core.layout import table_index
 from mqgate.errors import BadRequest
 from mqgate.model import MODE_CLUSTER, QueueBounds
 from mqgate.registry.records import ConsumerRecord
@@ -49,11 +49,11 @@ class LogReading:
             where = f"offsets.{q}"
             if not 0 <= q < topic_queues:
                 raise BadRequest(f"topic {c.topic} has queues 0 to {topic_queues - 1}", field=where)
-            index = view_queue(q, layout.queues)
+            index = table_index(q, layout.queues)
             if not 0 <= offset <= bounds[index].max:
                 raise BadRequest(
                     f"offset must be between 0 and the queue's end {bounds[index].max}", field=where
                 )
             moves[index] = offset
         committed = await self.ctx.offsets.advance(c.name, "", moves, now_ms())
-        return {q: committed[view_queue(q, layout.queues)] for q in offsets}
+        return {q: committed[table_index(q, layout.queues)] for q in offsets}

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
+from mqgate.core.layout import Slot
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
@@ -115,7 +116,7 @@ class Operations:
                     QueueProgress(
                         client_id=client or None,
                         broker=ctx.store.broker,
-                        queue=b.queue,
+                        queue=slot.queue,
                         source=slot.topic,
                         lane=slot.lane,
                         min=b.min,
@@ -159,8 +160,9 @@ class Operations:
         c = await self.topology.consumer(name)
         layout = await self.topology.layout(c)
         bounds = await self.topology.bounds(layout)
-        if queue is not None and not 0 <= queue < len(bounds):
-            raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
+        topic_queues = layout.queues * layout.lanes  # `queue` is a store queue of the topic
+        if queue is not None and not 0 <= queue < topic_queues:
+            raise BadRequest(f"queue must be between 0 and {topic_queues - 1}", field="queue")
         if to not in RESET_TARGETS:
             raise BadRequest("to must be earliest, latest, offset or timestamp", field="to")
         if to == "offset" and offset is None:
@@ -177,7 +179,7 @@ class Operations:
             if await ctx.offsets.table(name, client) is None:
                 raise NotFound(f"consumer {name} has no clientId {client}", field="clientId")
             for b in bounds:
-                if queue is not None and b.queue != queue:
+                if queue is not None and layout.slot(b.queue) != Slot(c.topic, queue, queue // layout.queues):
                     continue
                 if to == "earliest":
                     target = b.min

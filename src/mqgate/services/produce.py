@@ -11,7 +11,7 @@ from typing import Final
 import msgspec
 
 from mqgate.core.ids import new_message_ids
-from mqgate.core.layout import INBOX_PREFIX, store_queue_for, view_queue
+from mqgate.core.layout import INBOX_PREFIX, store_queue_for
 from mqgate.errors import BadRequest, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord
@@ -111,12 +111,12 @@ class Producing:
                 self.topology.wake_reader_of(topic[len(INBOX_PREFIX) :])
         broker = self.ctx.store.broker
         receipts = []
-        for (topic, pl, msg, q, queues), slot in zip(plan, slots, strict=True):
+        for (topic, pl, msg, q, _), slot in zip(plan, slots, strict=True):
             if q < 0:
                 receipt = Receipt(msg.msg_id, broker, SCHEDULED, None, None, pl.label, pl.start_ms)
             else:
-                queue, offset = view_queue(q, queues), firsts[topic][q] + slot
-                receipt = Receipt(msg.msg_id, broker, STORED, queue, offset, pl.label, msg.deliver_at_ms)
+                offset = firsts[topic][q] + slot
+                receipt = Receipt(msg.msg_id, broker, STORED, q, offset, pl.label, msg.deliver_at_ms)
             receipts.append(msgspec.structs.replace(receipt, deadline=pl.deadline_ms or None))
         return receipts
 

@@ -8,6 +8,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import redelivery_due
 from mqgate.core.tokens import AckToken
 from mqgate.model import StoredMessage
@@ -64,7 +65,7 @@ class Redelivery:
         reason = DLQ_REASON_ATTEMPTS
         if given_up and all(m.deadline_ms for _, m in given_up):
             reason = DLQ_REASON_EXPIRED
-        await self.settle_elsewhere(c, client, lease, msgs, given_up, reason)
+        await self.settle_elsewhere(c, client, lease, msgs, given_up, reason, delivered=failed_now)
 
     async def settle_elsewhere(
         self,
@@ -75,11 +76,14 @@ class Redelivery:
         dead: list[tuple[int, StoredMessage]],
         reason: str,
         end: int | None = None,
+        *,
+        delivered: int,
     ) -> None:
         """Commit a leased batch that was not delivered, after moving `dead` to the dead-letter
-        topic (the rest was held for redelivery)."""
+        topic (the rest was held for redelivery). `delivered`: deliveries of the batch that its
+        messages' delivery count does not include yet."""
         if dead:
-            await self.to_dead_letters(c, client, lease, dead, reason)
+            await self.to_dead_letters(c, client, lease, dead, reason, delivered)
         next_offset = end if end is not None else (msgs[-1][0] + 1 if msgs else lease.next_offset)
         token = AckToken(
             c.name, client, self.ctx.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
@@ -87,22 +91,56 @@ class Redelivery:
         await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
         self.ctx.store.wake(c.topic)
 
+    async def dead_letter_part(
+        self,
+        c: ConsumerRecord,
+        client: str,
+        lease: Lease,
+        msgs: list[tuple[int, StoredMessage]],
+        reason: str,
+        delivered: int,
+    ) -> None:
+        """Dead-letter some messages of a batch that is delivered otherwise, and count them
+        now: the consumer's ack of the rest commits the batch without them."""
+        await self.to_dead_letters(c, client, lease, msgs, reason, delivered)
+        token = AckToken(
+            c.name, client, self.ctx.store.broker, lease.queue, lease.offset, lease.next_offset, lease.lock_ts
+        )
+        await self.ctx.offsets.add_dead_letters(token, len(msgs), now_ms())
+
+    def _slot(self, c: ConsumerRecord, index: int) -> Slot:
+        """The store queue behind a table index (dead letters name it in the one numbering)."""
+        t = self.ctx.registry.topic(c.topic)
+        if t is None:
+            return Slot(c.topic, index, 0)
+        return Layout(c.name, c.topic, t.queues, t.max_priority + 1).slot(index)
+
     async def to_dead_letters(
-        self, c: ConsumerRecord, client: str, lease: Lease, msgs: list[tuple[int, StoredMessage]], reason: str
+        self,
+        c: ConsumerRecord,
+        client: str,
+        lease: Lease,
+        msgs: list[tuple[int, StoredMessage]],
+        reason: str,
+        delivered: int,
     ) -> None:
         ts = now_ms()
+        slot = self._slot(c, lease.queue)
+        source = {"dlq.source": slot.topic} if slot.topic != c.topic else {}
         moved = [
             msgspec.structs.replace(
                 m,
                 timestamp_ms=ts,
                 deadline_ms=None,  # dead letters are kept for inspection, not expired again
                 properties={
-                    **m.properties,
+                    # A dead letter dead-lettered again (by a consumer of a DLQ) keeps no stale dlq.*.
+                    **{k: v for k, v in m.properties.items() if not k.startswith("dlq.")},
                     "dlq.reason": reason,
                     "dlq.topic": c.topic,
-                    "dlq.queue": str(lease.queue),
+                    "dlq.queue": str(slot.queue),
+                    **source,
                     "dlq.offset": str(o),
-                    "dlq.attempts": str(deliveries(m) + lease.attempts),
+                    "dlq.attempts": str(deliveries(m) + delivered),
                     "dlq.clientId": client,
                     **({"dlq.deadline": str(m.deadline_ms)} if m.deadline_ms else {}),
                 },

@@ -266,13 +266,16 @@ class EmbeddedOffsetStore:
             stored_committed=e.committed,
             stored_lock_ts=e.lock_ts,
             stored_lock_deadline_ms=e.lock_deadline_ms,
+            stored_acked_lock_ts=e.acked_lock_ts,
             token_offset=token.offset,
             token_lock_ts=token.lock_ts,
             now_ms=now_ms,
         )
         return e, refusal
 
-    async def _commit(self, token: AckToken, now_ms: int, dead: int) -> AckRefusal | None:
+    async def _commit(
+        self, token: AckToken, now_ms: int, dead: int, *, dead_letters: bool = False
+    ) -> AckRefusal | None:
         e, refusal = self._check(token, now_ms)
         if refusal is not None or e is None:
             return refusal
@@ -280,6 +283,8 @@ class EmbeddedOffsetStore:
         self._log(self._commit_record(key, token.queue, token.next_offset, e.dead_lettered + dead, now_ms))
         e.committed = token.next_offset
         e.dead_lettered += dead
+        if not dead_letters:  # an ack, not the gateway settling a batch it did not deliver
+            e.acked_lock_ts = token.lock_ts
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
@@ -293,7 +298,19 @@ class EmbeddedOffsetStore:
         return await self._commit(token, now_ms, 0)
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
-        return await self._commit(token, now_ms, count)
+        return await self._commit(token, now_ms, count, dead_letters=True)
+
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        e, refusal = self._check(token, now_ms)
+        if refusal is not None or e is None:
+            return refusal
+        key = (token.consumer, token.client_id)
+        self._log(self._commit_record(key, token.queue, e.committed, e.dead_lettered + count, now_ms))
+        e.dead_lettered += count
+        self._seen_ms[key] = now_ms
+        self._maybe_compact()
+        await self.committer.durable()
+        return None
 
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         e, refusal = self._check(token, now_ms)

@@ -18,7 +18,8 @@ local function next_lock_ts(previous, now)
 end
 
 -- nil if the token's batch may be settled now, else why not (SPEC G5).
-local function ack_refusal(committed, lock_ts, deadline, token_offset, token_lock_ts, now)
+local function ack_refusal(committed, lock_ts, deadline, acked_lock_ts, token_offset, token_lock_ts, now)
+  if token_lock_ts ~= 0 and token_lock_ts == acked_lock_ts then return 'already_acked' end
   if committed ~= token_offset then return 'offset_moved' end
   if lock_ts == token_lock_ts then
     if lock_is_held(lock_ts, deadline, now) then return nil end

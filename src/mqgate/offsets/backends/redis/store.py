@@ -12,7 +12,7 @@ from typing import Any, Final
 
 import redis.asyncio as aioredis
 
-from mqgate.core.acks import LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
+from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
@@ -31,7 +31,9 @@ SCRIPTS: Final = (
 )
 NO_TABLE: Final = -1
 MISMATCH: Final = -2
-_REFUSALS: Final[dict[str, AckRefusal]] = {r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED)}
+_REFUSALS: Final[dict[str, AckRefusal]] = {
+    r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ALREADY_ACKED)
+}
 
 # Hash field suffix -> OffsetEntry attribute; a missing field is the attribute's default.
 _FIELDS: Final = {
@@ -43,6 +45,7 @@ _FIELDS: Final = {
     "attempts": "attempts",
     "delivered_end": "delivered_end",
     "dead": "dead_lettered",
+    "acked": "acked_lock_ts",
 }
 
 
@@ -156,7 +159,10 @@ class RedisOffsetStore:
         return await self._settle("ack", token, now_ms, "commit", token.next_offset)
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
-        return await self._settle("record dead letters", token, now_ms, "commit", token.next_offset, count)
+        return await self._settle("record dead letters", token, now_ms, "dead", token.next_offset, count)
+
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._settle("count dead letters", token, now_ms, "count", 0, count)
 
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         return await self._settle("release", token, now_ms, "release")

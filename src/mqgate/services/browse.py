@@ -1,0 +1,88 @@
+"""Browsing a queue without consuming: from an offset or a time, or searching for a key or a
+message id within a bounded number of records (docs/PROTOCOL.md, "Browse")."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from mqgate.errors import BadRequest
+from mqgate.model import StoredMessage
+from mqgate.services.context import Context
+from mqgate.services.logread import LogReading
+
+# Records read per store call while searching.
+SCAN_CHUNK: Final = 1000
+_decode_stored = msgspec.json.Decoder(StoredMessage).decode
+
+
+@dataclass(slots=True, frozen=True)
+class Query:
+    offset: int | None = None
+    timestamp_ms: int | None = None
+    key: str | None = None
+    message_id: str | None = None
+    max_count: int = 100
+    scan: int = 10_000  # records a key or message-id search reads at most
+
+    @property
+    def searching(self) -> bool:
+        return self.key is not None or self.message_id is not None
+
+    def check(self) -> None:
+        if self.offset is not None and self.timestamp_ms is not None:
+            raise BadRequest("give offset or timestamp, not both", field="timestamp")
+        if self.key is not None and self.message_id is not None:
+            raise BadRequest("give key or messageId, not both", field="messageId")
+
+    def matches(self, raw: bytes) -> bool:
+        m = _decode_stored(raw)
+        return m.msg_id == self.message_id if self.message_id is not None else self.key in m.keys
+
+
+@dataclass(slots=True)
+class Page:
+    start: int  # the first offset looked at
+    next: int  # where to continue: the offset after the last one looked at
+    scanned: int
+    records: list[tuple[int, bytes]]  # (offset, stored JSON object)
+
+
+class Browsing:
+    def __init__(self, ctx: Context, log_reading: LogReading) -> None:
+        self.ctx = ctx
+        self.log_reading = log_reading
+
+    async def browse(self, topic: str, queue: int, q: Query) -> Page:
+        q.check()
+        bounds = await self.log_reading.bounds(topic)
+        if not 0 <= queue < len(bounds):
+            raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
+        b = bounds[queue]
+        if q.timestamp_ms is not None:
+            start = await self.ctx.store.offset_for_time(topic, queue, q.timestamp_ms)
+        else:
+            start = q.offset if q.offset is not None else b.min
+        start = max(start, b.min)
+        if not q.searching:
+            raw = await self.ctx.store.read_raw(topic, queue, start, q.max_count)
+            first = raw[0][0] if raw else start
+            return Page(first, raw[-1][0] + 1 if raw else start, len(raw), raw)
+        wanted = 1 if q.message_id is not None else q.max_count
+        page = Page(start, start, 0, [])
+        while page.scanned < q.scan and len(page.records) < wanted:
+            chunk = await self.ctx.store.read_raw(
+                topic, queue, page.next, min(SCAN_CHUNK, q.scan - page.scanned)
+            )
+            if not chunk:
+                break
+            for o, raw_record in chunk:
+                page.scanned += 1
+                page.next = o + 1
+                if q.matches(raw_record):
+                    page.records.append((o, raw_record))
+                    if len(page.records) == wanted:
+                        break
+        return page
