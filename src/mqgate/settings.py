@@ -42,6 +42,8 @@ class Settings:
     workers: int = 1
     # Empty means: generate one on first start and keep it in <data_dir>/admin.token.
     admin_token: str = ""
+    # If set, GET /metrics needs "Authorization: Bearer <metrics_token>"; empty = open.
+    metrics_token: str = ""
     # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
     token_secret: str = ""
     broker_name: str = "local"

@@ -3,15 +3,20 @@ gateway's own endpoints: health, metrics, this API's OpenAPI document."""
 
 from __future__ import annotations
 
+import hmac
 import os
+from typing import Final
 
 import msgspec
 
 from mqgate.api import shapes as s
 from mqgate.api.auth import Admin
 from mqgate.api.http import Request, Response, Route
-from mqgate.errors import BadRequest
+from mqgate.errors import BadRequest, Unauthorized
 from mqgate.services.gateway import Gateway
+
+# How long a scrape waits for lag gauges of changes already made (an ack just answered).
+METRICS_SETTLE_S: Final = 0.5
 
 
 def offsets_of(value: dict[str, object]) -> dict[int, int]:
@@ -68,7 +73,12 @@ class LogRoutes:
         return Response(s.HealthOut(healthy=True, broker=self.gw.ctx.store.broker, pid=os.getpid()))
 
     async def metrics(self, req: Request) -> Response:
-        await self.gw.operations.refresh_lag_metrics()
+        """Renders gauges kept current by the operations that move them: no store reads here.
+        It waits (briefly) only for the lag of changes already made, e.g. an ack just answered."""
+        wanted = self.gw.ctx.settings.metrics_token
+        if wanted and not hmac.compare_digest((req.bearer or "").encode(), wanted.encode()):
+            raise Unauthorized("metrics need the metrics token (Authorization: Bearer ...)")
+        await self.gw.operations.lag_settled(METRICS_SETTLE_S)
         return Response(raw_body=self.gw.ctx.metrics.render(), content_type=b"text/plain; version=0.0.4")
 
     async def openapi(self, req: Request) -> Response:
@@ -109,6 +119,16 @@ class LogRoutes:
                 (404,),
             ),
             Route("GET", "/healthz", self.healthz, "none", "Liveness", None, s.HealthOut, body="none"),
-            Route("GET", "/metrics", self.metrics, "none", "Prometheus metrics (text)", body="none"),
+            Route(
+                "GET",
+                "/metrics",
+                self.metrics,
+                "none",
+                "Prometheus metrics (text); the metrics token if the gateway sets one",
+                None,
+                None,
+                (401,),
+                body="none",
+            ),
             Route("GET", "/openapi.json", self.openapi, "none", "This document (OpenAPI 3.1)", body="none"),
         ]

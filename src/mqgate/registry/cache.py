@@ -1,4 +1,9 @@
-"""Each gateway's copy of the registry, refreshed periodically and at once after its own changes."""
+"""Each gateway's copy of the registry, refreshed periodically and at once after its own changes.
+
+A refresh loads only the rows changed since the copy's version (the registry's change log), so
+a registration costs the same with ten consumers or ten thousand; the whole registry is read at
+start and when the log cannot tell what changed.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ from typing import Any, Final
 
 from mqgate.errors import MqgateError
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
-from mqgate.registry.sql import SqlRegistry
+from mqgate.registry.sql import Changes, SqlRegistry
 
 log = logging.getLogger(__name__)
 
@@ -26,9 +31,13 @@ class RegistryCache:
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._miss_refresh_at = 0.0
-        # Called with each new snapshot (e.g. to make the store topics of new registrations).
+        # Called after each refresh that changed something (e.g. to make the store topics of new
+        # registrations), with the records that changed (and the topics of changed consumers)
+        # as a Snapshot; with the whole snapshot after a full reload or a failed call.
         self.on_change: Callable[[Snapshot], Awaitable[None]] | None = None
         self.on_change_failures = 0
+        self._resync = False  # the last on_change failed: hand the next one everything
+        self.full_reloads = 0
 
     async def start(self) -> None:
         await asyncio.to_thread(self.registry.create_schema)
@@ -51,25 +60,39 @@ class RegistryCache:
                 log.warning("registry refresh failed, keeping the cached copy: %s", exc.message)
 
     async def refresh(self, force: bool = False) -> bool:
-        """Reload if the registry's version moved; True if it did."""
+        """Catch up with the registry if its version moved; True if it did."""
         async with self._lock:
-            if not force:
-                ver = await asyncio.to_thread(self.registry.version)
-                if ver == self.snapshot.version:
-                    return False
-            self.snapshot = await asyncio.to_thread(self.registry.snapshot)
-            if self.on_change is not None:
-                try:
-                    await self.on_change(self.snapshot)
-                except MqgateError as exc:  # e.g. Redis briefly down: the next change retries
-                    self.on_change_failures += 1
-                    log.warning(
-                        "applying registry version %d failed (%d so far): %s",
-                        self.snapshot.version,
-                        self.on_change_failures,
-                        exc.message,
-                    )
+            found = None
+            if not force and self.snapshot.version > 0:
+                found = await asyncio.to_thread(self.registry.changes_since, self.snapshot.version)
+            if found is not None and found.version == self.snapshot.version:
+                if self._resync:
+                    await self._apply(self.snapshot)
+                return False
+            if found is None:
+                self.snapshot = await asyncio.to_thread(self.registry.snapshot)
+                self.full_reloads += 1
+                changed = self.snapshot
+            else:
+                self.snapshot, changed = _merged(self.snapshot, found)
+            await self._apply(self.snapshot if self._resync else changed)
             return True
+
+    async def _apply(self, changed: Snapshot) -> None:
+        self._resync = False
+        if self.on_change is None:
+            return
+        try:
+            await self.on_change(changed)
+        except MqgateError as exc:  # e.g. Redis briefly down: the next refresh retries
+            self._resync = True
+            self.on_change_failures += 1
+            log.warning(
+                "applying registry version %d failed (%d so far): %s",
+                self.snapshot.version,
+                self.on_change_failures,
+                exc.message,
+            )
 
     async def refresh_on_miss(self) -> bool:
         """A name was not found: maybe it was just registered through another gateway. Look
@@ -86,7 +109,7 @@ class RegistryCache:
     async def change(self, method: str, *args: Any, **kwargs: Any) -> None:
         """Apply a change through the registry and refresh this gateway's copy at once."""
         await asyncio.to_thread(getattr(self.registry, method), *args, **kwargs)
-        await self.refresh(force=True)
+        await self.refresh()
 
     def topic(self, name: str) -> TopicRecord | None:
         return self.snapshot.topics.get(name)
@@ -96,3 +119,32 @@ class RegistryCache:
 
     def consumer(self, name: str) -> ConsumerRecord | None:
         return self.snapshot.consumers.get(name)
+
+
+def _merged(old: Snapshot, changes: Changes) -> tuple[Snapshot, Snapshot]:
+    """(the copy with `changes` applied, the changed records with their consumers' topics).
+    New dicts rather than updates in place: a reader may be iterating the old ones."""
+    new = Snapshot(
+        changes.version,
+        _apply_to(old.topics, changes.topics),
+        _apply_to(old.producers, changes.producers),
+        _apply_to(old.consumers, changes.consumers),
+    )
+    consumers = {k: v for k, v in changes.consumers.items() if v is not None}
+    topics = {k: v for k, v in changes.topics.items() if v is not None}
+    for c in consumers.values():
+        t = new.topics.get(c.topic)
+        if t is not None:
+            topics.setdefault(t.name, t)
+    producers = {k: v for k, v in changes.producers.items() if v is not None}
+    return new, Snapshot(changes.version, topics, producers, consumers)
+
+
+def _apply_to(records: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:
+    if not changed:
+        return records
+    out = {**records, **changed}
+    for name, rec in changed.items():
+        if rec is None:
+            del out[name]
+    return out

@@ -1,12 +1,13 @@
 """The registry behind SQLAlchemy: an SQLite file by default, PostgreSQL by URL.
 
 Calls are synchronous and short; the gateway runs them in a worker thread. Every change
-bumps one version row, so a gateway notices any change with a single cheap query.
+bumps one version row and notes what it changed in a change log under that version, so a
+gateway notices any change with one cheap query and loads only the rows that changed.
 """
 
 from __future__ import annotations
 
-from dataclasses import fields
+from dataclasses import dataclass, fields
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -64,6 +65,30 @@ version = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("version", sa.BigInteger, nullable=False),
 )
+# What each version changed: one row per version, ("topic" | "producer" | "consumer", name),
+# or ("all", "") for a change a reader must reload everything for.
+changes = sa.Table(
+    "mqgate_registry_changes",
+    _meta,
+    sa.Column("version", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("name", sa.String(160), nullable=False),
+)
+# Change-log rows kept; a gateway further behind than this (or behind a version written by an
+# older mqgate, which kept no log) reloads the whole registry instead.
+CHANGES_KEPT: Final = 10_000
+CHANGES_PRUNE_EVERY: Final = 1_000
+KIND_ALL: Final = "all"
+
+
+@dataclass(slots=True, frozen=True)
+class Changes:
+    """The records changed after a version, as they are now (None: no longer there)."""
+
+    version: int
+    topics: dict[str, TopicRecord | None]
+    producers: dict[str, ProducerRecord | None]
+    consumers: dict[str, ConsumerRecord | None]
 
 
 class SqlRegistry:
@@ -112,14 +137,20 @@ class SqlRegistry:
     def dispose(self) -> None:
         self.engine.dispose()
 
-    def _bump(self, conn: sa.Connection) -> None:
+    def _bump(self, conn: sa.Connection, kind: str = KIND_ALL, name: str = "") -> None:
+        # The update locks the version row until commit, so versions commit in order and a
+        # reader never sees version n+1 in the log without n.
         conn.execute(sa.update(version).values(version=version.c.version + 1))
+        new = int(conn.execute(sa.select(version.c.version)).scalar_one())
+        conn.execute(sa.insert(changes).values(version=new, kind=kind, name=name))
+        if new % CHANGES_PRUNE_EVERY == 0:
+            conn.execute(sa.delete(changes).where(changes.c.version <= new - CHANGES_KEPT))
 
-    def _write(self, stmt: Any, what: str) -> None:
+    def _write(self, stmt: Any, what: str, kind: str, name: str) -> None:
         try:
             with self.engine.begin() as conn:
                 conn.execute(stmt)
-                self._bump(conn)
+                self._bump(conn, kind, name)
         except IntegrityError as exc:
             raise AlreadyExists(f"{what} already exists", field="name") from exc
         except SQLAlchemyError as exc:
@@ -133,13 +164,13 @@ class SqlRegistry:
             raise Unavailable(f"registry database error: {exc}") from exc
 
     def add_topic(self, rec: TopicRecord) -> None:
-        self._write(sa.insert(topics).values(**_row(rec)), f"topic {rec.name}")
+        self._write(sa.insert(topics).values(**_row(rec)), f"topic {rec.name}", "topic", rec.name)
 
     def add_producer(self, rec: ProducerRecord) -> None:
-        self._write(sa.insert(producers).values(**_row(rec)), f"producer {rec.name}")
+        self._write(sa.insert(producers).values(**_row(rec)), f"producer {rec.name}", "producer", rec.name)
 
     def add_consumer(self, rec: ConsumerRecord) -> None:
-        self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}")
+        self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}", "consumer", rec.name)
 
     def update_consumer(self, name: str, **changes: Any) -> None:
         stmt = sa.update(consumers).where(consumers.c.name == name).values(**changes)
@@ -147,7 +178,7 @@ class SqlRegistry:
             with self.engine.begin() as conn:
                 if conn.execute(stmt).rowcount == 0:
                     raise NotFound(f"consumer {name} is not registered", field="consumer")
-                self._bump(conn)
+                self._bump(conn, "consumer", name)
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
 
@@ -177,6 +208,46 @@ class SqlRegistry:
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
         return Snapshot(ver, t, p, c)
+
+    def changes_since(self, known: int) -> Changes | None:
+        """What changed after version `known`, or None when the change log cannot tell (it
+        was pruned past `known`, or a change needs a full reload): call `snapshot` then."""
+        try:
+            with self.engine.connect() as conn:
+                current = int(conn.execute(sa.select(version.c.version)).scalar_one())
+                if current == known:
+                    return Changes(known, {}, {}, {})
+                log = conn.execute(
+                    sa.select(changes.c.version, changes.c.kind, changes.c.name)
+                    .where(changes.c.version > known)
+                    .order_by(changes.c.version)
+                ).all()
+                contiguous = all(row.version == known + 1 + i for i, row in enumerate(log))
+                if not log or not contiguous or log[-1].version < current:
+                    return None
+                names: dict[str, set[str]] = {"topic": set(), "producer": set(), "consumer": set()}
+                for row in log:
+                    if row.kind not in names:
+                        return None
+                    names[row.kind].add(row.name)
+                return Changes(
+                    int(log[-1].version),
+                    _load(conn, topics, names["topic"], TopicRecord),
+                    _load(conn, producers, names["producer"], ProducerRecord),
+                    _load(conn, consumers, names["consumer"], ConsumerRecord),
+                )
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+
+def _load(conn: sa.Connection, table: sa.Table, names: set[str], record: Any) -> dict[str, Any]:
+    """The rows of `table` named `names`, as records; None for a name with no row."""
+    if not names:
+        return {}
+    found: dict[str, Any] = dict.fromkeys(names)
+    for row in conn.execute(sa.select(table).where(table.c.name.in_(sorted(names)))):
+        found[row.name] = record(**row._asdict())
+    return found
 
 
 def _row(rec: Any) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -25,7 +26,8 @@ FOUND: Final = "FOUND"
 NO_NEW_MSG: Final = "NO_NEW_MSG"
 PAUSED: Final = "PAUSED"
 RATE_LIMITED: Final = "RATE_LIMITED"
-# A waiting pull re-checks at least this often, so it notices an expired lock in time.
+# A consumer's (or broadcast client's) longest waiting pull re-checks at least this often,
+# so an expired lock is noticed in time; one pull per reader, not every waiting one.
 LOCK_RECHECK_S: Final = 1.0
 # How long a released batch stays locked while it is handed to the scheduler.
 RELEASE_HOLD_S: Final = 30.0
@@ -50,6 +52,15 @@ class Consuming:
         self.topology = topology
         self.redelivery = Redelivery(ctx)
         self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
+        # Set on shutdown: waiting pulls answer NO_NEW_MSG at once and new ones do not wait.
+        self.closing = False
+        # Called with a consumer's name when its committed offsets may have moved (lag).
+        self.on_progress: Callable[[str], None] = _ignore
+
+    def stop_waiting(self) -> None:
+        """Shutdown begins: answer every waiting pull now (the process is about to go)."""
+        self.closing = True
+        self.ctx.store.wake_all()
 
     def token(self, request_id: str) -> AckToken:
         """The ack token a requestId carries, if this gateway cluster signed it."""
@@ -113,16 +124,18 @@ class Consuming:
                     )
                 continue  # the lease was settled without delivering (dead letters, redelivery)
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if limited:
-                    await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
-                return PullResult(NO_NEW_MSG, ack=ack_outcome)
-            waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
-            waiting.inc()
-            try:
-                await ctx.store.wait_for_data(c.topic, min(remaining, LOCK_RECHECK_S))
-            finally:
-                waiting.dec()
+            if remaining > 0 and not self.closing:
+                waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
+                waiting.inc()
+                try:
+                    await ctx.store.wait_for_data(c.topic, remaining, (c.name, table_client), LOCK_RECHECK_S)
+                finally:
+                    waiting.dec()
+                if not self.closing:
+                    continue
+            if limited:
+                await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
+            return PullResult(NO_NEW_MSG, ack=ack_outcome)
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
@@ -210,14 +223,15 @@ class Consuming:
         refusal = await self.ctx.offsets.ack(token, now_ms())
         self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
         if refusal is None:
-            self.ctx.store.wake(c.topic)
+            self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
+            self.on_progress(c.name)
         return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
         offsets = self.ctx.offsets
         if c.mode != MODE_CLUSTER:  # broadcast: delivered again at once to the same client
             raise_refusal(await offsets.release(token, now_ms()), "release")
-            self.ctx.store.wake(c.topic)
+            self.ctx.store.wake(c.topic, consumer=c.name, count=1)
             return
         # Hold the lock while the batch is handed to the scheduler, so no one else takes it.
         raise_refusal(await offsets.extend(token, now_ms(), RELEASE_HOLD_S), "release")
@@ -229,6 +243,10 @@ class Consuming:
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:
         raise_refusal(await self.ctx.offsets.extend(token, now_ms(), seconds), "extend")
+
+
+def _ignore(consumer: str) -> None:
+    return None
 
 
 def raise_refusal(refusal: AckRefusal | None, what: str) -> None:

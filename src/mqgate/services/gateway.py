@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import signal
+import threading
 from collections.abc import Awaitable, Callable
+from types import FrameType
+from typing import Any, Final
 
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_BROADCAST
+from mqgate.registry.records import Snapshot
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.logread import LogReading
@@ -18,6 +23,9 @@ from mqgate.services.qos import DeliveryLoop
 from mqgate.services.topology import Topology
 
 log = logging.getLogger(__name__)
+
+# Signals a server stops on (uvicorn's): shutdown starts with answering the waiting pulls.
+STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
 class Gateway:
@@ -29,6 +37,7 @@ class Gateway:
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
         self.operations = Operations(ctx, self.topology, self.consuming)
         self._tasks: list[asyncio.Task[None]] = []
+        self._chained: list[tuple[int, Any, Any]] = []  # (signal, our handler, the one before)
 
     async def start(self) -> None:
         ctx = self.ctx
@@ -38,7 +47,7 @@ class Gateway:
         await ctx.scheduler.open()
         await ctx.registry.start()
         await self.topology.sync(ctx.registry.snapshot)
-        ctx.registry.on_change = self.topology.sync
+        ctx.registry.on_change = self._registry_changed
         delivery = DeliveryLoop(
             ctx.scheduler, self.producing.deliver_due, self.producing.expired_before_delivery
         )
@@ -51,9 +60,50 @@ class Gateway:
                 self._every(min(settings.broadcast_client_ttl_s / 10, 60.0), self._expire_clients),
                 name="expire-clients",
             ),
+            loop.create_task(self.operations.keep_lag_gauges(), name="lag-gauges"),
         ]
+        self._chain_stop_signals(loop)
+
+    def begin_shutdown(self) -> None:
+        """The process is stopping: answer waiting pulls now (NO_NEW_MSG) and let no new pull
+        wait, so the server's drain of open requests ends at once instead of timing out."""
+        if not self.consuming.closing:
+            log.info("shutting down: answering waiting pulls")
+        self.consuming.stop_waiting()
+
+    def _chain_stop_signals(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Hear the server's stop signals first. The server (uvicorn) waits for open requests
+        before it tells the app to shut down, and a long poll is an open request: without
+        this, SIGTERM waited out every long poll (then cut them off with 500s)."""
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in STOP_SIGNALS:
+            previous = signal.getsignal(sig)
+            if not callable(previous):  # no server handles it: the default ends the process
+                continue
+
+            def handler(signum: int, frame: FrameType | None, previous: Any = previous) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing waits
+                    loop.call_soon_threadsafe(self.begin_shutdown)
+                previous(signum, frame)
+
+            signal.signal(sig, handler)
+            self._chained.append((sig, handler, previous))
+
+    def _unchain_stop_signals(self) -> None:
+        for sig, handler, previous in self._chained:
+            if signal.getsignal(sig) is handler:
+                signal.signal(sig, previous)
+        self._chained = []
+
+    async def _registry_changed(self, changed: Snapshot) -> None:
+        await self.topology.sync(changed)
+        for name in changed.consumers:
+            self.operations.lag_changed(name)
 
     async def stop(self) -> None:
+        self._unchain_stop_signals()
+        self.begin_shutdown()
         for task in self._tasks:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -1,17 +1,30 @@
-"""Operating consumers (SPEC G9): per-queue progress and lag, offset resets, backlog alerts."""
+"""Operating consumers (SPEC G9): per-queue progress and lag, offset resets, backlog alerts,
+and the lag gauges a metrics scrape reads."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
 from dataclasses import dataclass, field
+from typing import Final
 
 from mqgate.core.queue_choice import lock_is_held
-from mqgate.errors import BadRequest, NotFound
+from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
 
+log = logging.getLogger(__name__)
+
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
+# Every consumer's lag gauge is recomputed at least this often (produces move lag without
+# telling anyone here), and at most a twentieth of the time: a pass over thousands of
+# consumers reads the store for each.
+LAG_FULL_PASS_S: Final = 10.0
+LAG_PASS_SHARE: Final = 20
 
 
 @dataclass(slots=True, frozen=True)
@@ -75,6 +88,12 @@ class Operations:
         self.ctx = ctx
         self.topology = topology
         self.consuming = consuming
+        consuming.on_progress = self.lag_changed
+        self._lag_dirty: set[str] = set()
+        self._lag_kick = asyncio.Event()
+        self._lag_asked = 0  # lag_changed calls so far
+        self._lag_done = 0  # of those, how many the gauges reflect
+        self._lag_pass_ended = asyncio.Event()
 
     async def progress(self, name: str) -> ConsumerProgress:
         ctx = self.ctx
@@ -186,6 +205,54 @@ class Operations:
                     out.append(BacklogAlert(c.name, c.topic, lag, c.alert_backlog))
         return out
 
-    async def refresh_lag_metrics(self) -> None:
-        for c in list(self.ctx.registry.snapshot.consumers.values()):
-            await self.progress(c.name)
+    # --- lag gauges ---------------------------------------------------------------------
+
+    def lag_changed(self, consumer: str) -> None:
+        """`consumer`'s lag may have moved (an ack, a registration): recompute its gauge soon."""
+        self._lag_dirty.add(consumer)
+        self._lag_asked += 1
+        self._lag_kick.set()
+
+    async def lag_settled(self, timeout_s: float) -> None:
+        """Wait (at most `timeout_s`) until the gauges reflect every change asked so far."""
+        target = self._lag_asked
+        deadline = time.monotonic() + timeout_s
+        while self._lag_done < target:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lag_pass_ended.wait(), remaining)
+
+    async def keep_lag_gauges(self) -> None:
+        """Recompute the gauges of consumers said to have changed, at once, and of every
+        consumer every LAG_FULL_PASS_S; a metrics scrape then only renders them."""
+        next_full = time.monotonic()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._lag_kick.wait(), max(next_full - time.monotonic(), 0.0))
+            self._lag_kick.clear()
+            asked = self._lag_asked
+            started = time.monotonic()
+            full = started >= next_full
+            names = set(self.ctx.registry.snapshot.consumers) if full else self._lag_dirty
+            self._lag_dirty = set()
+            for name in sorted(names):
+                await self._refresh_lag(name)
+                await asyncio.sleep(0)  # a pass over thousands must not hold up requests
+            if full:
+                took = time.monotonic() - started
+                next_full = time.monotonic() + max(LAG_FULL_PASS_S, took * LAG_PASS_SHARE)
+            self._lag_done = asked
+            ended, self._lag_pass_ended = self._lag_pass_ended, asyncio.Event()
+            ended.set()
+
+    async def _refresh_lag(self, name: str) -> None:
+        try:
+            await self.progress(name)
+        except NotFound:
+            pass  # gone meanwhile
+        except MqgateError as exc:  # e.g. Redis briefly down: the next pass tries again
+            log.warning("lag of consumer %s: %s", name, exc.message)
+        except Exception:
+            log.exception("lag of consumer %s", name)

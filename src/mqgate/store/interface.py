@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mqgate.model import QueueBounds, StoredMessage
+from mqgate.store.waiters import ANY_READER, Reader
 
 # A message already encoded as its stored JSON object (see `StoredMessage`), with its timestamp.
 Encoded = tuple[int, bytes]
@@ -64,11 +65,24 @@ class MessageStore(Protocol):
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         """The first offset whose message is at or after `timestamp_ms` (or `max`)."""
 
-    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
-        """Return when a write to `topic` becomes visible, or after `timeout_s`."""
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
+        """Return when a write to `topic` becomes visible, or after `timeout_s`, or when woken.
 
-    def wake(self, topic: str) -> None:
-        """Wake long-polling readers of `topic` now (a lock was freed or an offset reset)."""
+        Waiters queue per `reader` (consumer, client id), longest waiting first. A write to
+        `n` queues wakes at most `n` waiters of each reader (one pull of a reader leases one
+        queue), not every waiter; waiters that name no reader are woken by every write. With
+        `recheck_s`, the longest waiting waiter of `reader` is also woken every `recheck_s`
+        (one per reader, not each waiter), to notice what announces itself to no one."""
+
+    def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
+        """Wake long polls on `topic` now: every one, or only `consumer`'s, and of each reader
+        at most `count` (a freed lock has work for one pull); here and, for a shared store,
+        on the other gateways."""
+
+    def wake_all(self) -> None:
+        """Wake every long poll of this gateway on every topic (shutdown)."""
 
     async def enforce_retention(self, now_ms: int) -> int:
         """Drop messages past their topic's retention; return how much went, for the log

@@ -25,6 +25,7 @@ from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.queue_log import QueueLog
 from mqgate.store.interface import Encoded, TopicConfig
+from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 TOPIC_FILE: Final = "topic.json"
 # Bumped whenever the on-disk record format changes; a data directory of another format is
@@ -42,19 +43,16 @@ def _timestamp_of(payload: bytes) -> int:
 
 
 class _Topic:
-    __slots__ = ("config", "queues", "waiter")
+    __slots__ = ("config", "queues", "waiters")
 
     def __init__(self, config: TopicConfig) -> None:
         self.config = config
         self.queues: list[QueueLog] = []
-        self.waiter: asyncio.Future[None] | None = None
+        self.waiters = TopicWaiters()
 
     def notify(self) -> None:
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+        """One queue's new writes became visible: work for one pull of each reader."""
+        self.waiters.wake(1)
 
 
 class EmbeddedStore:
@@ -271,17 +269,19 @@ class EmbeddedStore:
                 hi = mid
         return lo
 
-    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
-        t = self._topic(topic)
-        if t.waiter is None:
-            t.waiter = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(t.waiter), timeout_s)
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
+        await self._topic(topic).waiters.wait(timeout_s, reader, recheck_s)
 
-    def wake(self, topic: str) -> None:
+    def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         t = self._topics.get(topic)
         if t is not None:
-            t.notify()
+            t.waiters.wake(count, consumer)
+
+    def wake_all(self) -> None:
+        for t in self._topics.values():
+            t.waiters.wake()
 
     async def enforce_retention(self, now_ms: int) -> int:
         dropped = 0

@@ -24,6 +24,7 @@ from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
 from mqgate.redisio import register, translated
 from mqgate.store.interface import Encoded, TopicConfig
+from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +72,7 @@ async def _stop(task: asyncio.Task[None]) -> None:
 
 
 class _Topic:
-    __slots__ = ("channel", "config", "epoch", "meta", "name", "streams", "waiter")
+    __slots__ = ("channel", "config", "meta", "name", "streams", "waiters")
 
     def __init__(self, prefix: str, config: TopicConfig) -> None:
         self.name = config.name
@@ -80,21 +81,19 @@ class _Topic:
         self.meta = f"{tag}:meta".encode()
         self.channel = f"{prefix}:wake:{config.name}".encode()
         self.streams = [f"{tag}:q:{q}".encode() for q in range(config.queues)]
-        self.waiter: asyncio.Future[None] | None = None
-        self.epoch = 0  # bumped by every wake
+        self.waiters = TopicWaiters()
 
     def resize(self, config: TopicConfig) -> None:
         tag = self.meta[: -len(b":meta")]
         self.config = config
         self.streams += [b"%s:q:%d" % (tag, q) for q in range(len(self.streams), config.queues)]
 
-    def notify(self) -> None:
-        self.epoch += 1
-        waiter = self.waiter
-        if waiter is not None:
-            self.waiter = None
-            if not waiter.done():
-                waiter.set_result(None)
+    @property
+    def epoch(self) -> int:
+        return self.waiters.epoch
+
+    def notify(self, count: int | None = None, consumer: str | None = None) -> None:
+        self.waiters.wake(count, consumer)
 
 
 class RedisStore:
@@ -250,7 +249,7 @@ class RedisStore:
                 published, *firsts = await self._append_script(keys=keys, args=args)
             except rexc.ResponseError as exc:
                 raise self._script_error(exc, topic) from exc
-        t.notify()
+        t.notify(len(batches))  # one pull of each reader per queue written
         if not published and topic not in self._trailing:
             self._trailing.add(topic)
             asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._trailing_wake, topic)
@@ -303,22 +302,27 @@ class RedisStore:
 
     # --- long polling -------------------------------------------------------------------
 
-    async def wait_for_data(self, topic: str, timeout_s: float) -> None:
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
         t = await self._topic(topic)
         looked = _looked.get()
         if looked is not None and looked[0] is t and looked[1] != t.epoch:
             _looked.set(None)
             return  # woken since the caller last looked: look again first
-        if t.waiter is None:
-            t.waiter = asyncio.get_running_loop().create_future()
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(t.waiter), timeout_s)
+        await t.waiters.wait(timeout_s, reader, recheck_s)
 
-    def wake(self, topic: str) -> None:
+    def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         t = self._topics.get(topic)
         if t is not None:
-            t.notify()
+            t.notify(count, consumer)
+        # Other gateways wake a few of each reader (see _listen): a freed lock or a reset
+        # has work for that many at most.
         self._publish_wake(topic)
+
+    def wake_all(self) -> None:
+        for t in list(self._topics.values()):
+            t.notify()
 
     def _trailing_wake(self, topic: str) -> None:
         self._trailing.discard(topic)
@@ -358,8 +362,7 @@ class RedisStore:
                 if reconnecting:
                     log.info("redis wake listener reconnected")
                     # Wakes sent while we were away are lost: let every reader look again.
-                    for known in list(self._topics.values()):
-                        known.notify()
+                    self.wake_all()
                 delay = RECONNECT_MIN_S
                 heard = loop.time()
                 while True:
@@ -376,7 +379,10 @@ class RedisStore:
                     if msg[3] != self._origin:  # our own writes woke our readers already
                         t = self._topics.get(msg[2][self._channel_prefix :].decode())
                         if t is not None:
-                            t.notify()
+                            # A wake says "something changed", not how much (it may stand
+                            # for many coalesced appends): a reader has work for at most
+                            # one pull per queue.
+                            t.notify(len(t.streams))
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
