@@ -11,12 +11,27 @@ from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import SettingsLimits
 from mqgate.errors import BadRequest
 from mqgate.names import INTERNAL_PREFIXES
-from mqgate.registry.records import TopicRecord
+from mqgate.registry.records import ConsumerRecord, TopicRecord
 from mqgate.services.gateway import Gateway
+from mqgate.services.topology import REVOKED
 
 
 def topic_out(t: TopicRecord) -> s.TopicOut:
     return msgspec.convert(t, s.TopicOut, from_attributes=True)
+
+
+def consumer_out(c: ConsumerRecord) -> s.ConsumerOut:
+    return s.ConsumerOut(
+        name=c.name,
+        topic=c.topic,
+        mode=c.mode,
+        paused=c.paused,
+        rate_limit=c.rate_limit_per_s,
+        alert_backlog=c.alert_backlog,
+        lock_timeout_s=c.lock_timeout_s,
+        max_attempts=c.max_attempts,
+        token_revoked=c.token_hash == REVOKED,
+    )
 
 
 def out(value: Any, shape: type[s.Output]) -> Any:
@@ -70,18 +85,41 @@ class AdminRoutes:
         )
 
     async def list_consumers(self, req: Request) -> Response:
-        consumers = [
-            s.ConsumerOut(
-                name=c.name,
-                topic=c.topic,
-                mode=c.mode,
-                paused=c.paused,
-                rate_limit=c.rate_limit_per_s,
-                alert_backlog=c.alert_backlog,
-            )
-            for c in self.gw.ctx.registry.snapshot.consumers.values()
-        ]
+        consumers = [consumer_out(c) for c in self.gw.ctx.registry.snapshot.consumers.values()]
         return Response(s.ConsumersOut(consumers=consumers))
+
+    async def list_producers(self, req: Request) -> Response:
+        producers = [
+            s.ProducerListedOut(
+                name=p.name, topic=p.topic, destinations=p.allowed(), token_revoked=p.token_hash == REVOKED
+            )
+            for p in self.gw.ctx.registry.snapshot.producers.values()
+        ]
+        return Response(s.ProducersOut(producers=producers))
+
+    async def change_consumer(self, req: Request) -> Response:
+        inp: s.ConsumerSettingsIn = req.input
+        changes = {"lock_timeout_s": inp.lock_timeout_s, "max_attempts": inp.max_attempts}
+        changes = {k: v for k, v in changes.items() if v is not None}
+        if not changes:
+            raise BadRequest("name a setting to change: lockTimeoutS or maxAttempts", field="body")
+        return Response(consumer_out(await self.gw.topology.update_consumer(inp.name, **changes)))
+
+    async def new_producer_token(self, req: Request) -> Response:
+        rec, token = await self.gw.topology.new_token("producer", req.input.name)
+        return Response(s.TokenOut(name=rec.name, token=token))
+
+    async def new_consumer_token(self, req: Request) -> Response:
+        rec, token = await self.gw.topology.new_token("consumer", req.input.name)
+        return Response(s.TokenOut(name=rec.name, token=token))
+
+    async def revoke_producer_token(self, req: Request) -> Response:
+        rec = await self.gw.topology.revoke_token("producer", req.input.name)
+        return Response(s.TokenOut(name=rec.name, token=None))
+
+    async def revoke_consumer_token(self, req: Request) -> Response:
+        rec = await self.gw.topology.revoke_token("consumer", req.input.name)
+        return Response(s.TokenOut(name=rec.name, token=None))
 
     async def progress(self, req: Request) -> Response:
         return Response(out(await self.gw.operations.progress(req.input.name), s.ProgressOut))
@@ -173,6 +211,66 @@ class AdminRoutes:
                 None,
                 s.ConsumersOut,
                 body="none",
+            ),
+            Route(
+                "GET",
+                "/admin/producers",
+                self.list_producers,
+                "admin",
+                "List producers",
+                None,
+                s.ProducersOut,
+                body="none",
+            ),
+            Route(
+                "PATCH",
+                consumer,
+                self.change_consumer,
+                "admin",
+                "Change a consumer's lock timeout or max attempts (from its next pull)",
+                s.ConsumerSettingsIn,
+                s.ConsumerOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                "/admin/producers/{name}/token",
+                self.new_producer_token,
+                "admin",
+                "Issue a new token (shown once); the old one is refused from now on",
+                s.NamedIn,
+                s.TokenOut,
+                (404,),
+            ),
+            Route(
+                "DELETE",
+                "/admin/producers/{name}/token",
+                self.revoke_producer_token,
+                "admin",
+                "Revoke the token: refused until a new one is issued",
+                s.NamedIn,
+                s.TokenOut,
+                (404,),
+            ),
+            Route(
+                "POST",
+                consumer + "/token",
+                self.new_consumer_token,
+                "admin",
+                "Issue a new token (shown once); the old one is refused from now on",
+                s.NamedIn,
+                s.TokenOut,
+                (404,),
+            ),
+            Route(
+                "DELETE",
+                consumer + "/token",
+                self.revoke_consumer_token,
+                "admin",
+                "Revoke the token: refused until a new one is issued",
+                s.NamedIn,
+                s.TokenOut,
+                (404,),
             ),
             Route(
                 "GET",

@@ -188,6 +188,13 @@ class NamedIn(Input, kw_only=True, frozen=True):
     name: Name
 
 
+class ConsumerSettingsIn(NamedIn, kw_only=True, frozen=True):
+    """The settings of a consumer that may change; its topic, mode and start stay."""
+
+    lock_timeout_s: Annotated[float, Meta(ge=1.0, le=MAX_LOCK_TIMEOUT_S)] | None = None
+    max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)] | None = None
+
+
 class ResetIn(NamedIn, kw_only=True, frozen=True):
     to: Literal["earliest", "latest", "offset", "timestamp"]
     offset: Offset | None = None
@@ -343,6 +350,25 @@ class ConsumerOut(Output, kw_only=True):
     paused: bool
     rate_limit: float
     alert_backlog: int
+    lock_timeout_s: float
+    max_attempts: int
+    token_revoked: bool
+
+
+class ProducerListedOut(Output, kw_only=True):
+    name: str
+    topic: str
+    destinations: list[str]
+    token_revoked: bool
+
+
+class ProducersOut(Output, kw_only=True):
+    producers: list[ProducerListedOut]
+
+
+class TokenOut(Output, kw_only=True):
+    name: str
+    token: str | None  # None: revoked
 
 
 class ConsumersOut(Output, kw_only=True):

@@ -1,10 +1,11 @@
-"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert` and `mqgate alerts`."""
+"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert|set|token`, `mqgate alerts`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mqgate.cli.admin import admin_command, table
+from mqgate.cli.producer import token_command
 
 # `mqgate alerts` exits with this status while a backlog alert is active, so a cron job or a
 # monitoring check can act on it without parsing the output.
@@ -88,6 +89,19 @@ def add_parser(commands: Any) -> None:
     alert.add_argument("name", help="consumer name")
     alert.add_argument("backlog", type=int, help="messages of lag above which the alert is active, 0 = off")
     admin_command(alert, lambda c, a: c.set_alert(a.name, a.backlog), alert_text)
+
+    change = actions.add_parser("set", help="change a consumer's lock timeout or max attempts")
+    change.add_argument("name", help="consumer name")
+    change.add_argument("--lock-timeout-s", type=float, help="seconds a pulled batch stays locked unacked")
+    change.add_argument("--max-attempts", type=int, help="deliveries before a message is dead-lettered")
+    admin_command(
+        change,
+        lambda c, a: c.change_consumer(a.name, lock_timeout_s=a.lock_timeout_s, max_attempts=a.max_attempts),
+        lambda r: [
+            f"consumer {r['name']}: lock timeout {r['lockTimeoutS']:g} s, max attempts {r['maxAttempts']}"
+        ],
+    )
+    token_command(actions, "consumer")
 
     alerts = commands.add_parser(
         "alerts", help=f"active backlog alerts (exit status {ALERTING} while one is active, else 0)"

@@ -232,6 +232,23 @@ class Client:
         }
         return self._consumer_action(consumer, "dead-letters/redrive", _compact(body))
 
+    def producers(self) -> Any:
+        return self.call("GET", "/admin/producers", what="listing producers")
+
+    def change_consumer(
+        self, consumer: str, *, lock_timeout_s: float | None = None, max_attempts: int | None = None
+    ) -> Any:
+        body = _compact({"lockTimeoutS": lock_timeout_s, "maxAttempts": max_attempts})
+        path = f"/admin/consumers/{_path_part(consumer)}"
+        return self.call("PATCH", path, body, what=f"changing consumer {consumer}")
+
+    def new_token(self, kind: str, name: str, *, revoke: bool = False) -> Any:
+        """A new token for producer or consumer `name` (the old one stops working), or none
+        at all with `revoke`."""
+        path = f"/admin/{kind}s/{_path_part(name)}/token"
+        what = f"{'revoking the token of' if revoke else 'a new token for'} {kind} {name}"
+        return self.call("DELETE" if revoke else "POST", path, {}, what=what)
+
     def _consumer_action(self, consumer: str, action: str, body: dict[str, Any]) -> Any:
         path = f"/admin/consumers/{_path_part(consumer)}/{action}"
         return self.call("POST", path, body, what=f"{action} consumer {consumer}")

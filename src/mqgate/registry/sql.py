@@ -184,12 +184,18 @@ class SqlRegistry:
         self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}", "consumer", rec.name)
 
     def update_consumer(self, name: str, **changes: Any) -> None:
-        stmt = sa.update(consumers).where(consumers.c.name == name).values(**changes)
+        self._update(consumers, "consumer", name, changes)
+
+    def update_producer(self, name: str, **changes: Any) -> None:
+        self._update(producers, "producer", name, changes)
+
+    def _update(self, table: sa.Table, kind: str, name: str, changes: dict[str, Any]) -> None:
+        stmt = sa.update(table).where(table.c.name == name).values(**changes)
         try:
             with self.engine.begin() as conn:
                 if conn.execute(stmt).rowcount == 0:
-                    raise NotFound(f"consumer {name} is not registered", field="consumer")
-                self._bump(conn, "consumer", name)
+                    raise NotFound(f"{kind} {name} is not registered", field=kind)
+                self._bump(conn, kind, name)
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
 

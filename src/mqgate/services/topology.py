@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from mqgate.core.layout import Layout, inbox_topic, retry_topic
 from mqgate.errors import AlreadyExists, BadRequest, NotFound
@@ -29,6 +29,8 @@ from mqgate.services.qos import TOPIC_TARGET, split_target, target_topic
 from mqgate.store.interface import TopicConfig
 
 log = logging.getLogger(__name__)
+# The token hash of a producer or consumer whose token was revoked: no token hashes to it.
+REVOKED: Final = "revoked"
 R = TypeVar("R", ProducerRecord, ConsumerRecord)
 
 
@@ -191,4 +193,23 @@ class Topology:
     async def update_consumer(self, name: str, **changes: object) -> ConsumerRecord:
         await self.consumer(name)
         await self.ctx.registry.change("update_consumer", name, **changes)
+        return await self.consumer(name)
+
+    async def new_token(self, kind: str, name: str) -> tuple[ProducerRecord | ConsumerRecord, str]:
+        """Issue a new token to producer or consumer `name`: the old one is refused from now on
+        (on other gateways from their next registry refresh)."""
+        token = new_token("mqp" if kind == "producer" else "mqc")
+        return await self._set_token_hash(kind, name, hash_token(token)), token
+
+    async def revoke_token(self, kind: str, name: str) -> ProducerRecord | ConsumerRecord:
+        """Leave `name` without a valid token until a new one is issued."""
+        return await self._set_token_hash(kind, name, REVOKED)
+
+    async def _set_token_hash(self, kind: str, name: str, token_hash: str) -> ProducerRecord | ConsumerRecord:
+        if kind == "producer":
+            await self.producer(name)
+            await self.ctx.registry.change("update_producer", name, token_hash=token_hash)
+            return await self.producer(name)
+        await self.consumer(name)
+        await self.ctx.registry.change("update_consumer", name, token_hash=token_hash)
         return await self.consumer(name)
