@@ -122,11 +122,12 @@ def test_reset_says_which_offsets_it_clamped(shared_server: Server) -> None:
             shared_server, "--json", "consumer", "reset", "cli-reset-c", "--to", "offset", "--offset", "100"
         ).stdout
     )
-    ends = {q["queue"]: q["max"] for q in answer["queues"]}
+    ends = {(q["source"], q["queue"]): q["max"] for q in answer["queues"]}
     assert answer["clamped"] == [
-        {"clientId": None, "queue": q, "requested": 100, "offset": end} for q, end in ends.items()
+        {"clientId": None, "queue": q, "source": source, "requested": 100, "offset": end}
+        for (source, q), end in ends.items()
     ]
-    assert answer["lag"] == 0 and ends[0] == 3 and answer["queues"][0]["committed"] == 3
+    assert answer["lag"] == 0 and ends[("cli-reset", 0)] == 3 and answer["queues"][0]["committed"] == 3
     within = json.loads(
         cli(
             shared_server,

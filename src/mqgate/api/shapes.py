@@ -408,6 +408,7 @@ class ProgressOut(Output, kw_only=True):
 class ClampedOut(Output, kw_only=True):
     client_id: str | None
     queue: int
+    source: str
     requested: int
     offset: int
 

@@ -122,7 +122,8 @@ def reset_text(r: dict[str, Any]) -> list[str]:
     lines = progress_text(r)
     for c in r.get("clamped", []):
         client = f" of client {c['clientId']}" if c.get("clientId") else ""
-        where = f"queue {c['queue']}{client}"
+        side = f" of {c['source']}" if c.get("source") != r["topic"] else ""
+        where = f"queue {c['queue']}{side}{client}"
         lines.append(f"{where}: offset {c['requested']} is outside the queue, reset to {c['offset']}")
     return lines
 

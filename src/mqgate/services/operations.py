@@ -65,7 +65,8 @@ class ClampedOffset:
     """A reset to an offset outside a queue's [min, max]: it went to the nearest bound."""
 
     client_id: str | None  # broadcast clients only
-    queue: int
+    queue: int  # a store queue of `source`, numbered as in progress
+    source: str  # the topic, or the consumer's retry queue or inbox
     requested: int
     offset: int
 
@@ -189,7 +190,8 @@ class Operations:
                     assert offset is not None
                     target = min(max(offset, b.min), b.max)
                     if target != offset:
-                        clamped.append(ClampedOffset(client or None, b.queue, offset, target))
+                        slot = layout.slot(b.queue)
+                        clamped.append(ClampedOffset(client or None, slot.queue, slot.topic, offset, target))
                 else:
                     assert timestamp_ms is not None
                     slot = layout.slot(b.queue)
