@@ -10,9 +10,10 @@ from typing import Any, Final
 import msgspec
 
 from mqgate import __version__
+from mqgate.api.answers import ErrorOut
 from mqgate.api.http import Route
 from mqgate.api.limits import wire_name
-from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS, ErrorOut
+from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS
 from mqgate.settings import Settings
 
 _REF: Final = "#/components/schemas/{name}"

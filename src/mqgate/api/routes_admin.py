@@ -6,6 +6,7 @@ from typing import Any
 
 import msgspec
 
+from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import SettingsLimits
@@ -16,12 +17,12 @@ from mqgate.services.gateway import Gateway
 from mqgate.services.topology import REVOKED
 
 
-def topic_out(t: TopicRecord) -> s.TopicOut:
-    return msgspec.convert(t, s.TopicOut, from_attributes=True)
+def topic_out(t: TopicRecord) -> a.TopicOut:
+    return msgspec.convert(t, a.TopicOut, from_attributes=True)
 
 
-def consumer_out(c: ConsumerRecord) -> s.ConsumerOut:
-    return s.ConsumerOut(
+def consumer_out(c: ConsumerRecord) -> a.ConsumerOut:
+    return a.ConsumerOut(
         name=c.name,
         topic=c.topic,
         mode=c.mode,
@@ -34,7 +35,7 @@ def consumer_out(c: ConsumerRecord) -> s.ConsumerOut:
     )
 
 
-def out(value: Any, shape: type[s.Output]) -> Any:
+def out(value: Any, shape: type[a.Output]) -> Any:
     """A service's answer (a dataclass) as its wire shape."""
     return msgspec.convert(value, shape, from_attributes=True)
 
@@ -59,13 +60,13 @@ class AdminRoutes:
 
     async def list_topics(self, req: Request) -> Response:
         topics = self.gw.ctx.registry.snapshot.topics.values()
-        return Response(s.TopicsOut(topics=[topic_out(t) for t in topics]))
+        return Response(a.TopicsOut(topics=[topic_out(t) for t in topics]))
 
     async def register_producer(self, req: Request) -> Response:
         inp: s.ProducerIn = req.input
         rec, token = await self.gw.topology.register_producer(inp.name, inp.topic, inp.destinations)
         return Response(
-            s.ProducerOut(name=rec.name, topic=rec.topic, destinations=rec.allowed(), token=token)
+            a.ProducerOut(name=rec.name, topic=rec.topic, destinations=rec.allowed(), token=token)
         )
 
     async def register_consumer(self, req: Request) -> Response:
@@ -79,23 +80,23 @@ class AdminRoutes:
             inp.max_attempts or self.limits.default(s.ConsumerIn, "max_attempts"),
         )
         return Response(
-            s.ConsumerRegisteredOut(
+            a.ConsumerRegisteredOut(
                 name=rec.name, topic=rec.topic, mode=rec.mode, start=rec.start, token=token
             )
         )
 
     async def list_consumers(self, req: Request) -> Response:
         consumers = [consumer_out(c) for c in self.gw.ctx.registry.snapshot.consumers.values()]
-        return Response(s.ConsumersOut(consumers=consumers))
+        return Response(a.ConsumersOut(consumers=consumers))
 
     async def list_producers(self, req: Request) -> Response:
         producers = [
-            s.ProducerListedOut(
+            a.ProducerListedOut(
                 name=p.name, topic=p.topic, destinations=p.allowed(), token_revoked=p.token_hash == REVOKED
             )
             for p in self.gw.ctx.registry.snapshot.producers.values()
         ]
-        return Response(s.ProducersOut(producers=producers))
+        return Response(a.ProducersOut(producers=producers))
 
     async def change_consumer(self, req: Request) -> Response:
         inp: s.ConsumerSettingsIn = req.input
@@ -107,22 +108,22 @@ class AdminRoutes:
 
     async def new_producer_token(self, req: Request) -> Response:
         rec, token = await self.gw.topology.new_token("producer", req.input.name)
-        return Response(s.TokenOut(name=rec.name, token=token))
+        return Response(a.TokenOut(name=rec.name, token=token))
 
     async def new_consumer_token(self, req: Request) -> Response:
         rec, token = await self.gw.topology.new_token("consumer", req.input.name)
-        return Response(s.TokenOut(name=rec.name, token=token))
+        return Response(a.TokenOut(name=rec.name, token=token))
 
     async def revoke_producer_token(self, req: Request) -> Response:
         rec = await self.gw.topology.revoke_token("producer", req.input.name)
-        return Response(s.TokenOut(name=rec.name, token=None))
+        return Response(a.TokenOut(name=rec.name, token=None))
 
     async def revoke_consumer_token(self, req: Request) -> Response:
         rec = await self.gw.topology.revoke_token("consumer", req.input.name)
-        return Response(s.TokenOut(name=rec.name, token=None))
+        return Response(a.TokenOut(name=rec.name, token=None))
 
     async def progress(self, req: Request) -> Response:
-        return Response(out(await self.gw.operations.progress(req.input.name), s.ProgressOut))
+        return Response(out(await self.gw.operations.progress(req.input.name), a.ProgressOut))
 
     async def reset(self, req: Request) -> Response:
         inp: s.ResetIn = req.input
@@ -134,30 +135,30 @@ class AdminRoutes:
             queue=inp.queue,
             client_id=inp.client_id,
         )
-        progress = msgspec.structs.asdict(out(outcome.progress, s.ProgressOut))
-        return Response(s.ResetOut(**progress, clamped=[out(c, s.ClampedOut) for c in outcome.clamped]))
+        progress = msgspec.structs.asdict(out(outcome.progress, a.ProgressOut))
+        return Response(a.ResetOut(**progress, clamped=[out(c, a.ClampedOut) for c in outcome.clamped]))
 
     async def pause(self, req: Request) -> Response:
         c = await self.gw.topology.update_consumer(req.input.name, paused=True)
-        return Response(s.PausedOut(name=c.name, paused=c.paused))
+        return Response(a.PausedOut(name=c.name, paused=c.paused))
 
     async def resume(self, req: Request) -> Response:
         c = await self.gw.topology.update_consumer(req.input.name, paused=False)
-        return Response(s.PausedOut(name=c.name, paused=c.paused))
+        return Response(a.PausedOut(name=c.name, paused=c.paused))
 
     async def rate_limit(self, req: Request) -> Response:
         inp: s.RateLimitIn = req.input
         c = await self.gw.topology.update_consumer(inp.name, rate_limit_per_s=inp.messages_per_second)
-        return Response(s.RateLimitOut(name=c.name, messages_per_second=c.rate_limit_per_s))
+        return Response(a.RateLimitOut(name=c.name, messages_per_second=c.rate_limit_per_s))
 
     async def alert(self, req: Request) -> Response:
         inp: s.AlertIn = req.input
         c = await self.gw.topology.update_consumer(inp.name, alert_backlog=inp.backlog)
-        return Response(s.AlertSetOut(name=c.name, backlog=c.alert_backlog))
+        return Response(a.AlertSetOut(name=c.name, backlog=c.alert_backlog))
 
     async def alerts(self, req: Request) -> Response:
         alerts = await self.gw.operations.alerts()
-        return Response(s.AlertsOut(alerts=[out(a, s.AlertOut) for a in alerts]))
+        return Response(a.AlertsOut(alerts=[out(alert, a.AlertOut) for alert in alerts]))
 
     def routes(self) -> list[Route]:
         consumer = "/admin/consumers/{name}"
@@ -169,7 +170,7 @@ class AdminRoutes:
                 "admin",
                 "Create a topic",
                 s.TopicIn,
-                s.TopicOut,
+                a.TopicOut,
                 (404, 409),
             ),
             Route(
@@ -179,7 +180,7 @@ class AdminRoutes:
                 "admin",
                 "List topics",
                 None,
-                s.TopicsOut,
+                a.TopicsOut,
                 body="none",
             ),
             Route(
@@ -189,7 +190,7 @@ class AdminRoutes:
                 "admin",
                 "Register a producer; its token is shown once (SPEC G2)",
                 s.ProducerIn,
-                s.ProducerOut,
+                a.ProducerOut,
                 (404, 409),
             ),
             Route(
@@ -199,7 +200,7 @@ class AdminRoutes:
                 "admin",
                 "Register a consumer; its token is shown once (SPEC G2)",
                 s.ConsumerIn,
-                s.ConsumerRegisteredOut,
+                a.ConsumerRegisteredOut,
                 (404, 409),
             ),
             Route(
@@ -209,7 +210,7 @@ class AdminRoutes:
                 "admin",
                 "List consumers",
                 None,
-                s.ConsumersOut,
+                a.ConsumersOut,
                 body="none",
             ),
             Route(
@@ -219,7 +220,7 @@ class AdminRoutes:
                 "admin",
                 "List producers",
                 None,
-                s.ProducersOut,
+                a.ProducersOut,
                 body="none",
             ),
             Route(
@@ -229,7 +230,7 @@ class AdminRoutes:
                 "admin",
                 "Change a consumer's lock timeout or max attempts (from its next pull)",
                 s.ConsumerSettingsIn,
-                s.ConsumerOut,
+                a.ConsumerOut,
                 (404,),
             ),
             Route(
@@ -239,7 +240,7 @@ class AdminRoutes:
                 "admin",
                 "Issue a new token (shown once); the old one is refused from now on",
                 s.NamedIn,
-                s.TokenOut,
+                a.TokenOut,
                 (404,),
             ),
             Route(
@@ -249,7 +250,7 @@ class AdminRoutes:
                 "admin",
                 "Revoke the token: refused until a new one is issued",
                 s.NamedIn,
-                s.TokenOut,
+                a.TokenOut,
                 (404,),
             ),
             Route(
@@ -259,7 +260,7 @@ class AdminRoutes:
                 "admin",
                 "Issue a new token (shown once); the old one is refused from now on",
                 s.NamedIn,
-                s.TokenOut,
+                a.TokenOut,
                 (404,),
             ),
             Route(
@@ -269,7 +270,7 @@ class AdminRoutes:
                 "admin",
                 "Revoke the token: refused until a new one is issued",
                 s.NamedIn,
-                s.TokenOut,
+                a.TokenOut,
                 (404,),
             ),
             Route(
@@ -279,7 +280,7 @@ class AdminRoutes:
                 "admin",
                 "Per-queue progress, lag, locks and dead letters of a consumer (SPEC G9)",
                 s.NamedIn,
-                s.ProgressOut,
+                a.ProgressOut,
                 (404,),
                 body="none",
             ),
@@ -290,7 +291,7 @@ class AdminRoutes:
                 "admin",
                 "Reset committed offsets: re-consume or skip backlog (SPEC G9)",
                 s.ResetIn,
-                s.ResetOut,
+                a.ResetOut,
                 (404,),
             ),
             Route(
@@ -300,7 +301,7 @@ class AdminRoutes:
                 "admin",
                 "Pause a consumer",
                 s.NamedIn,
-                s.PausedOut,
+                a.PausedOut,
                 (404,),
             ),
             Route(
@@ -310,7 +311,7 @@ class AdminRoutes:
                 "admin",
                 "Resume a consumer",
                 s.NamedIn,
-                s.PausedOut,
+                a.PausedOut,
                 (404,),
             ),
             Route(
@@ -320,7 +321,7 @@ class AdminRoutes:
                 "admin",
                 "Limit a consumer's pull rate",
                 s.RateLimitIn,
-                s.RateLimitOut,
+                a.RateLimitOut,
                 (404,),
             ),
             Route(
@@ -330,7 +331,7 @@ class AdminRoutes:
                 "admin",
                 "Alert when a consumer's backlog passes a threshold",
                 s.AlertIn,
-                s.AlertSetOut,
+                a.AlertSetOut,
                 (404,),
             ),
             Route(
@@ -340,7 +341,7 @@ class AdminRoutes:
                 "admin",
                 "Active backlog alerts",
                 None,
-                s.AlertsOut,
+                a.AlertsOut,
                 body="none",
             ),
         ]

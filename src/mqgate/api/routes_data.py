@@ -6,6 +6,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.http import Request, Response, Route
 from mqgate.core.tokens import AckToken
@@ -58,7 +59,7 @@ class DataRoutes:
         )
         if result.status == FOUND and result.messages:
             return Response(raw_body=found_body(result, self.gw.ctx.store.broker))
-        answer = s.PullOut(status=result.status, request_id=None, ack=result.ack, msg_list=[])  # type: ignore[arg-type]
+        answer = a.PullOut(status=result.status, request_id=None, ack=result.ack, msg_list=[])  # type: ignore[arg-type]
         if result.status == RATE_LIMITED:
             retry = max(1, round(result.retry_after_s + 0.5))
             return Response(
@@ -75,20 +76,20 @@ class DataRoutes:
         caller = req.caller
         await self.gw.consuming.ack(caller.consumer, caller.token)
         queue, source = await self._queue_of(caller.consumer, caller.token)
-        return Response(s.AckOut(queue=queue, source=source, committed=caller.token.next_offset))
+        return Response(a.AckOut(queue=queue, source=source, committed=caller.token.next_offset))
 
     async def release(self, req: Request) -> Response:
         caller = req.caller
         await self.gw.consuming.release(caller.consumer, caller.token)
         queue, source = await self._queue_of(caller.consumer, caller.token)
-        return Response(s.AckOut(queue=queue, source=source, committed=caller.token.offset))
+        return Response(a.AckOut(queue=queue, source=source, committed=caller.token.offset))
 
     async def extend(self, req: Request) -> Response:
         caller = req.caller
         seconds = req.input.seconds or caller.consumer.lock_timeout_s
         await self.gw.consuming.extend(caller.consumer, caller.token, seconds)
         queue, source = await self._queue_of(caller.consumer, caller.token)
-        return Response(s.ExtendOut(queue=queue, source=source, extended_by_seconds=seconds))
+        return Response(a.ExtendOut(queue=queue, source=source, extended_by_seconds=seconds))
 
     def routes(self) -> list[Route]:
         return [
@@ -109,7 +110,7 @@ class DataRoutes:
                 "producer",
                 "Produce a batch of messages",
                 s.ProduceBatchIn,
-                s.ReceiptsOut,
+                a.ReceiptsOut,
                 (404, 413, 415),
                 body="json",
             ),
@@ -120,7 +121,7 @@ class DataRoutes:
                 "consumer",
                 "Pull a batch from one locked queue (SPEC G4)",
                 s.PullIn,
-                s.PullOut,
+                a.PullOut,
                 (404, 429),
                 body="none",
             ),
@@ -131,7 +132,7 @@ class DataRoutes:
                 "token",
                 "Commit a pulled batch (SPEC G5)",
                 s.TokenIn,
-                s.AckOut,
+                a.AckOut,
                 (409,),
             ),
             Route(
@@ -141,7 +142,7 @@ class DataRoutes:
                 "token",
                 "Give a pulled batch back without commit: it is delivered again after a backoff (SPEC S5)",
                 s.TokenIn,
-                s.AckOut,
+                a.AckOut,
                 (409,),
             ),
             Route(
@@ -151,7 +152,7 @@ class DataRoutes:
                 "token",
                 "Keep a pulled batch's lock longer",
                 s.ExtendIn,
-                s.ExtendOut,
+                a.ExtendOut,
                 (409,),
             ),
         ]

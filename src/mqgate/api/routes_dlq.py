@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import msgspec
 
+from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
@@ -18,7 +19,7 @@ class DeadLetterRoutes:
         self.gw = gateway
 
     async def state(self, req: Request) -> Response:
-        return Response(out(await self.gw.dead_letters.state(req.input.name), s.DeadLettersOut))
+        return Response(out(await self.gw.dead_letters.state(req.input.name), a.DeadLettersOut))
 
     async def redrive(self, req: Request) -> Response:
         inp: s.RedriveIn = req.input
@@ -32,7 +33,7 @@ class DeadLetterRoutes:
             everything=inp.everything,
             scan=inp.max,
         )
-        return Response(out(await self.gw.dead_letters.redrive(inp.name, selection), s.RedriveOut))
+        return Response(out(await self.gw.dead_letters.redrive(inp.name, selection), a.RedriveOut))
 
     async def browse(self, req: Request) -> Response:
         inp: s.BrowseIn = req.input
@@ -67,7 +68,7 @@ class DeadLetterRoutes:
                 "admin",
                 "A consumer's dead-letter topic: its offsets and redrive position",
                 s.NamedIn,
-                s.DeadLettersOut,
+                a.DeadLettersOut,
                 (404,),
                 body="none",
             ),
@@ -78,7 +79,7 @@ class DeadLetterRoutes:
                 "admin",
                 "Copy dead letters (one, a filter, or all) back to their original topic, each once",
                 s.RedriveIn,
-                s.RedriveOut,
+                a.RedriveOut,
                 (404, 409),
             ),
             Route(
@@ -89,7 +90,7 @@ class DeadLetterRoutes:
                 "Browse a store queue by offset, time, key or message id, without consuming "
                 "(admin or a consumer of the topic)",
                 s.BrowseIn,
-                s.BrowseOut,
+                a.BrowseOut,
                 (404,),
                 body="none",
             ),

@@ -9,6 +9,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.auth import Admin
 from mqgate.api.http import Request, Response, Route
@@ -44,8 +45,8 @@ class LogRoutes:
     async def bounds(self, req: Request) -> Response:
         topic = req.input.topic
         bounds = await self.gw.log_reading.bounds(topic)
-        queues = [s.BoundOut(queue=b.queue, min=b.min, max=b.max) for b in bounds]
-        return Response(s.BoundsOut(topic=topic, broker=self.gw.ctx.store.broker, queues=queues))
+        queues = [a.BoundOut(queue=b.queue, min=b.min, max=b.max) for b in bounds]
+        return Response(a.BoundsOut(topic=topic, broker=self.gw.ctx.store.broker, queues=queues))
 
     async def read(self, req: Request) -> Response:
         inp: s.ReadIn = req.input
@@ -66,20 +67,20 @@ class LogRoutes:
         if isinstance(consumer, Admin):
             consumer = await self.gw.topology.consumer(inp.consumer)
         committed = await self.gw.log_reading.commit(consumer, offsets_of(inp.offsets))
-        queues = [s.CommittedOut(queue=q, committed=c) for q, c in committed.items()]
-        return Response(s.CommitOut(consumer=inp.consumer, queues=queues))
+        queues = [a.CommittedOut(queue=q, committed=c) for q, c in committed.items()]
+        return Response(a.CommitOut(consumer=inp.consumer, queues=queues))
 
     async def healthz(self, req: Request) -> Response:
         # 200 while serving, degraded or not: the detail says what is wrong.
         health = self.gw.ctx.health.snapshot()
         return Response(
-            s.HealthOut(
+            a.HealthOut(
                 healthy=True,
                 broker=self.gw.ctx.store.broker,
                 pid=os.getpid(),
                 status=health["status"],
                 degraded=health["degraded"],
-                faults=[s.FaultOut(**f) for f in health["faults"]],
+                faults=[a.FaultOut(**f) for f in health["faults"]],
             )
         )
 
@@ -104,7 +105,7 @@ class LogRoutes:
                 "reader",
                 "Oldest and next offset of each of a topic's store queues (admin or a consumer of the topic)",
                 s.BoundsIn,
-                s.BoundsOut,
+                a.BoundsOut,
                 (404,),
                 body="none",
             ),
@@ -115,7 +116,7 @@ class LogRoutes:
                 "reader",
                 "Read a store queue by offset, without locks or commits (admin or a consumer of the topic)",
                 s.ReadIn,
-                s.ReadOut,
+                a.ReadOut,
                 (404,),
                 body="none",
             ),
@@ -126,10 +127,10 @@ class LogRoutes:
                 "reader",
                 "Raise a cluster consumer's committed offsets, never lowering one (its token or admin)",
                 s.CommitIn,
-                s.CommitOut,
+                a.CommitOut,
                 (404,),
             ),
-            Route("GET", "/healthz", self.healthz, "none", "Liveness", None, s.HealthOut, body="none"),
+            Route("GET", "/healthz", self.healthz, "none", "Liveness", None, a.HealthOut, body="none"),
             Route(
                 "GET",
                 "/metrics",

@@ -53,7 +53,10 @@ class Gateway:
         await self.topology.sync(ctx.registry.snapshot)
         ctx.registry.on_change = self._registry_changed
         delivery = DeliveryLoop(
-            ctx.scheduler, self.producing.deliver_due, self.producing.expired_before_delivery
+            ctx.scheduler,
+            self.producing.deliver_due,
+            self.producing.expired_before_delivery,
+            lambda detail: ctx.health.fault("background", "delivery", detail),
         )
         loop = asyncio.get_running_loop()
         settings = ctx.settings
@@ -125,9 +128,10 @@ class Gateway:
             try:
                 await job()
             except MqgateError as exc:  # e.g. Redis briefly down: try again next round
-                log.warning("background job %s: %s", job.__name__, exc.message)
-            except Exception:
+                self.ctx.health.fault("background", job.__name__.strip("_"), exc.message)
+            except Exception as exc:
                 log.exception("background job %s failed", job.__name__)
+                self.ctx.health.fault("background", job.__name__.strip("_"), repr(exc))
 
     async def _retention(self) -> None:
         await self.ctx.store.enforce_retention(now_ms())

@@ -155,10 +155,17 @@ class DeliveryLoop:
     """Moves due destinations from the scheduler into their queues, highest priority first
     (the scheduler orders what it hands out); expired ones are dropped and counted."""
 
-    def __init__(self, scheduler: Scheduler, deliver: Deliver, on_expired: Callable[[Due], None]) -> None:
+    def __init__(
+        self,
+        scheduler: Scheduler,
+        deliver: Deliver,
+        on_expired: Callable[[Due], None],
+        on_failure: Callable[[str], None],
+    ) -> None:
         self.scheduler = scheduler
         self.deliver = deliver
         self.on_expired = on_expired
+        self.on_failure = on_failure  # counted and shown in /healthz; the loop goes on
 
     async def run(self) -> None:
         while True:
@@ -168,10 +175,11 @@ class DeliveryLoop:
             except asyncio.CancelledError:
                 raise
             except MqgateError as exc:  # the store or Redis is down: claims expire, try again
-                log.warning("delivery of scheduled messages: %s", exc.message)
+                self.on_failure(exc.message)
                 await asyncio.sleep(IDLE_RECHECK_S)
-            except Exception:
+            except Exception as exc:
                 log.exception("delivery of scheduled messages failed")
+                self.on_failure(repr(exc))
                 await asyncio.sleep(IDLE_RECHECK_S)
 
     async def step(self) -> int:

@@ -89,7 +89,7 @@ class Redelivery:
             c.name, client, self.ctx.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
         )
         await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
-        self.ctx.store.wake(c.topic)
+        self.ctx.store.wake(c.topic, consumer=c.name, count=1)
 
     async def dead_letter_part(
         self,

@@ -111,7 +111,7 @@ class Topology:
         """A consumer's retry queue or inbox got messages: its pulls wait on its topic."""
         rec = self.ctx.registry.consumer(consumer)
         if rec is not None:
-            self.ctx.store.wake(rec.topic)
+            self.ctx.store.wake(rec.topic, consumer=consumer, count=1)
 
     # --- the store topics behind the registry ------------------------------------------
 

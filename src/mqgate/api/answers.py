@@ -1,0 +1,279 @@
+"""Every answer of the HTTP API as a msgspec Struct (the `result` of the envelope): encoded
+with camelCase names, and the source of the answer schemas in `/openapi.json`."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+from mqgate.model import Receipt
+
+
+class Output(msgspec.Struct, rename="camel", kw_only=True, omit_defaults=True):
+    pass
+
+
+class ReceiptsOut(Output, kw_only=True):
+    receipts: list[Receipt]
+
+
+class ReadMessageOut(Output, kw_only=True):
+    """A stored message as a read returns it: its stored fields, then where it is."""
+
+    message_id: str
+    timestamp: int
+    producer: str
+    message: str
+    keys: list[str]
+    tags: list[str]
+    properties: dict[str, str]
+    priority: int | None = None
+    deliver_at: int | None = None
+    deadline: int | None = None
+    broker: str
+    source: str | None = None  # the consumer's retry or inbox topic, when the message came from it
+    queue: int
+    offset: int
+
+
+class DeliveredOut(ReadMessageOut, kw_only=True):
+    """A message as a pull delivers it."""
+
+    reconsume_times: int
+
+
+class PullOut(Output, kw_only=True):
+    status: Literal["FOUND", "NO_NEW_MSG", "PAUSED", "RATE_LIMITED"]
+    request_id: str | None
+    ack: str | None = None  # outcome of the ack the pull carried: ok or the refusal
+    msg_list: list[DeliveredOut]
+
+
+class AckOut(Output, kw_only=True):
+    queue: int
+    source: str | None = None
+    committed: int
+
+
+class ExtendOut(Output, kw_only=True):
+    queue: int
+    source: str | None = None
+    extended_by_seconds: float
+
+
+class BoundOut(Output, kw_only=True):
+    queue: int
+    min: int
+    max: int
+
+
+class BoundsOut(Output, kw_only=True):
+    topic: str
+    broker: str
+    queues: list[BoundOut]
+
+
+class ReadOut(Output, kw_only=True):
+    topic: str
+    broker: str
+    queue: int
+    offset: int
+    next: int
+    msg_list: list[ReadMessageOut]
+
+
+class BrowseOut(ReadOut, kw_only=True):
+    scanned: int
+    scan_limit: int | None = None  # a key or messageId search: how many records it could read
+
+
+class CommittedOut(Output, kw_only=True):
+    queue: int
+    committed: int
+
+
+class CommitOut(Output, kw_only=True):
+    consumer: str
+    queues: list[CommittedOut]
+
+
+class TopicOut(Output, kw_only=True):
+    name: str
+    queues: int
+    retention_ms: int
+    retention_bytes: int | None
+    max_priority: int
+
+
+class TopicsOut(Output, kw_only=True):
+    topics: list[TopicOut]
+
+
+class ProducerOut(Output, kw_only=True):
+    name: str
+    topic: str
+    destinations: list[str]
+    token: str
+
+
+class ConsumerRegisteredOut(Output, kw_only=True):
+    name: str
+    topic: str
+    mode: str
+    start: str
+    token: str
+
+
+class ConsumerOut(Output, kw_only=True):
+    name: str
+    topic: str
+    mode: str
+    paused: bool
+    rate_limit: float
+    alert_backlog: int
+    lock_timeout_s: float
+    max_attempts: int
+    token_revoked: bool
+
+
+class ProducerListedOut(Output, kw_only=True):
+    name: str
+    topic: str
+    destinations: list[str]
+    token_revoked: bool
+
+
+class ProducersOut(Output, kw_only=True):
+    producers: list[ProducerListedOut]
+
+
+class TokenOut(Output, kw_only=True):
+    name: str
+    token: str | None  # None: revoked
+
+
+class ConsumersOut(Output, kw_only=True):
+    consumers: list[ConsumerOut]
+
+
+class QueueProgressOut(Output, kw_only=True):
+    client_id: str | None
+    broker: str
+    queue: int
+    source: str
+    lane: int
+    min: int
+    max: int
+    committed: int
+    lag: int
+    locked: bool
+    lock_age_ms: int | None
+    lock_owner: str | None
+    last_access_ms: int | None
+    attempts: int
+    dead_lettered: int
+
+
+class ProgressOut(Output, kw_only=True):
+    consumer: str
+    topic: str
+    mode: str
+    paused: bool
+    rate_limit: float
+    alert_backlog: int
+    lag: int
+    dead_lettered: int
+    queues: list[QueueProgressOut]
+
+
+class ClampedOut(Output, kw_only=True):
+    client_id: str | None
+    queue: int
+    source: str
+    requested: int
+    offset: int
+
+
+class ResetOut(ProgressOut, kw_only=True):
+    """The progress after a reset, and each queue whose requested offset was outside
+    [min, max] and went to the nearest bound instead."""
+
+    clamped: list[ClampedOut]
+
+
+class PausedOut(Output, kw_only=True):
+    name: str
+    paused: bool
+
+
+class RateLimitOut(Output, kw_only=True):
+    name: str
+    messages_per_second: float
+
+
+class AlertSetOut(Output, kw_only=True):
+    name: str
+    backlog: int
+
+
+class AlertOut(Output, kw_only=True):
+    consumer: str
+    topic: str
+    lag: int
+    threshold: int
+
+
+class AlertsOut(Output, kw_only=True):
+    alerts: list[AlertOut]
+
+
+class FaultOut(Output, kw_only=True):
+    """Storage faults of one kind since the gateway started (details in its log)."""
+
+    component: str
+    kind: str
+    count: int
+    last: str
+
+
+class RedrivenOut(Output, kw_only=True):
+    dlq_offset: int
+    message_id: str
+    topic: str
+    queue: int
+    offset: int
+
+
+class RedriveOut(Output, kw_only=True):
+    consumer: str
+    dead_letters: str
+    position: int
+    scanned: int
+    next: int
+    scan_limit: int
+    already_redriven: int
+    redriven: list[RedrivenOut]
+
+
+class DeadLettersOut(Output, kw_only=True):
+    consumer: str
+    dead_letters: str
+    min: int
+    max: int
+    position: int
+    redriven: int
+
+
+class HealthOut(Output, kw_only=True):
+    healthy: bool
+    broker: str
+    pid: int
+    status: Literal["ok", "degraded"]
+    degraded: dict[str, str]  # condition -> what it means, e.g. disk_below_floor
+    faults: list[FaultOut]
+
+
+class ErrorOut(Output, kw_only=True):
+    code: str
+    field: str | None
