@@ -14,7 +14,7 @@ from tests.test_readme_and_cli import cli
 
 
 def answer(server: Server, *args: str) -> Any:
-    done = cli(server, *args)
+    done = cli(server, "--json", *args)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 

@@ -13,11 +13,11 @@ def add_parser(commands: Any) -> None:
         dest="action", required=True
     )
     show = actions.add_parser("show", help="offsets, redrive position and copies made so far")
-    show.add_argument("consumer")
+    show.add_argument("consumer", help="the consumer whose dead letters these are")
     admin_command(show, lambda c, a: c.dead_letters(a.consumer))
 
     browse = actions.add_parser("browse", help="read dead letters without consuming them")
-    browse.add_argument("consumer")
+    browse.add_argument("consumer", help="the consumer whose dead letters these are")
     browse.add_argument("--offset", type=int, help="first offset (default: the oldest stored)")
     browse.add_argument("--max", type=int, help="records returned at most (default 100)")
     admin_command(browse, lambda c, a: c.browse(dlq_topic(a.consumer), 0, offset=a.offset, max_count=a.max))
@@ -29,7 +29,7 @@ def add_parser(commands: Any) -> None:
         "--key, --since, --until) or --all. Filters and --all scan at most --max dead letters from "
         "the redrive position; run again to go on.",
     )
-    redrive.add_argument("consumer")
+    redrive.add_argument("consumer", help="the consumer whose dead letters go back to its topic")
     one = redrive.add_mutually_exclusive_group()
     one.add_argument("--offset", type=int, help="the dead letter at this offset of the DLQ")
     one.add_argument("--message-id", help="the dead letter with this message id")

@@ -30,7 +30,8 @@ class RegistryCache:
         self.snapshot = Snapshot(0, {}, {}, {})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
-        self._miss_refresh_at = 0.0
+        self._miss_refresh_at = -MISS_REFRESH_S
+        self._miss_lock = asyncio.Lock()
         # Called after each refresh that changed something (e.g. to make the store topics of new
         # registrations), with the records that changed (and the topics of changed consumers)
         # as a Snapshot; with the whole snapshot after a full reload or a failed call.
@@ -95,15 +96,19 @@ class RegistryCache:
             )
 
     async def refresh_on_miss(self) -> bool:
-        """A name was not found: maybe it was just registered through another gateway. Look
-        (at most every MISS_REFRESH_S, so unknown names cannot flood the database)."""
-        now = time.monotonic()
-        if now - self._miss_refresh_at < MISS_REFRESH_S:
-            # A look just started or just ended: wait for it rather than answer "unknown".
-            async with self._lock:
-                return True
-        self._miss_refresh_at = now
-        await self.refresh()
+        """A name was not found: maybe it was just registered through another gateway. Look,
+        in a look that starts after the miss (so a registration that came before it is seen),
+        and at most one look every MISS_REFRESH_S (so unknown names cannot flood the database):
+        misses meanwhile wait for the next look and share it."""
+        missed = time.monotonic()
+        async with self._miss_lock:
+            if self._miss_refresh_at >= missed:
+                return True  # a look that started after this miss has ended
+            wait = self._miss_refresh_at + MISS_REFRESH_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self._miss_refresh_at = time.monotonic()
+            await self.refresh()
         return True
 
     async def change(self, method: str, *args: Any, **kwargs: Any) -> None:
