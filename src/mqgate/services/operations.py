@@ -25,6 +25,8 @@ RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
 # telling anyone here), and at most a twentieth of the time: a pass over thousands of
 # consumers reads the store for each.
 LAG_FULL_PASS_S: Final = 10.0
+# The least time between two passes: a scrape waits for at most one of them.
+LAG_COALESCE_S: Final = 0.1
 LAG_PASS_SHARE: Final = 20
 
 
@@ -250,6 +252,8 @@ class Operations:
             self._lag_done = asked
             ended, self._lag_pass_ended = self._lag_pass_ended, asyncio.Event()
             ended.set()
+            # Changes coming meanwhile (an ack each, thousands a second) share the next pass.
+            await asyncio.sleep(LAG_COALESCE_S)
 
     async def _refresh_lag(self, name: str) -> None:
         try:
