@@ -106,21 +106,25 @@ class AdminRoutes:
             raise BadRequest("name a setting to change: lockTimeoutS or maxAttempts", field="body")
         return Response(consumer_out(await self.gw.topology.update_consumer(inp.name, **changes)))
 
-    async def new_producer_token(self, req: Request) -> Response:
-        rec, token = await self.gw.topology.new_token("producer", req.input.name)
-        return Response(a.TokenOut(name=rec.name, token=token))
+    def _token_routes(self, kind: str) -> list[Route]:
+        """A new token (`POST …/token`) and a revoked one (`DELETE …/token`) for producers or
+        consumers."""
 
-    async def new_consumer_token(self, req: Request) -> Response:
-        rec, token = await self.gw.topology.new_token("consumer", req.input.name)
-        return Response(a.TokenOut(name=rec.name, token=token))
+        async def issue(req: Request) -> Response:
+            rec, token = await self.gw.topology.new_token(kind, req.input.name)
+            return Response(a.TokenOut(name=rec.name, token=token))
 
-    async def revoke_producer_token(self, req: Request) -> Response:
-        rec = await self.gw.topology.revoke_token("producer", req.input.name)
-        return Response(a.TokenOut(name=rec.name, token=None))
+        async def revoke(req: Request) -> Response:
+            rec = await self.gw.topology.revoke_token(kind, req.input.name)
+            return Response(a.TokenOut(name=rec.name, token=None))
 
-    async def revoke_consumer_token(self, req: Request) -> Response:
-        rec = await self.gw.topology.revoke_token("consumer", req.input.name)
-        return Response(a.TokenOut(name=rec.name, token=None))
+        path = f"/admin/{kind}s/{{name}}/token"
+        issued = f"Issue a new token to a {kind} (shown once); the old one is refused from now on"
+        revoked = f"Revoke a {kind}'s token: refused until a new one is issued"
+        return [
+            Route("POST", path, issue, "admin", issued, s.NamedIn, a.TokenOut, (404,)),
+            Route("DELETE", path, revoke, "admin", revoked, s.NamedIn, a.TokenOut, (404,)),
+        ]
 
     async def progress(self, req: Request) -> Response:
         return Response(out(await self.gw.operations.progress(req.input.name), a.ProgressOut))
@@ -234,46 +238,6 @@ class AdminRoutes:
                 (404,),
             ),
             Route(
-                "POST",
-                "/admin/producers/{name}/token",
-                self.new_producer_token,
-                "admin",
-                "Issue a new token (shown once); the old one is refused from now on",
-                s.NamedIn,
-                a.TokenOut,
-                (404,),
-            ),
-            Route(
-                "DELETE",
-                "/admin/producers/{name}/token",
-                self.revoke_producer_token,
-                "admin",
-                "Revoke the token: refused until a new one is issued",
-                s.NamedIn,
-                a.TokenOut,
-                (404,),
-            ),
-            Route(
-                "POST",
-                consumer + "/token",
-                self.new_consumer_token,
-                "admin",
-                "Issue a new token (shown once); the old one is refused from now on",
-                s.NamedIn,
-                a.TokenOut,
-                (404,),
-            ),
-            Route(
-                "DELETE",
-                consumer + "/token",
-                self.revoke_consumer_token,
-                "admin",
-                "Revoke the token: refused until a new one is issued",
-                s.NamedIn,
-                a.TokenOut,
-                (404,),
-            ),
-            Route(
                 "GET",
                 consumer + "/progress",
                 self.progress,
@@ -334,6 +298,8 @@ class AdminRoutes:
                 a.AlertSetOut,
                 (404,),
             ),
+            *self._token_routes("producer"),
+            *self._token_routes("consumer"),
             Route(
                 "GET",
                 "/admin/alerts",

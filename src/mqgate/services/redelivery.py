@@ -85,9 +85,7 @@ class Redelivery:
         if dead:
             await self.to_dead_letters(c, client, lease, dead, reason, delivered)
         next_offset = end if end is not None else (msgs[-1][0] + 1 if msgs else lease.next_offset)
-        token = AckToken(
-            c.name, client, self.ctx.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
-        )
+        token = self._lease_token(c, client, lease, next_offset)
         await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
         self.ctx.store.wake(c.topic, consumer=c.name, count=1)
 
@@ -103,10 +101,14 @@ class Redelivery:
         """Dead-letter some messages of a batch that is delivered otherwise, and count them
         now: the consumer's ack of the rest commits the batch without them."""
         await self.to_dead_letters(c, client, lease, msgs, reason, delivered)
-        token = AckToken(
-            c.name, client, self.ctx.store.broker, lease.queue, lease.offset, lease.next_offset, lease.lock_ts
-        )
+        token = self._lease_token(c, client, lease, lease.next_offset)
         await self.ctx.offsets.add_dead_letters(token, len(msgs), now_ms())
+
+    def _lease_token(self, c: ConsumerRecord, client: str, lease: Lease, next_offset: int) -> AckToken:
+        """The gateway's own settlement of a lease it holds, as an ack token would name it."""
+        return AckToken(
+            c.name, client, self.ctx.store.broker, lease.queue, lease.offset, next_offset, lease.lock_ts
+        )
 
     def _slot(self, c: ConsumerRecord, index: int) -> Slot:
         """The store queue behind a table index (dead letters name it in the one numbering)."""
