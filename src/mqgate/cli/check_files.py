@@ -11,11 +11,10 @@ from array import array
 from collections.abc import Iterator
 from pathlib import Path
 
-import msgspec
-
 from mqgate.cli.check import FileReport
 from mqgate.durable.append_file import install, write_new
 from mqgate.durable.framing import frame, scan
+from mqgate.offsets.backends.embedded import journal as offsets_journal
 from mqgate.scheduler.backends.embedded import log as schedule_log
 from mqgate.store.backends.embedded.queue_log import CHECKPOINT_FILE
 from mqgate.store.backends.embedded.segment import INDEX_SUFFIX, LOG_SUFFIX
@@ -194,21 +193,8 @@ class DataDirCheck:
             return
         report = self._report(path)
         data = path.read_bytes()
-        good: list[bytes] = []
-        dropped: list[str] = []
-        good_end = 0
-        decode = msgspec.msgpack.Decoder().decode
-        for pos, end, payload in scan(data):
-            good_end = end
-            if payload is None:
-                dropped.append(f"{end - pos} damaged bytes at {pos}")
-                continue
-            try:
-                decode(payload)
-            except msgspec.DecodeError:
-                dropped.append(f"unreadable record at {pos}")
-                continue
-            good.append(payload)
+        replayed = offsets_journal.replay(data)
+        good, dropped, good_end = replayed.good, replayed.dropped, replayed.valid_bytes
         report.facts.append(f"{len(good)} records")
         problems = [f"{len(dropped)} damaged records: {', '.join(dropped[:5])}"] if dropped else []
         if good_end < len(data):

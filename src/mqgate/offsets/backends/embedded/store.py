@@ -24,12 +24,13 @@ from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken
 from mqgate.durable.append_file import AppendFile, install, write_new
-from mqgate.durable.framing import frame, scan
+from mqgate.durable.framing import frame
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.space import DiskSpace
 from mqgate.errors import NotFound
 from mqgate.health import Health
 from mqgate.model import QueueBounds
+from mqgate.offsets.backends.embedded.journal import TableKey, commit_record, replay, table_record
 from mqgate.offsets.interface import Lease, OffsetEntry
 
 JOURNAL_FILE: Final = "journal.log"
@@ -37,8 +38,6 @@ COMPACT_MIN_RECORDS: Final = 10_000
 COMPONENT: Final = "offsets_journal"
 
 log = logging.getLogger(__name__)
-
-TableKey = tuple[str, str]
 
 _encode = msgspec.msgpack.Encoder().encode
 _decode = msgspec.msgpack.Decoder().decode
@@ -69,17 +68,9 @@ class EmbeddedOffsetStore:
             data = self._path.read_bytes()
         except FileNotFoundError:
             data = b""
-        good_end = 0
-        dropped: list[str] = []
-        for pos, end, payload in scan(data):
-            good_end = end
-            if payload is None:
-                dropped.append(f"{end - pos} damaged bytes at {pos}")
-                continue
-            try:
-                self._replay(_decode(payload))
-            except (msgspec.DecodeError, ValueError, TypeError, IndexError) as exc:
-                dropped.append(f"unreadable record at {pos}: {exc}")
+        replayed = replay(data)
+        self._tables, self._seen_ms = replayed.tables, replayed.seen_ms
+        good_end, dropped = replayed.valid_bytes, replayed.dropped
         where = str(self._path)
         if dropped:
             self.health.fault(
@@ -107,27 +98,8 @@ class EmbeddedOffsetStore:
             self._journal.close()
             self._journal = None
 
-    def _replay(self, rec: list[Any]) -> None:
-        kind = rec[0]
-        if kind == "t":
-            _, group, client, committed, dead, seen = rec
-            self._tables[(group, client)] = [
-                OffsetEntry(committed=c, dead_lettered=d) for c, d in zip(committed, dead, strict=True)
-            ]
-            self._seen_ms[(group, client)] = seen
-        elif kind == "c":
-            _, group, client, queue, committed, dead, seen = rec
-            table = self._tables.get((group, client))
-            if table is not None and queue < len(table):
-                table[queue].committed = committed
-                table[queue].dead_lettered = dead
-                self._seen_ms[(group, client)] = seen
-        elif kind == "x":
-            self._tables.pop((rec[1], rec[2]), None)
-            self._seen_ms.pop((rec[1], rec[2]), None)
-
     def _table_record(self, key: TableKey) -> list[Any]:
-        return _table_record(key, self._tables[key], self._seen_ms.get(key, 0))
+        return table_record(key, self._tables[key], self._seen_ms.get(key, 0))
 
     def _compact(self) -> None:
         """Rewrite the journal as one record per table: temp file, fsync, atomic rename."""
@@ -176,10 +148,6 @@ class EmbeddedOffsetStore:
     def after_sync(self) -> None:
         return None
 
-    @staticmethod
-    def _commit_record(key: TableKey, queue: int, committed: int, dead: int, now_ms: int) -> list[Any]:
-        return ["c", key[0], key[1], queue, committed, dead, now_ms]
-
     # --- tables -------------------------------------------------------------------------
 
     async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
@@ -188,13 +156,13 @@ class EmbeddedOffsetStore:
         if table is not None:
             if len(table) < len(starts):
                 added = [OffsetEntry(committed=s) for s in starts[len(table) :]]
-                self._log(_table_record(key, table + added, self._seen_ms.get(key, 0)))
+                self._log(table_record(key, table + added, self._seen_ms.get(key, 0)))
                 table.extend(added)
                 self._maybe_compact()
                 await self.committer.durable()
             return False
         entries = [OffsetEntry(committed=s) for s in starts]
-        self._log(_table_record(key, entries, now_ms))
+        self._log(table_record(key, entries, now_ms))
         self._tables[key] = entries
         self._seen_ms[key] = now_ms
         self._maybe_compact()
@@ -280,7 +248,7 @@ class EmbeddedOffsetStore:
         if refusal is not None or e is None:
             return refusal
         key = (token.consumer, token.client_id)
-        self._log(self._commit_record(key, token.queue, token.next_offset, e.dead_lettered + dead, now_ms))
+        self._log(commit_record(key, token.queue, token.next_offset, e.dead_lettered + dead, now_ms))
         e.committed = token.next_offset
         e.dead_lettered += dead
         if not dead_letters:  # an ack, not the gateway settling a batch it did not deliver
@@ -305,7 +273,7 @@ class EmbeddedOffsetStore:
         if refusal is not None or e is None:
             return refusal
         key = (token.consumer, token.client_id)
-        self._log(self._commit_record(key, token.queue, e.committed, e.dead_lettered + count, now_ms))
+        self._log(commit_record(key, token.queue, e.committed, e.dead_lettered + count, now_ms))
         e.dead_lettered += count
         self._seen_ms[key] = now_ms
         self._maybe_compact()
@@ -328,7 +296,7 @@ class EmbeddedOffsetStore:
         table = self._entries(group, client_id)
         e = table[queue]
         key = (group, client_id)
-        self._log(self._commit_record(key, queue, offset, e.dead_lettered, self._seen_ms.get(key, 0)))
+        self._log(commit_record(key, queue, offset, e.dead_lettered, self._seen_ms.get(key, 0)))
         e.committed = offset
         _unlock(e)
         e.attempts = 0
@@ -347,7 +315,7 @@ class EmbeddedOffsetStore:
         moves = {q: o for q, o in offsets.items() if o > table[q].committed}
         if moves:
             dead = {q: table[q].dead_lettered for q in moves}
-            self._log(*(self._commit_record(key, q, o, dead[q], now_ms) for q, o in moves.items()))
+            self._log(*(commit_record(key, q, o, dead[q], now_ms) for q, o in moves.items()))
             for queue, offset in moves.items():
                 e = table[queue]
                 e.committed = offset
@@ -386,17 +354,6 @@ class EmbeddedOffsetStore:
         bucket = self._buckets.get(group)
         if bucket is not None and bucket.rate_per_s == rate_per_s:
             bucket.give_back(count)
-
-
-def _table_record(key: TableKey, table: list[OffsetEntry], seen_ms: int) -> list[Any]:
-    return [
-        "t",
-        key[0],
-        key[1],
-        [e.committed for e in table],
-        [e.dead_lettered for e in table],
-        seen_ms,
-    ]
 
 
 def _unlock(e: OffsetEntry) -> None:
