@@ -112,6 +112,38 @@ def test_a_new_token_reaches_every_gateway_within_the_refresh(gateways: Any) -> 
     assert produce(b, new, "t-p") == 200
 
 
+def test_revocations_deletions_and_growth_reach_every_gateway_at_once(gateways: Any) -> None:  # noqa: F811
+    # A refresh period of a minute: only the change notice can make B see these in time.
+    a, b = gateways(refresh_s=60), gateways(refresh_s=60)
+    ptoken, ctoken = a.setup_topic("t", queues=2)
+    assert produce(b, ptoken, "t-p") == 200  # B looks the unknown token up (a miss)
+    call(a, "DELETE", "/admin/producers/t-p/token")
+    wait_until(lambda: produce(b, ptoken, "t-p") == 401, 1.0, "B to refuse the revoked token")
+
+    def pulls(server: Server) -> int:
+        h = {"Authorization": f"Bearer {ctoken}"}
+        return httpx.get(
+            server.url + "/mq/message", params={"topic": "t", "consumer": "t-c"}, headers=h
+        ).status_code
+
+    assert pulls(b) == 200
+    assert call(a, "DELETE", "/admin/consumers/t-c").status_code == 200
+    wait_until(lambda: pulls(b) == 401, 1.0, "B to refuse the deleted consumer")
+
+    new = call(a, "POST", "/admin/producers/t-p/token").json()["result"]["token"]
+    assert call(a, "PATCH", "/admin/topics/t", queues=4).status_code == 200
+
+    def queues_used_on_b() -> set[int]:
+        h = {"Authorization": f"Bearer {new}"}
+        msgs = [{"message": "m", "orderKey": f"k{i}"} for i in range(40)]
+        r = httpx.post(b.url + "/mq/produce/batch", json={"producer": "t-p", "messages": msgs}, headers=h)
+        return {x["queue"] for x in r.json()["result"]["receipts"]} if r.status_code == 200 else set()
+
+    wait_until(
+        lambda: queues_used_on_b() == {0, 1, 2, 3}, 1.0, "B to produce to the grown topic's new queues"
+    )
+
+
 def test_the_cli_lists_rekeys_and_changes(server: Server) -> None:
     ptoken, _ = server.setup_topic("t")
     base = [MQGATE]
@@ -130,3 +162,12 @@ def test_the_cli_lists_rekeys_and_changes(server: Server) -> None:
     assert "lock timeout 2 s, max attempts 7" in run(
         "consumer", "set", "t-c", "--lock-timeout-s", "2", "--max-attempts", "7"
     )
+    assert "8 queues per lane" in run("topic", "grow", "t", "--queues", "8")
+    assert "12 queues per lane, max priority 1" in run(
+        "topic", "grow", "t", "--queues", "12", "--max-priority", "1"
+    )
+    assert "consumer t-c deleted" in run("consumer", "delete", "t-c", "--keep-dead-letters")
+    assert "producer t-p deleted" in run("producer", "delete", "t-p")
+    assert "topic t deleted" in run("topic", "delete", "t")
+    assert "t" not in [t["name"] for t in server.admin("GET", "/admin/topics")["topics"]]
+    assert "%DLQ%t-c" in [t["name"] for t in server.admin("GET", "/admin/topics")["topics"]]

@@ -29,12 +29,12 @@ ADMIN = "mqa_test_shared_admin"
 def gateways(own_redis: RedisServer, pg_url: str, tmp_path: Path) -> Iterator[Callable[..., Server]]:
     started: list[Server] = []
 
-    def start(*extra: str, name: str = "") -> Server:
+    def start(*extra: str, name: str = "", refresh_s: float = REFRESH_S) -> Server:
         srv = Server(
             tmp_path / f"gw{len(started)}{name}" / "data",
             admin_token=ADMIN,
             extra_args=["--store", own_redis.url, "--registry", pg_url, *extra],
-            env={"MQGATE_REGISTRY_REFRESH_S": str(REFRESH_S)},
+            env={"MQGATE_REGISTRY_REFRESH_S": str(refresh_s)},
         )
         srv.data_dir.parent.mkdir(parents=True, exist_ok=True)
         started.append(srv)

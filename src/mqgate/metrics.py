@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -37,6 +38,12 @@ class Metrics:
             ["target"],
             registry=r,
         )
+        self.dropped_held = Counter(
+            "mqgate_dropped_held_messages",
+            "Scheduled destinations dropped when due because their topic or consumer was deleted",
+            ["target"],
+            registry=r,
+        )
         self.lag = Gauge("mqgate_consumer_lag", "Unconsumed messages", ["consumer"], registry=r)
         self.latency = Histogram(
             "mqgate_request_seconds",
@@ -56,6 +63,12 @@ class Metrics:
         if found is None:
             found = self._children[key] = metric.labels(*labels)
         return found
+
+    def forget_gauge(self, metric: Any, *labels: str) -> None:
+        """Drop a gauge's series (its subject was deleted), so it does not linger at its last value."""
+        self._children.pop((id(metric), labels), None)
+        with contextlib.suppress(KeyError):
+            metric.remove(*labels)
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))

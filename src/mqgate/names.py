@@ -12,6 +12,8 @@ _NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 DLQ_PREFIX: Final = "%DLQ%"
 # Topics the gateway makes for each consumer: dead letters, redelivery with backoff, inbox.
 INTERNAL_PREFIXES: Final = (DLQ_PREFIX, "%RETRY%", "%INBOX%")
+# The offsets group that records what was redriven from a consumer's dead letters.
+REDRIVE_PREFIX: Final = "%REDRIVE%"
 
 
 def validate_name(value: object, field: str) -> str:

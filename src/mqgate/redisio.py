@@ -7,8 +7,11 @@ folder, pasted in front of the script (Lua scripts cannot import one another).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator
+import logging
+import random
+from collections.abc import Awaitable, Callable, Iterator
 from importlib import resources
 from typing import Any, Final
 
@@ -16,6 +19,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
 from mqgate.errors import StorageError, Unavailable
+
+log = logging.getLogger(__name__)
 
 INCLUDE: Final = "--! include "
 SOCKET_TIMEOUT_S: Final = 5.0
@@ -84,3 +89,58 @@ def redact(url: str) -> str:
     creds, _, host = rest.rpartition("@")
     user = creds.split(":", 1)[0]
     return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}{creds}@{host}"
+
+
+LISTEN_IDLE_S: Final = 10.0  # a quiet listener pings this often
+LISTEN_DEAD_S: Final = 3 * LISTEN_IDLE_S
+RECONNECT_MIN_S: Final = 0.05
+RECONNECT_MAX_S: Final = 2.0
+
+
+async def listen_forever(
+    client: aioredis.Redis,
+    channel: str,
+    on_message: Callable[[bytes], Awaitable[None]],
+    on_reconnect: Callable[[], Awaitable[None]],
+    listening: asyncio.Event,
+    what: str,
+) -> None:
+    """Call `on_message` with each message published on `channel`, reconnecting for ever
+    (never raises but CancelledError); after a reconnect, `on_reconnect` (what was published
+    meanwhile is lost). A connection that died silently is noticed by pinging."""
+    delay = RECONNECT_MIN_S
+    reconnecting = False
+    loop = asyncio.get_running_loop()
+    while True:
+        pubsub = client.pubsub()
+        try:
+            await pubsub.subscribe(channel)
+            listening.set()
+            if reconnecting:
+                log.info("%s reconnected", what)
+                await on_reconnect()
+            delay = RECONNECT_MIN_S
+            heard = loop.time()
+            while True:
+                msg = await pubsub.parse_response(block=False, timeout=LISTEN_IDLE_S)
+                if msg is None:
+                    if loop.time() - heard > LISTEN_DEAD_S:
+                        raise rexc.ConnectionError(f"no answer for {LISTEN_DEAD_S:.0f}s")
+                    await pubsub.ping()
+                    continue
+                heard = loop.time()
+                if msg[0] == b"message":
+                    await on_message(msg[2])
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            # Loudly once per outage, then quietly while Redis stays away.
+            level = logging.WARNING if listening.is_set() or not reconnecting else logging.DEBUG
+            log.log(level, "%s: %s; reconnecting in %.2fs", what, exc, delay)
+        finally:
+            reconnecting = True
+            listening.clear()
+            with contextlib.suppress(Exception):
+                await pubsub.aclose()  # type: ignore[no-untyped-call]
+        await asyncio.sleep(delay * (0.5 + random.random()))
+        delay = min(delay * 2, RECONNECT_MAX_S)

@@ -106,6 +106,11 @@ class TopicOut(Output, kw_only=True):
     max_priority: int
 
 
+class DeletedOut(Output, kw_only=True):
+    name: str
+    deleted: bool
+
+
 class TopicsOut(Output, kw_only=True):
     topics: list[TopicOut]
 

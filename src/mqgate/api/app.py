@@ -27,7 +27,7 @@ from mqgate.health import Health
 from mqgate.metrics import Metrics
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.interface import OffsetStore
-from mqgate.registry.cache import RegistryCache
+from mqgate.registry.cache import Notices, RegistryCache
 from mqgate.registry.sql import SqlRegistry
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Scheduler
@@ -132,12 +132,15 @@ class Backends:
     scheduler: Scheduler
     start: Callable[[], Awaitable[None]]
     stop: Callable[[], Awaitable[None]]
+    # How registry changes reach the other gateways at once (None: one gateway, or refresh only).
+    notices: Notices | None = None
 
 
 def backends_for(settings: Settings, health: Health | None = None) -> Backends:
     if settings.uses_redis:
         from mqgate import redisio
         from mqgate.offsets.backends.redis import RedisOffsetStore
+        from mqgate.registry.redis_notices import RedisRegistryNotices
         from mqgate.scheduler.backends.redis import RedisScheduler
         from mqgate.store.backends.redis import RedisStore
 
@@ -153,6 +156,7 @@ def backends_for(settings: Settings, health: Health | None = None) -> Backends:
             RedisScheduler(client, prefix=settings.redis_prefix),
             nothing,
             client.aclose,
+            RedisRegistryNotices(client, settings.redis_prefix),
         )
     health = health or Health()
     committer = GroupCommitter(settings.fsync_interval_ms, health)
@@ -186,7 +190,7 @@ def build_app(settings: Settings) -> App:
     metrics = Metrics()
     health = Health(metrics.registry)
     backends = backends_for(settings, health)
-    registry = RegistryCache(sql, settings.registry_refresh_s)
+    registry = RegistryCache(sql, settings.registry_refresh_s, backends.notices)
     gateway = Gateway(
         Context(
             settings, backends.store, backends.offsets, backends.scheduler, registry, metrics, secret, health

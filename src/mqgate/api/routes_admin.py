@@ -58,6 +58,33 @@ class AdminRoutes:
         )
         return Response(topic_out(rec))
 
+    async def change_topic(self, req: Request) -> Response:
+        inp: s.TopicChangeIn = req.input
+        rec = await self.gw.topology.change_topic(
+            inp.name,
+            queues=inp.queues,
+            max_priority=inp.max_priority,
+            retention_ms=inp.retention_ms,
+            retention_bytes=inp.retention_bytes,
+        )
+        return Response(topic_out(rec))
+
+    async def show_topic(self, req: Request) -> Response:
+        return Response(topic_out(await self.gw.topology.topic(req.input.name)))
+
+    async def delete_topic(self, req: Request) -> Response:
+        await self.gw.topology.delete_topic(req.input.name)
+        return Response(a.DeletedOut(name=req.input.name, deleted=True))
+
+    async def delete_producer(self, req: Request) -> Response:
+        await self.gw.topology.delete_producer(req.input.name)
+        return Response(a.DeletedOut(name=req.input.name, deleted=True))
+
+    async def delete_consumer(self, req: Request) -> Response:
+        inp: s.ConsumerDeleteIn = req.input
+        await self.gw.topology.delete_consumer(inp.name, inp.keep_dead_letters)
+        return Response(a.DeletedOut(name=inp.name, deleted=True))
+
     async def list_topics(self, req: Request) -> Response:
         topics = self.gw.ctx.registry.snapshot.topics.values()
         return Response(a.TopicsOut(topics=[topic_out(t) for t in topics]))
@@ -185,6 +212,60 @@ class AdminRoutes:
                 "List topics",
                 None,
                 a.TopicsOut,
+                body="none",
+            ),
+            Route(
+                "GET",
+                "/admin/topics/{name}",
+                self.show_topic,
+                "admin",
+                "Show a topic",
+                s.TopicNameIn,
+                a.TopicOut,
+                (404,),
+                body="none",
+            ),
+            Route(
+                "PATCH",
+                "/admin/topics/{name}",
+                self.change_topic,
+                "admin",
+                "Grow a topic (queues, priority lanes) or change its retention, live",
+                s.TopicChangeIn,
+                a.TopicOut,
+                (404,),
+            ),
+            Route(
+                "DELETE",
+                "/admin/topics/{name}",
+                self.delete_topic,
+                "admin",
+                "Delete a topic and its messages (refused while producers or consumers use it)",
+                s.TopicNameIn,
+                a.DeletedOut,
+                (404, 409),
+                body="none",
+            ),
+            Route(
+                "DELETE",
+                "/admin/producers/{name}",
+                self.delete_producer,
+                "admin",
+                "Delete a producer: its token is refused from now on; its messages stay",
+                s.NamedIn,
+                a.DeletedOut,
+                (404,),
+                body="none",
+            ),
+            Route(
+                "DELETE",
+                consumer,
+                self.delete_consumer,
+                "admin",
+                "Delete a consumer: its offsets, retry queue, inbox and (unless kept) dead letters",
+                s.ConsumerDeleteIn,
+                a.DeletedOut,
+                (404,),
                 body="none",
             ),
             Route(

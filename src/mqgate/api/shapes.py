@@ -34,6 +34,7 @@ NAME_PATTERN: Final = r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
 TOPIC_PATTERN: Final = r"^(%DLQ%|%RETRY%|%INBOX%)?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
 
 Name = Annotated[str, Meta(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; 1-128")]
+RetentionBytes = Annotated[int, Meta(ge=0, le=2**62, description="per queue; 0 = unlimited")]
 TopicName = Annotated[str, Meta(pattern=TOPIC_PATTERN, description="a topic name")]
 Item = Annotated[str, Meta(max_length=MAX_ITEM_CHARS)]
 Items = Annotated[list[Item], Meta(max_length=MAX_LIST_ITEMS)]
@@ -161,8 +162,28 @@ class TopicIn(Input, kw_only=True, frozen=True):
     name: Name
     queues: Annotated[int, Meta(ge=1, le=MAX_QUEUES)] | None = None
     retention_ms: Annotated[int, Meta(ge=1000, le=2**62)] | None = None
-    retention_bytes: Annotated[int, Meta(ge=0, le=2**62, description="per queue; 0 = unlimited")] = 0
+    retention_bytes: RetentionBytes = 0
     max_priority: Annotated[int, Meta(ge=0, le=MAX_PRIORITY)] = 0
+
+
+class TopicChangeIn(Input, kw_only=True, frozen=True):
+    """What may change on a topic, live: it grows (more queues per lane, more priority lanes)
+    and its retention changes; it never shrinks."""
+
+    name: TopicName
+    queues: Annotated[int, Meta(ge=1, le=MAX_QUEUES)] | None = None
+    max_priority: Annotated[int, Meta(ge=0, le=MAX_PRIORITY)] | None = None
+    retention_ms: Annotated[int, Meta(ge=1000, le=2**62)] | None = None
+    retention_bytes: RetentionBytes | None = None
+
+
+class TopicNameIn(Input, kw_only=True, frozen=True):
+    name: TopicName
+
+
+class ConsumerDeleteIn(Input, kw_only=True, frozen=True):
+    name: Name
+    keep_dead_letters: Annotated[bool, Meta(description="keep its dead-letter topic")] = False
 
 
 class ProducerIn(Input, kw_only=True, frozen=True):

@@ -1,4 +1,4 @@
-"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert|set|token`, `mqgate alerts`."""
+"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert|set|token|delete`, `mqgate alerts`."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ from typing import Any
 
 from mqgate.cli.admin import admin_command, table
 from mqgate.cli.producer import token_command
+from mqgate.cli.topic import delete_command
 
 # `mqgate alerts` exits with this status while a backlog alert is active, so a cron job or a
 # monitoring check can act on it without parsing the output.
@@ -102,6 +103,7 @@ def add_parser(commands: Any) -> None:
         ],
     )
     token_command(actions, "consumer")
+    delete_command(actions, "consumer", "with its offsets, retry queue, inbox and dead letters")
 
     alerts = commands.add_parser(
         "alerts", help=f"active backlog alerts (exit status {ALERTING} while one is active, else 0)"

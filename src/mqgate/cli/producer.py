@@ -1,10 +1,11 @@
-"""`mqgate producer register|list|token`."""
+"""`mqgate producer register|list|token|delete`."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mqgate.cli.admin import admin_command, table
+from mqgate.cli.topic import delete_command
 
 
 def add_parser(commands: Any) -> None:
@@ -37,6 +38,7 @@ def add_parser(commands: Any) -> None:
         ),
     )
     token_command(actions, "producer")
+    delete_command(actions, "producer", "(its token is refused from then on; its messages stay)")
 
 
 def token_command(actions: Any, kind: str) -> None:

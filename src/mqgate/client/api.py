@@ -249,6 +249,31 @@ class Client:
         what = f"{'revoking the token of' if revoke else 'a new token for'} {kind} {name}"
         return self.call("DELETE" if revoke else "POST", path, {}, what=what)
 
+    def change_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        max_priority: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> Any:
+        """Grow a topic or change its retention, live."""
+        body = {
+            "queues": queues,
+            "maxPriority": max_priority,
+            "retentionMs": retention_ms,
+            "retentionBytes": retention_bytes,
+        }
+        path = f"/admin/topics/{_path_part(name)}"
+        return self.call("PATCH", path, _compact(body), what=f"changing topic {name}")
+
+    def delete(self, kind: str, name: str, *, keep_dead_letters: bool = False) -> Any:
+        """Delete topic, producer or consumer `name` (docs/PROTOCOL.md, "Deleting")."""
+        params = {"keepDeadLetters": "true"} if keep_dead_letters else None
+        path = f"/admin/{kind}s/{_path_part(name)}"
+        return self.call("DELETE", path, params=params, what=f"deleting {kind} {name}")
+
     def _consumer_action(self, consumer: str, action: str, body: dict[str, Any]) -> Any:
         path = f"/admin/consumers/{_path_part(consumer)}/{action}"
         return self.call("POST", path, body, what=f"{action} consumer {consumer}")

@@ -4,13 +4,19 @@ A consumer reads three store topics: its topic, whose queues come in priority la
 `queues` queues each (lane p holds priority p, for p up to the topic's max priority), its
 retry topic (messages redelivered with backoff, SPEC S5) and its inbox (point-to-point
 messages, SPEC S1). Its table lists them in an order that only ever grows at the end, so a
-table written before a topic gained lanes stays valid:
+table written before a topic grew stays valid:
 
-    [topic lane 0: queues] [retry: 1] [inbox: 1] [topic lane 1: queues] [lane 2] ...
+    [topic lane 0: queues] [retry: 1] [inbox: 1] [topic lane 1: queues] [lane 2] ... [grown] ...
+
+A topic's (lane, queue) cells are numbered as store queues by its `QueueGrid`: lane by lane at
+creation, and when the topic grows (more queues per lane, or more lanes) the new cells take the
+next numbers, lane by lane. No stored message ever changes its queue number, and a consumer's
+table only grows at the end.
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Final
 
@@ -36,19 +42,79 @@ class Slot:
     lane: int
 
 
+# A topic's shape at one time: (queues per lane, lanes). Shapes only grow, in both.
+Shape = tuple[int, int]
+
+
+class QueueGrid:
+    """The store queue numbers of a topic's (lane, queue) cells, over the shapes it has had."""
+
+    __slots__ = ("_cells", "_numbers", "first_queues", "lanes", "queues")
+
+    def __init__(self, shapes: tuple[Shape, ...]) -> None:
+        if not shapes:
+            raise ValueError("a topic has at least one shape")
+        self._cells: list[tuple[int, int]] = []  # store queue -> (lane, queue)
+        self._numbers: dict[tuple[int, int], int] = {}
+        for queues, lanes in shapes:
+            for lane in range(lanes):
+                for queue in range(queues):
+                    if (lane, queue) not in self._numbers:
+                        self._numbers[lane, queue] = len(self._cells)
+                        self._cells.append((lane, queue))
+        self.queues, self.lanes = shapes[-1]
+        # The queues that sit before the side queues in every consumer table.
+        self.first_queues = shapes[0][0]
+
+    @property
+    def size(self) -> int:
+        return len(self._cells)
+
+    def store_queue(self, lane: int, queue: int) -> int:
+        """The store queue of `queue` (0..queues-1) in priority lane `lane`."""
+        return self._numbers[lane, queue]
+
+    def lane_of(self, store_queue: int) -> int:
+        return self._cells[store_queue][0]
+
+    def table_index(self, store_queue: int) -> int:
+        """Where a topic's store queue sits in a consumer's table. Internal only: every answer
+        and parameter names queues by store queue (docs/PROTOCOL.md, "Queue numbers")."""
+        return store_queue if store_queue < self.first_queues else store_queue + SIDE_QUEUES
+
+
+@functools.lru_cache(maxsize=4096)
+def grid_for(shapes: tuple[Shape, ...]) -> QueueGrid:
+    return QueueGrid(shapes)
+
+
+def grown(shapes: tuple[Shape, ...], queues: int, lanes: int) -> tuple[Shape, ...]:
+    """The shapes after growing to `queues` per lane and `lanes` lanes; ValueError when that
+    would take a queue or a lane away."""
+    now_queues, now_lanes = shapes[-1]
+    if queues < now_queues or lanes < now_lanes:
+        raise ValueError(f"a topic only grows: it has {now_queues} queues in {now_lanes} lanes")
+    if (queues, lanes) == shapes[-1]:
+        return shapes
+    return (*shapes, (queues, lanes))
+
+
 @dataclass(slots=True, frozen=True)
 class Layout:
     consumer: str
     topic: str
-    queues: int  # per lane
-    lanes: int  # max priority + 1
+    grid: QueueGrid
+
+    @property
+    def topic_queues(self) -> int:
+        return self.grid.size
 
     @property
     def size(self) -> int:
-        return self.queues * self.lanes + SIDE_QUEUES
+        return self.grid.size + SIDE_QUEUES
 
     def slot(self, index: int) -> Slot:
-        q = self.queues
+        q = self.grid.first_queues
         if not 0 <= index < self.size:
             raise IndexError(index)
         if index < q:
@@ -58,15 +124,4 @@ class Layout:
         if index == q + 1:
             return Slot(inbox_topic(self.consumer), 0, 0)
         store_queue = index - SIDE_QUEUES
-        return Slot(self.topic, store_queue, store_queue // q)
-
-
-def store_queue_for(lane: int, queue: int, queues: int) -> int:
-    """The store queue of `queue` (0..queues-1) in priority lane `lane`."""
-    return lane * queues + queue
-
-
-def table_index(store_queue: int, queues: int) -> int:
-    """Where a topic's store queue sits in a consumer's table. Internal only: every answer and
-    parameter names queues by store queue (docs/PROTOCOL.md, "Queue numbers")."""
-    return store_queue if store_queue < queues else store_queue + SIDE_QUEUES
+        return Slot(self.topic, store_queue, self.grid.lane_of(store_queue))

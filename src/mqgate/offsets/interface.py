@@ -110,6 +110,10 @@ class OffsetStore(Protocol):
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
         """Remove broadcast clientIds not seen since `idle_before_ms`; return them."""
 
+    async def drop_group(self, group: str) -> None:
+        """Delete every table of the group (cluster and broadcast clients) and its rate bucket
+        (the consumer was deleted)."""
+
     async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
         """Take up to `wanted` from the group's token bucket, shared by every gateway.
 

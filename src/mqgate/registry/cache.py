@@ -12,7 +12,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Final
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
 
 from mqgate.errors import MqgateError
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
@@ -23,10 +24,21 @@ log = logging.getLogger(__name__)
 MISS_REFRESH_S: Final = 0.2
 
 
+class Notices(Protocol):
+    """Registry changes announced between gateways as they happen (e.g. Redis pub/sub)."""
+
+    async def start(self, on_notice: Callable[[int], Awaitable[None]]) -> None: ...
+
+    async def announce(self, version: int) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
 class RegistryCache:
-    def __init__(self, registry: SqlRegistry, refresh_s: float) -> None:
+    def __init__(self, registry: SqlRegistry, refresh_s: float, notices: Notices | None = None) -> None:
         self.registry = registry
         self.refresh_s = refresh_s
+        self.notices = notices
         self.snapshot = Snapshot(0, {}, {}, {})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
@@ -34,8 +46,9 @@ class RegistryCache:
         self._miss_lock = asyncio.Lock()
         # Called after each refresh that changed something (e.g. to make the store topics of new
         # registrations), with the records that changed (and the topics of changed consumers)
-        # as a Snapshot; with the whole snapshot after a full reload or a failed call.
-        self.on_change: Callable[[Snapshot], Awaitable[None]] | None = None
+        # as a Snapshot (the whole snapshot after a full reload or a failed call), and the
+        # records that are gone.
+        self.on_change: Callable[[Snapshot, Removed], Awaitable[None]] | None = None
         self.on_change_failures = 0
         self._resync = False  # the last on_change failed: hand the next one everything
         self.full_reloads = 0
@@ -44,8 +57,20 @@ class RegistryCache:
         await asyncio.to_thread(self.registry.create_schema)
         await self.refresh(force=True)
         self._task = asyncio.get_running_loop().create_task(self._loop(), name="registry-refresh")
+        if self.notices is not None:
+            await self.notices.start(self._noticed)
+
+    async def _noticed(self, version: int) -> None:
+        """Another gateway changed the registry (version -1: maybe; look)."""
+        if version < 0 or version > self.snapshot.version:
+            try:
+                await self.refresh()
+            except MqgateError as exc:
+                log.warning("registry refresh on notice failed, the next one retries: %s", exc.message)
 
     async def stop(self) -> None:
+        if self.notices is not None:
+            await self.notices.stop()
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -71,20 +96,22 @@ class RegistryCache:
                     await self._apply(self.snapshot)
                 return False
             if found is None:
+                old = self.snapshot
                 self.snapshot = await asyncio.to_thread(self.registry.snapshot)
                 self.full_reloads += 1
-                changed = self.snapshot
+                changed, removed = self.snapshot, removed_between(old, self.snapshot)
             else:
                 self.snapshot, changed = _merged(self.snapshot, found)
-            await self._apply(self.snapshot if self._resync else changed)
+                removed = Removed(*(frozenset(k for k, v in d.items() if v is None) for d in _parts(found)))
+            await self._apply(self.snapshot if self._resync else changed, removed)
             return True
 
-    async def _apply(self, changed: Snapshot) -> None:
+    async def _apply(self, changed: Snapshot, removed: Removed | None = None) -> None:
         self._resync = False
         if self.on_change is None:
             return
         try:
-            await self.on_change(changed)
+            await self.on_change(changed, removed or Removed())
         except MqgateError as exc:  # e.g. Redis briefly down: the next refresh retries
             self._resync = True
             self.on_change_failures += 1
@@ -115,6 +142,8 @@ class RegistryCache:
         """Apply a change through the registry and refresh this gateway's copy at once."""
         await asyncio.to_thread(getattr(self.registry, method), *args, **kwargs)
         await self.refresh()
+        if self.notices is not None:
+            await self.notices.announce(self.snapshot.version)
 
     def topic(self, name: str) -> TopicRecord | None:
         return self.snapshot.topics.get(name)
@@ -124,6 +153,30 @@ class RegistryCache:
 
     def consumer(self, name: str) -> ConsumerRecord | None:
         return self.snapshot.consumers.get(name)
+
+
+@dataclass(slots=True, frozen=True)
+class Removed:
+    """The records a refresh found gone, by name."""
+
+    topics: frozenset[str] = frozenset()
+    producers: frozenset[str] = frozenset()
+    consumers: frozenset[str] = frozenset()
+
+    def __bool__(self) -> bool:
+        return bool(self.topics or self.producers or self.consumers)
+
+
+def removed_between(old: Snapshot, new: Snapshot) -> Removed:
+    return Removed(
+        frozenset(old.topics.keys() - new.topics.keys()),
+        frozenset(old.producers.keys() - new.producers.keys()),
+        frozenset(old.consumers.keys() - new.consumers.keys()),
+    )
+
+
+def _parts(changes: Changes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    return changes.topics, changes.producers, changes.consumers
 
 
 def _merged(old: Snapshot, changes: Changes) -> tuple[Snapshot, Snapshot]:

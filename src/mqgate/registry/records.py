@@ -8,6 +8,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
+from mqgate.core.layout import QueueGrid, Shape, grid_for
+
 TOKEN_BYTES: Final = 32
 
 
@@ -33,6 +35,22 @@ class TopicRecord:
     created_ms: int
     # Priorities 0..max_priority get a lane of `queues` queues each (0 = no priority lanes).
     max_priority: int = 0
+    # The shapes the topic had before it grew, oldest first: "QUEUESxLANES" joined by ",".
+    grown_from: str = ""
+
+    @property
+    def shapes(self) -> tuple[Shape, ...]:
+        earlier = [tuple(map(int, s.split("x"))) for s in self.grown_from.split(",") if s]
+        return (*[(q, lanes) for q, lanes in earlier], (self.queues, self.max_priority + 1))
+
+    @property
+    def grid(self) -> QueueGrid:
+        """How its (lane, queue) cells are numbered as store queues."""
+        return grid_for(self.shapes)
+
+    @property
+    def store_queues(self) -> int:
+        return self.queues * (self.max_priority + 1)
 
 
 @dataclass(slots=True, frozen=True)

@@ -27,6 +27,7 @@ topics = sa.Table(
     sa.Column("retention_bytes", sa.BigInteger, nullable=True),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.Column("max_priority", sa.Integer, nullable=False, server_default="0"),
+    sa.Column("grown_from", sa.Text, nullable=False, server_default=""),
 )
 producers = sa.Table(
     "mqgate_producers",
@@ -182,6 +183,20 @@ class SqlRegistry:
 
     def add_consumer(self, rec: ConsumerRecord) -> None:
         self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}", "consumer", rec.name)
+
+    def remove(self, kind: str, name: str) -> None:
+        """Delete the topic, producer or consumer `name` (NotFound if there is none)."""
+        table = {"topic": topics, "producer": producers, "consumer": consumers}[kind]
+        try:
+            with self.engine.begin() as conn:
+                if conn.execute(sa.delete(table).where(table.c.name == name)).rowcount == 0:
+                    raise NotFound(f"{kind} {name} is not registered", field=kind)
+                self._bump(conn, kind, name)
+        except SQLAlchemyError as exc:
+            raise Unavailable(f"registry database error: {exc}") from exc
+
+    def update_topic(self, name: str, **changes: Any) -> None:
+        self._update(topics, "topic", name, changes)
 
     def update_consumer(self, name: str, **changes: Any) -> None:
         self._update(consumers, "consumer", name, changes)

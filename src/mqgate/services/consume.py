@@ -201,11 +201,17 @@ class Consuming:
             )
         return validate_name(client_id, "clientId")
 
+    def forget(self, consumer: str) -> None:
+        """The consumer was deleted: its tables are gone, and one of the same name starts anew."""
+        for key in [k for k in self._table_sizes if k[0] == consumer]:
+            del self._table_sizes[key]
+
     async def ensure_table(self, c: ConsumerRecord, layout: Layout, client: str) -> None:
         """The consumer's (or broadcast client's) offset table covers every queue of `layout`."""
         key = (c.name, client)
         if self._table_sizes.get(key, 0) < layout.size:
-            starts = await self.topology.start_offsets(c, layout)
+            table = await self.ctx.offsets.table(c.name, client)
+            starts = await self.topology.start_offsets(c, layout, len(table) if table else 0)
             await self.ctx.offsets.ensure_table(c.name, client, starts, now_ms())
             self._table_sizes[key] = layout.size
 

@@ -24,11 +24,10 @@ from typing import Final
 
 import msgspec
 
-from mqgate.core.layout import store_queue_for
 from mqgate.core.tokens import AckToken
 from mqgate.errors import BadRequest, Conflict, NotFound
 from mqgate.model import QueueBounds, StoredMessage
-from mqgate.names import dlq_topic
+from mqgate.names import REDRIVE_PREFIX, dlq_topic
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.context import Context, now_ms
@@ -38,7 +37,6 @@ from mqgate.services.topology import Topology
 
 log = logging.getLogger(__name__)
 
-REDRIVE_PREFIX: Final = "%REDRIVE%"
 CLAIM_PREFIX: Final = "o"
 DLQ_PROPERTY_PREFIX: Final = "dlq."
 # A redrive holds the DLQ's redrive lock at most this long (a gateway that dies frees it then).
@@ -241,13 +239,12 @@ class DeadLetters:
         placed: list[tuple[int, str, str, int, int]] = []  # dlq offset, message id, topic, queue, index
         for o, m in chosen:
             t = topics[m.properties.get("dlq.topic", c.topic)]
-            store_queues = t.queues * (t.max_priority + 1)
             original = m.properties.get("dlq.queue", "")
-            if "dlq.source" not in m.properties and original.isdigit() and int(original) < store_queues:
+            if "dlq.source" not in m.properties and original.isdigit() and int(original) < t.store_queues:
                 q = int(original)
             else:
                 lane = min(m.priority or 0, t.max_priority)
-                q = store_queue_for(lane, self.producing.queue_for(t.name, t.queues, None), t.queues)
+                q = self.producing.store_queue_for(t.name, t.grid, lane, None)
             batch = batches.setdefault(t.name, {}).setdefault(q, [])
             placed.append((o, m.msg_id, t.name, q, len(batch)))
             batch.append(redriven_message(m, ts))

@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_BROADCAST
+from mqgate.registry.cache import Removed
 from mqgate.registry.records import Snapshot
 from mqgate.services.browse import Browsing
 from mqgate.services.consume import Consuming
@@ -103,7 +104,11 @@ class Gateway:
                 signal.signal(sig, previous)
         self._chained = []
 
-    async def _registry_changed(self, changed: Snapshot) -> None:
+    async def _registry_changed(self, changed: Snapshot, removed: Removed) -> None:
+        self.topology.forget(removed)
+        for name in removed.consumers:
+            self.consuming.forget(name)
+            self.operations.lag_changed(name)  # its gauge goes
         await self.topology.sync(changed)
         for name in changed.consumers:
             self.operations.lag_changed(name)

@@ -3,7 +3,6 @@ track their own position (a Spark job): SPEC D1."""
 
 from __future__ import annotations
 
-from mqgate.core.layout import table_index
 from mqgate.errors import BadRequest
 from mqgate.model import MODE_CLUSTER, QueueBounds
 from mqgate.registry.records import ConsumerRecord
@@ -43,17 +42,17 @@ class LogReading:
         layout = await self.topology.layout(c)
         await self.consuming.ensure_table(c, layout, "")
         bounds = await self.topology.bounds(layout)
-        topic_queues = layout.queues * layout.lanes
+        topic_queues = layout.topic_queues
         moves: dict[int, int] = {}
         for q, offset in offsets.items():
             where = f"offsets.{q}"
             if not 0 <= q < topic_queues:
                 raise BadRequest(f"topic {c.topic} has queues 0 to {topic_queues - 1}", field=where)
-            index = table_index(q, layout.queues)
+            index = layout.grid.table_index(q)
             if not 0 <= offset <= bounds[index].max:
                 raise BadRequest(
                     f"offset must be between 0 and the queue's end {bounds[index].max}", field=where
                 )
             moves[index] = offset
         committed = await self.ctx.offsets.advance(c.name, "", moves, now_ms())
-        return {q: committed[table_index(q, layout.queues)] for q in offsets}
+        return {q: committed[layout.grid.table_index(q)] for q in offsets}

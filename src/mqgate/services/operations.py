@@ -10,10 +10,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from mqgate.core.layout import Slot
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
+from mqgate.offsets.interface import OffsetEntry
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
@@ -109,6 +109,9 @@ class Operations:
         total_lag = total_dead = 0
         for client in await ctx.offsets.clients(name):
             table = await ctx.offsets.table(name, client) or []
+            # Queues the topic gained since the table was last written are read from their
+            # beginning (the table grows at the next pull).
+            table += [OffsetEntry(committed=b.min) for b in bounds[len(table) :]]
             for b, e in zip(bounds, table, strict=False):
                 slot = layout.slot(b.queue)
                 lag = max(b.max - max(e.committed, b.min), 0)
@@ -163,7 +166,7 @@ class Operations:
         c = await self.topology.consumer(name)
         layout = await self.topology.layout(c)
         bounds = await self.topology.bounds(layout)
-        topic_queues = layout.queues * layout.lanes  # `queue` is a store queue of the topic
+        topic_queues = layout.topic_queues  # `queue` is a store queue of the topic
         if queue is not None and not 0 <= queue < topic_queues:
             raise BadRequest(f"queue must be between 0 and {topic_queues - 1}", field="queue")
         if to not in RESET_TARGETS:
@@ -182,7 +185,7 @@ class Operations:
             if await ctx.offsets.table(name, client) is None:
                 raise NotFound(f"consumer {name} has no clientId {client}", field="clientId")
             for b in bounds:
-                if queue is not None and layout.slot(b.queue) != Slot(c.topic, queue, queue // layout.queues):
+                if queue is not None and b.queue != layout.grid.table_index(queue):
                     continue
                 if to == "earliest":
                     target = b.min
@@ -258,8 +261,8 @@ class Operations:
     async def _refresh_lag(self, name: str) -> None:
         try:
             await self.progress(name)
-        except NotFound:
-            pass  # gone meanwhile
+        except NotFound:  # deleted: its series go
+            self.ctx.metrics.forget_gauge(self.ctx.metrics.lag, name)
         except MqgateError as exc:  # e.g. Redis briefly down: the next pass tries again
             log.warning("lag of consumer %s: %s", name, exc.message)
         except Exception:

@@ -11,7 +11,7 @@ from typing import Final
 import msgspec
 
 from mqgate.core.ids import new_message_ids
-from mqgate.core.layout import INBOX_PREFIX, store_queue_for
+from mqgate.core.layout import INBOX_PREFIX, QueueGrid
 from mqgate.errors import BadRequest, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord
@@ -42,6 +42,10 @@ class Producing:
             counter = self._round_robin[topic] = itertools.count()
         return next(counter) % queues
 
+    def store_queue_for(self, topic: str, grid: QueueGrid, lane: int, order_key: str | None) -> int:
+        """The store queue of a message in priority lane `lane` of a topic."""
+        return grid.store_queue(lane, self.queue_for(topic, grid.queues, order_key))
+
     async def produce(self, producer: ProducerRecord, messages: list[MessageInput]) -> list[Receipt]:
         topic = await self.topology.topic(producer.topic)
         ts = now_ms()
@@ -51,7 +55,7 @@ class Producing:
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         for m, msg_id in zip(messages, ids, strict=True):
-            q = self.queue_for(topic.name, topic.queues, m.order_key or None)
+            q = self.store_queue_for(topic.name, topic.grid, 0, m.order_key or None)
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties))
@@ -65,14 +69,14 @@ class Producing:
     ) -> list[Receipt]:
         """Destinations due now are stored at once, later ones held by the scheduler (SPEC S1-S3).
         Everything is validated before anything is written."""
-        # (store topic, placement, message, store queue or -1 when held, queues per lane)
-        plan: list[tuple[str, Placement, StoredMessage, int, int]] = []
+        # (store topic, placement, message, store queue or -1 when held)
+        plan: list[tuple[str, Placement, StoredMessage, int]] = []
         holds: list[tuple[bytes, list[Destination]]] = []
         for i, (m, msg_id) in enumerate(zip(messages, ids, strict=True)):
             stored = StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties)
             later: list[Destination] = []
             for pl in placements(producer, m, ts):
-                topic, queues, max_priority = await self.topology.target(pl.target)
+                topic, grid, max_priority = await self.topology.target(pl.target)
                 if pl.priority > max_priority:
                     raise BadRequest(
                         f"priority {pl.priority} is above the max priority ({max_priority}) of "
@@ -81,23 +85,23 @@ class Producing:
                     )
                 if pl.start_ms > ts:
                     later.append(pl.destination())
-                    plan.append((topic, pl, stored, -1, queues))
+                    plan.append((topic, pl, stored, -1))
                     continue
-                q = store_queue_for(pl.priority, self.queue_for(topic, queues, m.order_key or None), queues)
+                q = self.store_queue_for(topic, grid, pl.priority, m.order_key or None)
                 qos = msgspec.structs.replace(
                     stored,
                     priority=pl.priority or None,
                     deliver_at_ms=pl.start_ms if pl.start_ms != ts else None,
                     deadline_ms=pl.deadline_ms or None,
                 )
-                plan.append((topic, pl, qos, q, queues))
+                plan.append((topic, pl, qos, q))
             if later:
                 holds.append((held_payload(stored, m.order_key or None), later))
         if holds:
             await self.ctx.scheduler.hold(holds)
         by_topic: dict[str, dict[int, list[StoredMessage]]] = {}
         slots: list[int] = []
-        for topic, _, msg, q, _ in plan:
+        for topic, _, msg, q in plan:
             if q >= 0:
                 batch = by_topic.setdefault(topic, {}).setdefault(q, [])
                 slots.append(len(batch))
@@ -111,7 +115,7 @@ class Producing:
                 self.topology.wake_reader_of(topic[len(INBOX_PREFIX) :])
         broker = self.ctx.store.broker
         receipts = []
-        for (topic, pl, msg, q, _), slot in zip(plan, slots, strict=True):
+        for (topic, pl, msg, q), slot in zip(plan, slots, strict=True):
             if q < 0:
                 receipt = Receipt(msg.msg_id, broker, SCHEDULED, None, None, pl.label, pl.start_ms)
             else:
@@ -125,16 +129,15 @@ class Producing:
     async def deliver_due(self, by_target: dict[str, list[tuple[Encoded, str | None, int]]]) -> None:
         for target, items in by_target.items():
             try:
-                topic, queues, max_priority = await self.topology.target(target)
+                topic, grid, max_priority = await self.topology.target(target)
             except NotFound:
-                log.warning("dropping %d scheduled messages: %s no longer exists", len(items), target)
+                log.warning("dropping %d scheduled messages: %s was deleted", len(items), target)
+                self.ctx.metrics.child(self.ctx.metrics.dropped_held, target).inc(len(items))
                 continue
             by_queue: dict[int, list[Encoded]] = {}
             for msg, order_key, priority in items:
                 lane = min(priority, max_priority)
-                by_queue.setdefault(
-                    store_queue_for(lane, self.queue_for(topic, queues, order_key), queues), []
-                ).append(msg)
+                by_queue.setdefault(self.store_queue_for(topic, grid, lane, order_key), []).append(msg)
             await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
             kind, name = split_target(target)

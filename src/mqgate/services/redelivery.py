@@ -115,7 +115,7 @@ class Redelivery:
         t = self.ctx.registry.topic(c.topic)
         if t is None:
             return Slot(c.topic, index, 0)
-        return Layout(c.name, c.topic, t.queues, t.max_priority + 1).slot(index)
+        return Layout(c.name, c.topic, t.grid).slot(index)
 
     async def to_dead_letters(
         self,

@@ -8,14 +8,16 @@ registration on, so any read path only ever reads.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Final, TypeVar
 
-from mqgate.core.layout import Layout, inbox_topic, retry_topic
-from mqgate.errors import AlreadyExists, BadRequest, NotFound
+from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
+from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
 from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
-from mqgate.names import dlq_topic, validate_name, validate_topic_name
+from mqgate.names import INTERNAL_PREFIXES, REDRIVE_PREFIX, dlq_topic, validate_name, validate_topic_name
+from mqgate.registry.cache import Removed
 from mqgate.registry.records import (
     ConsumerRecord,
     ProducerRecord,
@@ -32,11 +34,15 @@ log = logging.getLogger(__name__)
 # The token hash of a producer or consumer whose token was revoked: no token hashes to it.
 REVOKED: Final = "revoked"
 R = TypeVar("R", ProducerRecord, ConsumerRecord)
+# The grid of a one-queue store topic (an inbox or a retry queue).
+SINGLE_QUEUE: Final = grid_for(((1, 1),))
 
 
 class Topology:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        # The store topics this gateway made or checked, as configured then.
+        self._store_topics: dict[str, TopicConfig] = {}
 
     # --- look-ups (read only) -----------------------------------------------------------
 
@@ -69,7 +75,7 @@ class Topology:
     async def layout(self, c: ConsumerRecord) -> Layout:
         """The queues `c` reads: its topic's lanes, its retry queue and its inbox."""
         t = await self.topic(c.topic)
-        return Layout(c.name, c.topic, t.queues, t.max_priority + 1)
+        return Layout(c.name, c.topic, t.grid)
 
     async def bounds(self, layout: Layout) -> list[QueueBounds]:
         """min/max of every queue of the layout, in table order, with its priority lane."""
@@ -79,18 +85,20 @@ class Topology:
             store.bounds(retry_topic(layout.consumer)),
             store.bounds(inbox_topic(layout.consumer)),
         )
-        q = layout.queues
-        ordered = [*topic[:q], retry[0], inbox[0], *topic[q : q * layout.lanes]]
+        q = layout.grid.first_queues
+        ordered = [*topic[:q], retry[0], inbox[0], *topic[q : layout.topic_queues]]
         return [QueueBounds(i, b.min, b.max, layout.slot(i).lane) for i, b in enumerate(ordered)]
 
-    async def start_offsets(self, c: ConsumerRecord, layout: Layout) -> list[int]:
+    async def start_offsets(self, c: ConsumerRecord, layout: Layout, existing: int = 0) -> list[int]:
         """Where a new table starts: the consumer's start rule on its topic's queues, the
-        beginning of its retry queue and inbox."""
+        beginning of its retry queue and inbox. A table of `existing` entries that grows
+        (its topic grew) reads the new queues from their beginning: they are new, so
+        everything in them came after the consumer."""
         bounds = await self.bounds(layout)
         starts = []
         for i, b in enumerate(bounds):
             slot = layout.slot(i)
-            if slot.topic != c.topic or c.start == "earliest":
+            if slot.topic != c.topic or c.start == "earliest" or 0 < existing <= i:
                 starts.append(b.min)
             elif c.start == "latest":
                 starts.append(b.max)
@@ -98,14 +106,14 @@ class Topology:
                 starts.append(await self.ctx.store.offset_for_time(slot.topic, slot.queue, int(c.start)))
         return starts
 
-    async def target(self, target: str) -> tuple[str, int, int]:
-        """(store topic, queues per lane, max priority) of a delivery target (SPEC S1)."""
+    async def target(self, target: str) -> tuple[str, QueueGrid, int]:
+        """(store topic, its queue grid, max priority) of a delivery target (SPEC S1)."""
         kind, name = split_target(target)
         if kind == TOPIC_TARGET:
             t = await self.topic(name)
-            return t.name, t.queues, t.max_priority
+            return t.name, t.grid, t.max_priority
         await self.consumer(name)
-        return target_topic(target), 1, 0
+        return target_topic(target), SINGLE_QUEUE, 0
 
     def wake_reader_of(self, consumer: str) -> None:
         """A consumer's retry queue or inbox got messages: its pulls wait on its topic."""
@@ -126,11 +134,12 @@ class Topology:
                 await self._ensure_side_topics(c, t)
 
     async def _ensure_store_topic(self, topic: TopicRecord) -> None:
-        if not self.ctx.store.has_topic(topic.name):
-            queues = topic.queues * (topic.max_priority + 1)  # one set of queues per priority lane
-            await self.ctx.store.create_topic(
-                TopicConfig(topic.name, queues, topic.retention_ms, topic.retention_bytes)
-            )
+        """The store topic exists, with every queue of every lane (it may have grown through
+        another gateway) and the retention in the registry."""
+        config = TopicConfig(topic.name, topic.store_queues, topic.retention_ms, topic.retention_bytes)
+        if self._store_topics.get(topic.name) != config or not self.ctx.store.has_topic(topic.name):
+            await self.ctx.store.create_topic(config)
+            self._store_topics[topic.name] = config
 
     async def _ensure_side_topics(self, c: ConsumerRecord, t: TopicRecord) -> None:
         for side in (retry_topic(c.name), inbox_topic(c.name)):
@@ -153,6 +162,101 @@ class Topology:
         )
         await self.ctx.registry.change("add_topic", rec)
         return rec
+
+    async def change_topic(
+        self,
+        name: str,
+        *,
+        queues: int | None = None,
+        max_priority: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> TopicRecord:
+        """Grow a topic (more queues per lane, more priority lanes) or change its retention,
+        live. New queues start empty; messages already stored keep their queue numbers and
+        every consumer reads the new queues from their beginning. Order keys map to queues by
+        the new count from now on (as in Kafka, a key's later messages may go to another
+        queue than its earlier ones)."""
+        t = await self.topic(name)
+        lanes = (t.max_priority if max_priority is None else max_priority) + 1
+        try:
+            shapes = grown(t.shapes, t.queues if queues is None else queues, lanes)
+        except ValueError as exc:
+            field = "queues" if queues is not None and queues < t.queues else "maxPriority"
+            raise BadRequest(f"topic {name} cannot shrink: {exc}", field=field) from exc
+        changes: dict[str, object] = {}
+        if shapes != t.shapes:
+            changes.update(
+                queues=shapes[-1][0],
+                max_priority=shapes[-1][1] - 1,
+                grown_from=",".join(f"{q}x{lanes_}" for q, lanes_ in shapes[:-1]),
+            )
+        if retention_ms is not None:
+            changes["retention_ms"] = retention_ms
+        if retention_bytes is not None:
+            changes["retention_bytes"] = retention_bytes or None
+        if not changes:
+            return t
+        # The store first: a registry row never names queues the store does not have.
+        await self._ensure_store_topic(dataclasses.replace(t, **changes))  # type: ignore[arg-type]
+        await self.ctx.registry.change("update_topic", name, **changes)
+        return await self.topic(name)
+
+    # --- deletion ---------------------------------------------------------------------
+
+    async def delete_topic(self, name: str) -> None:
+        """Delete a topic and every message in it. Refused while a producer or consumer is
+        registered on it (delete those first), and for a consumer's own topics (they go with
+        the consumer). Scheduled messages for it are dropped when due, and counted."""
+        if name.startswith(INTERNAL_PREFIXES):
+            raise BadRequest(f"topic {name} belongs to a consumer: delete the consumer", field="name")
+        await self.topic(name)
+        snap = self.ctx.registry.snapshot
+        users = [f"producer {p.name}" for p in snap.producers.values() if p.topic == name]
+        users += [f"producer {p.name}" for p in snap.producers.values() if name in p.allowed()]
+        users += [f"consumer {c.name}" for c in snap.consumers.values() if c.topic == name]
+        if users:
+            shown = ", ".join(sorted(set(users))[:10]) + (" …" if len(set(users)) > 10 else "")
+            raise Conflict(
+                f"topic {name} is in use by {shown}: delete them first", field="name", code="in_use"
+            )
+        # The registry first: from here on no produce or pull finds the topic.
+        await self.ctx.registry.change("remove", "topic", name)
+        await self._drop_store_topic(name)
+
+    async def delete_producer(self, name: str) -> None:
+        """Forget a producer: its token is refused from now on. Its messages stay."""
+        await self.producer(name)
+        await self.ctx.registry.change("remove", "producer", name)
+
+    async def delete_consumer(self, name: str, keep_dead_letters: bool = False) -> None:
+        """Forget a consumer: its offsets (every client's table, what was redriven), its
+        retry queue and inbox, and, unless kept, its dead-letter topic. Its topic's messages
+        stay for other consumers; a consumer registered later under the same name starts
+        afresh by its start rule."""
+        await self.consumer(name)
+        await self.ctx.registry.change("remove", "consumer", name)
+        await self.ctx.offsets.drop_group(name)
+        await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
+        await self._drop_store_topic(retry_topic(name))
+        await self._drop_store_topic(inbox_topic(name))
+        if not keep_dead_letters and self.ctx.registry.topic(dlq_topic(name)) is not None:
+            await self.ctx.registry.change("remove", "topic", dlq_topic(name))
+            await self._drop_store_topic(dlq_topic(name))
+
+    async def _drop_store_topic(self, name: str) -> None:
+        self._store_topics.pop(name, None)
+        await self.ctx.store.delete_topic(name)
+
+    def forget(self, removed: Removed) -> None:
+        """Deleted through another gateway: drop what this one keeps of them."""
+        for name in removed.topics:
+            self._store_topics.pop(name, None)
+            self.ctx.store.forget_topic(name)
+        for name in removed.consumers:
+            for side in (retry_topic(name), inbox_topic(name)):
+                self._store_topics.pop(side, None)
+                self.ctx.store.forget_topic(side)
 
     async def register_producer(
         self, name: str, topic: str, destinations: list[str] | None = None

@@ -39,6 +39,13 @@ class MessageStore(Protocol):
         queues than it has raises BadRequest(field="queues"). Safe to call from several
         gateways at once."""
 
+    async def delete_topic(self, topic: str) -> None:
+        """Remove the topic and every message in it, for good; long polls on it are woken. A
+        topic that does not exist is not an error (a retried delete)."""
+
+    def forget_topic(self, topic: str) -> None:
+        """Another gateway deleted `topic`: drop what this one knows of it (caches, waiters)."""
+
     def has_topic(self, topic: str) -> bool:
         """Whether this store knows the topic; False may only mean "not seen here yet" (a
         shared store), and the caller then calls `create_topic`."""

@@ -337,6 +337,18 @@ class EmbeddedOffsetStore:
             await self.committer.durable()
         return gone
 
+    async def drop_group(self, group: str) -> None:
+        gone = [k for k in self._tables if k[0] == group]
+        if gone:
+            # Journal first: the tables go from memory only once their removal is written.
+            self._log(*(["x", g, c] for g, c in gone))
+            for key in gone:
+                del self._tables[key]
+                self._seen_ms.pop(key, None)
+            self._maybe_compact()
+            await self.committer.durable()
+        self._buckets.pop(group, None)
+
     # --- rate limit (one process: the bucket lives here) ---------------------------------
 
     def _bucket(self, group: str, rate_per_s: float, now_ms: int) -> TokenBucket:

@@ -28,6 +28,7 @@ SCRIPTS: Final = (
     "advance",
     "expire_clients",
     "rate",
+    "drop_group",
 )
 NO_TABLE: Final = -1
 MISMATCH: Final = -2
@@ -201,6 +202,13 @@ class RedisOffsetStore:
         keys = [clients_key, *(self._table_key(group, c) for c in idle)]
         gone = await self._run("expire clients", "expire_clients", keys, [idle_before_ms, *idle])
         return sorted(_text(c) for c in gone)
+
+    async def drop_group(self, group: str) -> None:
+        clients_key = self._clients_key(group)
+        with translated("list offset clients"):
+            clients = [_text(m) for m in await self.client.zrange(clients_key, 0, -1)]
+        keys = [clients_key, self._rate_key(group), *(self._table_key(group, c) for c in clients)]
+        await self._run("drop group", "drop_group", keys, clients)
 
     # --- rate limit (one bucket per group in Redis, shared by every gateway) -------------
 

@@ -13,6 +13,7 @@ import fcntl
 import json
 import logging
 import os
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -83,6 +84,8 @@ class EmbeddedStore:
         self.broker = broker
         self.root = Path(data_dir)
         self.topics_dir = self.root / "topics"
+        # Deleted topics on their way out (a rename into here is atomic, the removal is not).
+        self.trash_dir = self.root / "trash"
         self.segment_bytes = segment_bytes
         self._own_committer = committer is None
         self._fsync_interval_ms = fsync_interval_ms
@@ -104,6 +107,8 @@ class EmbeddedStore:
             os.close(self._lock_fd)
             raise StorageError(f"data directory {self.root} is in use by another process") from exc
         self._check_format()
+        if self.trash_dir.exists():
+            shutil.rmtree(self.trash_dir, ignore_errors=True)
         if self.committer is None:
             self.committer = GroupCommitter(self._fsync_interval_ms, self.health)
             self.committer.start()
@@ -244,6 +249,29 @@ class EmbeddedStore:
         tmp = directory / (TOPIC_FILE + ".tmp")
         tmp.write_text(json.dumps(asdict(config)))
         os.replace(tmp, directory / TOPIC_FILE)
+
+    async def delete_topic(self, topic: str) -> None:
+        """The topic's directory is renamed into the trash (atomic: a crash leaves the topic
+        whole or gone), then removed; whatever a crash leaves in the trash goes at the next
+        start."""
+        t = self._topics.pop(topic, None)
+        if t is None:
+            return
+        t.waiters.wake()
+        if self.committer is not None:
+            await self.committer.flush()
+        for q in t.queues:
+            q.close()
+        self.trash_dir.mkdir(exist_ok=True)
+        trash = self.trash_dir / f"{time.time_ns()}-{topic}"
+        try:
+            os.rename(self.topics_dir / topic, trash)
+        except FileNotFoundError:
+            return
+        await asyncio.to_thread(shutil.rmtree, trash, True)
+
+    def forget_topic(self, topic: str) -> None:
+        """One process owns an embedded store: no other gateway can have deleted a topic."""
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics

@@ -194,6 +194,21 @@ class RedisStore:
             raise BadRequest(f"topic {config.name} exists with {now} queues", field="queues")
         self._cache(config)
 
+    async def delete_topic(self, topic: str) -> None:
+        with translated("deleting a topic"):
+            # Unlisted first, so no gateway loads it again; then the meta hash and every
+            # stream in one DEL (one hash slot), so an append sees the whole topic or none.
+            await self._client.srem(self._topics_key, topic)
+            queues = await self._client.hget(self._meta_key(topic), "queues")
+            tag = f"{self.prefix}:{{t:{topic}}}"
+            await self._client.delete(f"{tag}:meta", *(f"{tag}:q:{q}" for q in range(int(queues or 0))))
+        self.forget_topic(topic)
+
+    def forget_topic(self, topic: str) -> None:
+        t = self._topics.pop(topic, None)
+        if t is not None:
+            t.notify()
+
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics
 
