@@ -53,10 +53,10 @@ def message_key(n: int, messages: int) -> str:
     return f"order-{n % max(1, messages // 4)}"  # about 4 messages per key
 
 
-def hops_of(n: int, msg_id: str, messages: int, t0: int) -> list[TraceEvent]:
+def hops_of(n: int, msg_id: str, messages: int, t0: int, project: str = PROJECT) -> list[TraceEvent]:
     keys = [message_key(n, messages)] + ([f"hot-{n // 1000 % HOT_KEYS}"] if n % 1000 == 0 else [])
     req = request_id(n)
-    common: dict[str, Any] = {"project": PROJECT, "topic": "orders", "resource": GATEWAY, "keys": keys}
+    common: dict[str, Any] = {"project": project, "topic": "orders", "resource": GATEWAY, "keys": keys}
     plan: list[tuple[Hop, int, dict[str, Any]]] = [
         ("accepted", 0, {"producer": "web", "traceparent": "00-" + "ab" * 16 + "-" + "cd" * 8 + "-01"}),
         ("stored", 1, {"queue": n % 8, "offset": n // 8}),
@@ -75,7 +75,7 @@ def percentile(values: list[float], q: float) -> float:
 # --- phases 1–3: through the store --------------------------------------------------------------
 
 
-async def write_all(recorder: TraceRecorder, messages: int, writers: int) -> float:
+async def write_all(recorder: TraceRecorder, messages: int, writers: int, project: str = PROJECT) -> float:
     t0 = int(time.time() * 1000)
     ids = new_message_ids(t0, messages)
     queue: asyncio.Queue[int] = asyncio.Queue()
@@ -85,7 +85,7 @@ async def write_all(recorder: TraceRecorder, messages: int, writers: int) -> flo
     async def writer() -> None:
         while not queue.empty():
             n = queue.get_nowait()
-            await recorder.record(hops_of(n, ids[n], messages, t0 + n))
+            await recorder.record(hops_of(n, ids[n], messages, t0 + n, project))
 
     started = time.perf_counter()
     await asyncio.gather(*(writer() for _ in range(writers)))
@@ -120,7 +120,7 @@ async def pipeline(work: Path, events: int, writers: int) -> dict[str, float]:
         recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
         max_lag = 0
         indexer.start()
-        writing = asyncio.create_task(write_all(recorder, messages, writers))
+        writing = asyncio.create_task(write_all(recorder, messages, writers, PROJECT + "-2"))
         while not writing.done():
             await asyncio.sleep(0.05)
             max_lag = max(max_lag, (await indexer.lag_now()).events)

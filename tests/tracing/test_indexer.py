@@ -207,3 +207,37 @@ def test_a_kill_9_in_the_middle_indexes_every_event_exactly_once(tmp_path: Path,
     assert (count, distinct) == (total, total)
     assert len(index.paths(key="k5")) == 100  # max_paths of the key's 206 messages
     index.dispose()
+
+
+def test_an_idle_indexer_wakes_on_a_write_and_prunes_by_its_retention(
+    tmp_path: Path, index: TraceIndex
+) -> None:
+    async def body(stores: Stores, store: MessageStore) -> None:
+        topic = trace_topic("shop")
+        recorder = TraceRecorder(store)
+        await recorder.record([event("first", "accepted", 1)])
+        # A long idle wait: only the store's wake-up can make the next write show up quickly.
+        indexer = TraceIndexer(store, index, idle_wait_s=30, max_events=3, prune_every_s=0)
+        indexer.add_topic(topic)
+        indexer.start()
+        loop = asyncio.get_running_loop()
+
+        async def indexed(msg_id: str) -> None:
+            deadline = loop.time() + 5
+            while not await asyncio.to_thread(index.paths, msg_id=msg_id):
+                assert loop.time() < deadline, f"{msg_id} was not indexed within 5 s"
+                await asyncio.sleep(0.01)
+
+        await indexed("first")
+        for i in range(5):
+            await recorder.record([event(f"m{i}", "accepted", 10 + i)])
+            await indexed(f"m{i}")
+        deadline = loop.time() + 5
+        while index.event_count() > 3:  # pruned after the rounds that indexed them
+            assert loop.time() < deadline, "the index was not pruned to max_events"
+            await asyncio.sleep(0.01)
+        assert index.paths(msg_id="first") == [] and index.counters.pruned == 3
+        await indexer.close()
+        await recorder.close()
+
+    run_with_stores("embedded", tmp_path / "data", body)

@@ -62,6 +62,9 @@ class TraceIndexer:
         idle_wait_s: float = 1.0,
         discover: Callable[[], Awaitable[list[str]]] | None = None,
         discover_every_s: float = 10.0,
+        max_age_ms: int | None = None,
+        max_events: int | None = None,
+        prune_every_s: float = 60.0,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.store = store
@@ -70,6 +73,11 @@ class TraceIndexer:
         self.idle_wait_s = idle_wait_s
         self.discover = discover
         self.discover_every_s = discover_every_s
+        # Retention of the index (the trace topics have the store's own retention).
+        self.max_age_ms = max_age_ms
+        self.max_events = max_events
+        self.prune_every_s = prune_every_s
+        self._last_prune = time.monotonic()
         self.clock_ms = clock_ms
         self.counters = IndexerCounters()
         self._topics: set[str] = set()
@@ -119,6 +127,7 @@ class TraceIndexer:
         while True:
             try:
                 done = await self.step()
+                await self._prune_if_due()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
@@ -127,9 +136,42 @@ class TraceIndexer:
                 log.warning("trace indexing round failed: %r", exc)
                 done = 0
             if done == 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._poke.wait(), self.idle_wait_s)
-                self._poke.clear()
+                await self._wait_for_events()
+
+    async def _wait_for_events(self) -> None:
+        """Until a trace topic is written (here or, for a shared store, on another gateway),
+        poked, or `idle_wait_s` passed."""
+        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._poke.wait())]
+        waits += [
+            asyncio.ensure_future(self.store.wait_for_data(t, self.idle_wait_s))
+            for t in sorted(self._topics)
+            if self.store.has_topic(t)
+        ]
+        try:
+            # A write between the last read and the waiters' registration would wake no one:
+            # once they are registered, look at the bounds again.
+            await asyncio.sleep(0)
+            if (await self.lag_now()).events == 0:
+                await asyncio.wait(waits, timeout=self.idle_wait_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        self._poke.clear()
+
+    async def _prune_if_due(self) -> None:
+        if self.max_age_ms is None and self.max_events is None:
+            return
+        if time.monotonic() - self._last_prune < self.prune_every_s:
+            return
+        self._last_prune = time.monotonic()
+        while (
+            await asyncio.to_thread(
+                self.index.prune, self.clock_ms(), max_age_ms=self.max_age_ms, max_events=self.max_events
+            )
+            and not self._poke.is_set()
+        ):
+            pass  # a chunk at a time, yielding to new events between chunks
 
     async def step(self) -> int:
         """One round: index what is there, up to `batch_events`; return how many records were
