@@ -23,6 +23,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from mqgate.errors import BadRequest, Unavailable
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval, Rollup
+from mqgate.queuestate.tables import make_tables
 
 DEFAULT_RETENTION_S: Final = 7 * 24 * 3600.0
 DEFAULT_TABLE_PREFIX: Final = "mqgate_qstate_"
@@ -66,70 +67,6 @@ def history_url(target: str | os.PathLike[str]) -> str:
     return text if "://" in text else f"sqlite:///{os.path.abspath(text)}"
 
 
-def _tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table, sa.Table]:
-    meta = sa.MetaData()
-    queues = sa.Table(
-        prefix + "queues",
-        meta,
-        sa.Column("project", sa.String(128), primary_key=True),
-        sa.Column("topic", sa.String(160), primary_key=True),
-        sa.Column("queue", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("start_ms", sa.BigInteger, primary_key=True, autoincrement=False),
-        sa.Column("interval_ms", sa.BigInteger, nullable=False),
-        sa.Column("max_length", sa.BigInteger, nullable=True),
-        sa.Column("length_area", sa.BigInteger, nullable=False),
-        sa.Column("covered_ms", sa.BigInteger, nullable=False),
-        sa.Column("samples", sa.BigInteger, nullable=False),
-        sa.Column("length_limit", sa.BigInteger, nullable=True),
-        sa.Column("dropped", sa.BigInteger, nullable=False),
-        sa.Index(prefix + "queues_time", "project", "start_ms"),
-        sa.Index(prefix + "queues_age", "start_ms"),
-    )
-    consumers = sa.Table(
-        prefix + "consumers",
-        meta,
-        sa.Column("project", sa.String(128), primary_key=True),
-        sa.Column("consumer", sa.String(128), primary_key=True),
-        sa.Column("topic", sa.String(160), primary_key=True),
-        sa.Column("queue", sa.Integer, primary_key=True, autoincrement=False),
-        sa.Column("start_ms", sa.BigInteger, primary_key=True, autoincrement=False),
-        sa.Column("interval_ms", sa.BigInteger, nullable=False),
-        sa.Column("max_backlog", sa.BigInteger, nullable=True),
-        sa.Column("backlog_area", sa.BigInteger, nullable=False),
-        sa.Column("covered_ms", sa.BigInteger, nullable=False),
-        sa.Column("samples", sa.BigInteger, nullable=False),
-        sa.Column("pulls", sa.BigInteger, nullable=False),
-        sa.Column("delivered", sa.BigInteger, nullable=False),
-        sa.Column("acks", sa.BigInteger, nullable=False),
-        sa.Column("acked", sa.BigInteger, nullable=False),
-        sa.Column("last_pull_ms", sa.BigInteger, nullable=True),
-        sa.Index(prefix + "consumers_time", "project", "start_ms"),
-        sa.Index(prefix + "consumers_age", "start_ms"),
-    )
-    produce = sa.Table(
-        prefix + "produce",
-        meta,
-        sa.Column("project", sa.String(128), primary_key=True),
-        sa.Column("topic", sa.String(160), primary_key=True),
-        sa.Column("start_ms", sa.BigInteger, primary_key=True, autoincrement=False),
-        sa.Column("interval_ms", sa.BigInteger, nullable=False),
-        sa.Column("produced", sa.BigInteger, nullable=False),
-        sa.Index(prefix + "produce_time", "project", "start_ms"),
-        sa.Index(prefix + "produce_age", "start_ms"),
-    )
-    errors = sa.Table(
-        prefix + "produce_errors",
-        meta,
-        sa.Column("project", sa.String(128), primary_key=True),
-        sa.Column("topic", sa.String(160), primary_key=True),
-        sa.Column("start_ms", sa.BigInteger, primary_key=True, autoincrement=False),
-        sa.Column("error_type", sa.String(64), primary_key=True),
-        sa.Column("count", sa.BigInteger, nullable=False),
-        sa.Index(prefix + "produce_errors_age", "start_ms"),
-    )
-    return meta, queues, consumers, produce, errors
-
-
 _QUEUE_KEY: Final = ("project", "topic", "queue", "start_ms")
 _CONSUMER_KEY: Final = ("project", "consumer", "topic", "queue", "start_ms")
 _PRODUCE_KEY: Final = ("project", "topic", "start_ms")
@@ -160,7 +97,7 @@ class QueueStateHistory:
         self.engine = sa.create_engine(self.url, **kwargs)
         if self._sqlite:
             sa.event.listen(self.engine, "connect", _sqlite_wal)
-        self._meta, self.queues, self.consumers, self.produce, self.errors = _tables(table_prefix)
+        self._meta, self.queues, self.consumers, self.produce, self.errors = make_tables(table_prefix)
         insert: Any
         if self._sqlite:
             from sqlalchemy.dialects.sqlite import insert
@@ -320,13 +257,10 @@ class QueueStateHistory:
                     r.start_ms,
                     r.interval_ms,
                     r.produced,
-                    errs.pop((r.topic, r.start_ms), {}),
+                    errs.get((r.topic, r.start_ms), {}),
                 )
                 for r in rows
             ]
-            # Errors in an interval with nothing accepted have no produce row of their own.
-            out += [ProduceInterval(project, tp, start, 0, 0, counts) for (tp, start), counts in errs.items()]
-            out.sort(key=lambda r: (r.topic, r.start_ms))
             return out
 
         result: list[ProduceInterval] = self._run(job)
