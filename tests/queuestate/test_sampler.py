@@ -149,3 +149,19 @@ def test_bad_settings_are_refused() -> None:
         QueueStateSampler(interval_s=0)
     with pytest.raises(ValueError):
         QueueStateSampler(sample_every_s=-1)
+
+
+def test_a_sweep_in_steps_with_observations_in_between_closes_each_interval_once() -> None:
+    s = QueueStateSampler()
+    for q in range(4):
+        s.observe_queue("p", "t", q, 10 + q, B + 1000)
+    steps = s.sweep(B + IV + 10, chunk=1)
+    next(steps)  # queue 0 swept
+    s.observe_queue("p", "t", 3, 99, B + IV + 20)  # queue 3 crosses the boundary itself
+    s.observe_queue("p", "t", 0, 77, B + IV + 30)  # queue 0 is already in the new interval
+    for _ in steps:
+        pass
+    rows = s.take_closed().queues
+    assert sorted((r.queue, r.start_ms, r.max_length) for r in rows) == [(q, B, 10 + q) for q in range(4)]
+    later = s.roll_up(B + 2 * IV).queues
+    assert sorted((r.queue, r.max_length) for r in later) == [(0, 77), (3, 99)]  # 1, 2: nothing held

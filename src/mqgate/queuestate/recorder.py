@@ -107,7 +107,9 @@ class QueueStateRecorder:
     async def flush(self, *, final: bool = False) -> int:
         """Roll up and write; the rows written (0 when the write failed: they stay pending)."""
         async with self._flush_lock:
-            self._pending.extend(self.sampler.roll_up(self.clock(), final=final or self.partial_flush))
+            for _ in self.sampler.sweep(self.clock(), final=final or self.partial_flush):
+                await asyncio.sleep(0)  # let requests in between chunks of keys
+            self._pending.extend(self.sampler.take_closed())
             if not len(self._pending):
                 return 0
             batch, self._pending = self._pending, Rollup()

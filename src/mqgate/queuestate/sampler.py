@@ -17,6 +17,7 @@ boundary for the rest of its hold, so the next interval starts from a known leng
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Final
 
 from mqgate.queuestate.rows import NO_QUEUE, ConsumerInterval, ProduceInterval, QueueInterval, Rollup
@@ -244,19 +245,18 @@ class QueueStateSampler:
     def roll_up(self, now_ms: int, *, final: bool = False) -> Rollup:
         """The rows finished by `now_ms`. With `final`, also the open intervals up to now (on
         stop); observing may go on after it, and what follows adds to those partial rows."""
-        if final or now_ms >= self._next_boundary:
-            self._sweep(now_ms, final)
-            self._next_boundary = self.bucket(now_ms) + self.interval_ms
-        out, self._closed = self._closed, Rollup()
-        return out
+        for _ in self.sweep(now_ms, final=final, chunk=0):
+            pass
+        return self.take_closed()
 
-    def pending_rows(self) -> int:
-        return len(self._closed)
-
-    def tracked_keys(self) -> int:
-        return len(self._queues) + len(self._consumers) + len(self._produce)
-
-    def _sweep(self, now_ms: int, final: bool) -> None:
+    def sweep(self, now_ms: int, *, final: bool = False, chunk: int = 500) -> Iterator[None]:
+        """`roll_up` in steps: close the intervals ended by `now_ms` (all open ones with
+        `final`), yielding after every `chunk` keys (0: never) so an event loop can serve
+        requests meanwhile (a key costs a few µs: 30 000 keys in one go would stall it for
+        ~0.2 s). Observations between steps are fine. Then `take_closed()`."""
+        if not final and now_ms < self._next_boundary:
+            return
+        done = 0
         for qkey, qslot in list(self._queues.items()):
             if now_ms >= qslot.end:
                 self._advance_queue(qkey, qslot, now_ms)
@@ -265,8 +265,12 @@ class QueueStateSampler:
                 self._emit_queue(qkey, qslot)
                 qslot.clear_partial(now_ms, self.hold_ms)
                 qslot.zero_counters()
-            if qslot.last is None and not qslot.has_content():
+            if qslot.last is None and not qslot.has_content() and self._queues.get(qkey) is qslot:
                 del self._queues[qkey]  # nothing held, nothing counted: forget it until seen again
+            done += 1
+            if done == chunk:
+                done = 0
+                yield
         for ckey, cslot in list(self._consumers.items()):
             if now_ms >= cslot.end:
                 self._advance_consumer(ckey, cslot, now_ms)
@@ -275,12 +279,32 @@ class QueueStateSampler:
                 self._emit_consumer(ckey, cslot)
                 cslot.clear_partial(now_ms, self.hold_ms)
                 cslot.zero_counters()
-            if cslot.last is None and not cslot.has_content():
+            if cslot.last is None and not cslot.has_content() and self._consumers.get(ckey) is cslot:
                 del self._consumers[ckey]
+            done += 1
+            if done == chunk:
+                done = 0
+                yield
         for pkey, pslot in list(self._produce.items()):
-            if now_ms >= pslot.end or final:
+            if (now_ms >= pslot.end or final) and self._produce.get(pkey) is pslot:
                 self._emit_produce(pkey, pslot)
                 del self._produce[pkey]
+            done += 1
+            if done == chunk:
+                done = 0
+                yield
+        self._next_boundary = max(self._next_boundary, self.bucket(now_ms) + self.interval_ms)
+
+    def take_closed(self) -> Rollup:
+        """The rows closed so far (by `sweep` or by observations crossing a boundary)."""
+        out, self._closed = self._closed, Rollup()
+        return out
+
+    def pending_rows(self) -> int:
+        return len(self._closed)
+
+    def tracked_keys(self) -> int:
+        return len(self._queues) + len(self._consumers) + len(self._produce)
 
     def _next_start(self, slot: _Slot, now_ms: int) -> int:
         # The next interval in sequence while the held value still reaches into it (so it is
