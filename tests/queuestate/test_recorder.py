@@ -84,9 +84,9 @@ def test_the_flush_loop_writes_intervals_as_they_close(tmp_path: Path) -> None:
         await recorder.start()
         observe_seconds(sampler, clock, 0, 59)
         clock.now_ms = B + IV + 1
-        rows = await until(lambda: history.queue_history("shop"), 10, "the closed interval's row")
+        await until(lambda: recorder.stats.flushes >= 1, 10, "a flush of the closed interval")
+        rows = history.queue_history("shop")
         assert [(r.start_ms, r.samples) for r in rows] == [(B, 60)]
-        assert recorder.stats.flushes >= 1
         await recorder.stop()
         history.dispose()
 
