@@ -1,8 +1,10 @@
 """Queue state observed on the gateway's hot path, rolled up into interval rows.
 
 The observation calls are a dict lookup and a few integer updates: no IO, no lock. They are
-meant to be called from one thread (the gateway's event loop); `roll_up` runs on that same
-thread and only hands back the finished rows, which the recorder writes elsewhere.
+meant to be called from one thread (the gateway's event loop); `roll_up` (or `sweep` in steps,
+as the recorder does) runs on that same thread and only hands back the finished rows, which the
+recorder writes elsewhere. An observation timed before its key's current interval (a clock that
+stepped back) counts in the current interval.
 
 Intervals are aligned to the epoch (start = t - t % interval), so the rows of every gateway and
 of every restart of one gateway fall on the same boundaries and merge in the history.
