@@ -1,0 +1,128 @@
+"""The interval rows of queue state: what the sampler rolls up, the history stores and the
+diagnosis reads. Plain frozen dataclasses, no SQL, so `mqgate.core.diagnosis` stays pure.
+
+Occupancy is kept as an area (length × milliseconds) and the time it covers rather than as an
+average, so two rows of the same key and interval (a partial one flushed on stop and the rest
+written after a restart, or two gateways sampling the same queue) merge exactly: sum the areas,
+sum the covered times, take the larger maximum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+# The queue of a pull that delivered nothing: the gateway chose no queue, but the pull still
+# shows the consumer is alive, so it is counted on this pseudo-queue of the topic.
+NO_QUEUE: Final = -1
+
+
+def _average(area: int, covered_ms: int) -> float | None:
+    return area / covered_ms if covered_ms > 0 else None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueInterval:
+    """One queue of a topic over one interval [start_ms, start_ms + interval_ms)."""
+
+    project: str
+    topic: str
+    queue: int
+    start_ms: int
+    interval_ms: int
+    max_length: int | None  # None: no length known in this interval (only drops counted)
+    length_area: int  # sum of length × ms over the covered time
+    covered_ms: int  # the time some sample's length held for (samples hold a bounded time)
+    samples: int
+    length_limit: int | None  # the queue's length limit when the caller knows one
+    dropped: int  # messages removed by retention before any consumer group read them
+
+    @property
+    def avg_length(self) -> float | None:
+        """Time-weighted average length over the covered part of the interval."""
+        return _average(self.length_area, self.covered_ms)
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.interval_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerInterval:
+    """One consumer group on one queue of a topic over one interval. Backlog is the queue's
+    newest offset minus the group's committed offset. Rows with queue NO_QUEUE carry only the
+    pulls that delivered nothing."""
+
+    project: str
+    consumer: str
+    topic: str
+    queue: int
+    start_ms: int
+    interval_ms: int
+    max_backlog: int | None  # None: no backlog sampled in this interval
+    backlog_area: int
+    covered_ms: int
+    samples: int
+    pulls: int  # pull calls (including ones that delivered nothing)
+    delivered: int  # messages handed out
+    acks: int  # ack calls
+    acked: int  # messages settled by those acks
+    last_pull_ms: int | None
+
+    @property
+    def avg_backlog(self) -> float | None:
+        return _average(self.backlog_area, self.covered_ms)
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.interval_ms
+
+
+@dataclass(frozen=True, slots=True)
+class ProduceInterval:
+    """Produce calls to one topic over one interval, and the failed ones by error type (the
+    error's code: "storage", "disk_full", "bad_request", ...)."""
+
+    project: str
+    topic: str
+    start_ms: int
+    interval_ms: int
+    produced: int  # messages accepted
+    errors: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def error_count(self) -> int:
+        return sum(self.errors.values())
+
+    @property
+    def end_ms(self) -> int:
+        return self.start_ms + self.interval_ms
+
+
+@dataclass(slots=True)
+class Rollup:
+    """Rows closed by the sampler and not yet written."""
+
+    queues: list[QueueInterval] = field(default_factory=list)
+    consumers: list[ConsumerInterval] = field(default_factory=list)
+    produce: list[ProduceInterval] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.queues) + len(self.consumers) + len(self.produce)
+
+    def extend(self, other: Rollup) -> None:
+        self.queues.extend(other.queues)
+        self.consumers.extend(other.consumers)
+        self.produce.extend(other.produce)
+
+
+@dataclass(frozen=True, slots=True)
+class ProjectWindow:
+    """A project's rows over a time window: what the diagnosis reads."""
+
+    project: str
+    since_ms: int
+    until_ms: int
+    queues: list[QueueInterval]
+    consumers: list[ConsumerInterval]
+    produce: list[ProduceInterval]

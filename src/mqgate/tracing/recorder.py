@@ -1,0 +1,282 @@
+"""The trace writer: events go to their project's trace topic through the message store.
+
+Each event is the body of one stored message (`StoredMessage`, so a Spark reader of the topic
+sees one event per row, in `body`), keyed by the traced message's id and tagged with its hop.
+
+Calls are coalesced like a group commit: whatever arrives while an append is in flight goes
+out in the next one, one `append_encoded` per trace topic. `record` returns once the store
+holds its events as durably as data (and raises if it could not); `record_nowait` buffers,
+is flushed within `flush_interval_ms`, and when the bounded buffer is full drops the events
+and counts them. Nothing is dropped without being counted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import zlib
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import msgspec
+
+from mqgate.core.ids import new_message_id
+from mqgate.errors import Unavailable
+from mqgate.model import StoredMessage
+from mqgate.store.interface import Encoded, MessageStore, TopicConfig
+from mqgate.tracing.events import TraceEvent, encode_event, trace_topic
+
+log = logging.getLogger(__name__)
+
+TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
+DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
+_encode_message = msgspec.json.Encoder().encode
+
+
+@dataclass(slots=True)
+class RecorderCounters:
+    recorded: int = 0  # events the store holds
+    dropped: int = 0  # events given up: buffer full, closed, or failed while closing
+    append_failures: int = 0  # store appends that failed (their events were retried or raised)
+    appends: int = 0  # store appends made (one per trace topic per flush)
+    pending: int = 0  # record_nowait events buffered or in flight
+
+
+class _Item:
+    """Encoded events of one call for one topic; `future` is None for record_nowait."""
+
+    __slots__ = ("events", "future", "topic")
+
+    def __init__(self, topic: str, events: list[tuple[int, Encoded]], future: asyncio.Future[None] | None):
+        self.topic = topic
+        self.events = events  # (queue, (timestamp, payload))
+        self.future = future
+
+
+def encode_for_store(event: TraceEvent, now_ms: int) -> bytes:
+    """The stored message carrying `event`: its JSON as the body, the traced message's id as
+    the key (a Spark job can filter on it), the hop as the tag."""
+    body = encode_event(event).decode()
+    message = StoredMessage(
+        new_message_id(now_ms), now_ms, TRACE_PRODUCER, body, [event.msg_id], [event.hop], {}
+    )
+    return _encode_message(message)
+
+
+class TraceRecorder:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        flush_interval_ms: int = 50,
+        max_pending_events: int = 100_000,
+        max_batch_events: int = 10_000,
+        queues: int = 1,
+        retention_ms: int = DEFAULT_RETENTION_MS,
+        retention_bytes: int | None = None,
+        on_new_topic: Callable[[str], Awaitable[None]] | None = None,
+        clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        if flush_interval_ms <= 0 or max_pending_events <= 0 or max_batch_events <= 0 or queues <= 0:
+            raise ValueError("flush_interval_ms, max_pending_events, max_batch_events, queues must be > 0")
+        self.store = store
+        self.flush_interval_s = flush_interval_ms / 1000
+        self.max_pending_events = max_pending_events
+        self.max_batch_events = max_batch_events
+        self.queues = queues
+        self.retention_ms = retention_ms
+        self.retention_bytes = retention_bytes
+        self.on_new_topic = on_new_topic
+        self.clock_ms = clock_ms
+        self.counters = RecorderCounters()
+        self._items: list[_Item] = []
+        self._wake = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+        self._flusher: asyncio.Task[None] | None = None
+        self._known_topics: set[str] = set()
+        self._closing = False
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._flusher is None:
+            self._flusher = asyncio.get_running_loop().create_task(self._flush_loop(), name="trace-recorder")
+
+    async def close(self) -> None:
+        """Flush what is buffered, then stop; events that still cannot be stored are counted
+        as dropped."""
+        self._closing = True
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._wake.set()
+        if self._flusher is not None:
+            await self._flusher
+            self._flusher = None
+        for item in self._items:  # only if the flusher died
+            self._give_up(item, Unavailable("the trace recorder is closed"))
+        self._items.clear()
+
+    # --- calls --------------------------------------------------------------------------------
+
+    async def record(self, events: Sequence[TraceEvent]) -> None:
+        """Store `events` and return once they are durable; raises the store's error if the
+        append failed (the caller decides whether its request fails with it)."""
+        if not events:
+            return
+        if self._closing:
+            raise Unavailable("the trace recorder is closed")
+        self.start()
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[None]] = []
+        for topic, encoded in self._encode(events).items():
+            future: asyncio.Future[None] = loop.create_future()
+            self._items.append(_Item(topic, encoded, future))
+            futures.append(future)
+        self._wake.set()
+        await asyncio.gather(*futures)
+
+    def record_nowait(self, events: Sequence[TraceEvent]) -> int:
+        """Buffer `events` for the next flush (within `flush_interval_ms`); return how many
+        were taken. Those past `max_pending_events` (or after close) are dropped and counted."""
+        if not events:
+            return 0
+        room = 0 if self._closing else max(0, self.max_pending_events - self.counters.pending)
+        taken = events if len(events) <= room else events[:room]
+        self.counters.dropped += len(events) - len(taken)
+        if not taken:
+            return 0
+        self.start()
+        for topic, encoded in self._encode(taken).items():
+            self._items.append(_Item(topic, encoded, None))
+        self.counters.pending += len(taken)
+        if self._timer is None and not self._wake.is_set():
+            self._timer = asyncio.get_running_loop().call_later(self.flush_interval_s, self._on_timer)
+        return len(taken)
+
+    async def flush(self) -> None:
+        """Return once everything buffered before this call was attempted (tests, shutdown)."""
+        self.start()
+        marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._items.append(_Item("", [], marker))
+        self._wake.set()
+        await marker
+
+    # --- inside -------------------------------------------------------------------------------
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._wake.set()
+
+    def _encode(self, events: Sequence[TraceEvent]) -> dict[str, list[tuple[int, Encoded]]]:
+        now = self.clock_ms()
+        by_topic: dict[str, list[tuple[int, Encoded]]] = {}
+        for event in events:
+            queue = 0 if self.queues == 1 else zlib.crc32(event.msg_id.encode()) % self.queues
+            by_topic.setdefault(trace_topic(event.project), []).append(
+                (queue, (now, encode_for_store(event, now)))
+            )
+        return by_topic
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            while self._items:
+                items, self._items = self._items, []
+                retry = await self._write(items)
+                if retry:
+                    # The store failed: the buffered events wait one interval and go again,
+                    # ahead of newer ones, unless the recorder is closing.
+                    if self._closing:
+                        for item in retry:
+                            self._give_up(item, Unavailable("the trace store failed while closing"))
+                    else:
+                        self._items[:0] = retry
+                        await asyncio.sleep(self.flush_interval_s)
+            if self._closing and not self._items:
+                return
+
+    async def _write(self, items: list[_Item]) -> list[_Item]:
+        """Append every item, one store append per topic and chunk; return the record_nowait
+        items of failed appends (to retry). record() callers get the error at once."""
+        by_topic: dict[str, list[_Item]] = {}
+        for item in items:
+            if item.topic:
+                by_topic.setdefault(item.topic, []).append(item)
+        results = await asyncio.gather(*(self._write_topic(t, its) for t, its in by_topic.items()))
+        for item in items:  # flush markers: everything before them was attempted
+            if not item.topic and item.future is not None and not item.future.done():
+                item.future.set_result(None)
+        return [item for retry in results for item in retry]
+
+    async def _write_topic(self, topic: str, items: list[_Item]) -> list[_Item]:
+        retry: list[_Item] = []
+        for chunk in _chunks(items, self.max_batch_events):
+            batches: dict[int, list[Encoded]] = {}
+            count = 0
+            for item in chunk:
+                for queue, encoded in item.events:
+                    batches.setdefault(queue, []).append(encoded)
+                count += len(item.events)
+            try:
+                await self._ensure_topic(topic)
+                self.counters.appends += 1
+                await self.store.append_encoded(topic, batches)
+            except Exception as exc:
+                self.counters.append_failures += 1
+                log.warning("trace append to %s failed (%d events): %r", topic, count, exc)
+                for item in chunk:
+                    if item.future is None:
+                        retry.append(item)
+                    elif not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            self.counters.recorded += count
+            for item in chunk:
+                if item.future is None:
+                    self.counters.pending -= len(item.events)
+                elif not item.future.done():
+                    item.future.set_result(None)
+        return retry
+
+    async def _ensure_topic(self, topic: str) -> None:
+        if topic in self._known_topics:
+            return
+        if not self.store.has_topic(topic):
+            await self.store.create_topic(
+                TopicConfig(topic, self.queues, self.retention_ms, self.retention_bytes)
+            )
+        if self.on_new_topic is not None:
+            await self.on_new_topic(topic)
+        self._known_topics.add(topic)
+
+    def _give_up(self, item: _Item, exc: Exception) -> None:
+        if item.future is None:
+            self.counters.pending -= len(item.events)
+            self.counters.dropped += len(item.events)
+            log.warning("trace recorder dropped %d events for %s: %r", len(item.events), item.topic, exc)
+        elif not item.future.done():
+            item.future.set_exception(exc)
+
+
+def _chunks(items: list[_Item], max_events: int) -> list[list[_Item]]:
+    """Items grouped so that each group holds at most `max_events` events (a single larger
+    item stays whole: one call's events go in one append)."""
+    chunks: list[list[_Item]] = []
+    current: list[_Item] = []
+    size = 0
+    for item in items:
+        if current and size + len(item.events) > max_events:
+            chunks.append(current)
+            current, size = [], 0
+        current.append(item)
+        size += len(item.events)
+    if current:
+        chunks.append(current)
+    return chunks
