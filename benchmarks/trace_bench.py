@@ -243,10 +243,7 @@ def main() -> None:
 
 
 def _allow_trace_topics() -> None:
-    import mqgate.names
-
-    if TRACE_TOPIC_PREFIX not in mqgate.names.INTERNAL_PREFIXES:  # until the lead lists it there
-        mqgate.names.INTERNAL_PREFIXES = (*mqgate.names.INTERNAL_PREFIXES, TRACE_TOPIC_PREFIX)  # type: ignore[misc]
+    pass
 
 
 if __name__ == "__main__":

@@ -10,8 +10,10 @@ from mqgate.errors import BadRequest
 NAME_MAX_CHARS: Final = 128
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 DLQ_PREFIX: Final = "%DLQ%"
-# Topics the gateway makes for each consumer: dead letters, redelivery with backoff, inbox.
-INTERNAL_PREFIXES: Final = (DLQ_PREFIX, "%RETRY%", "%INBOX%")
+TRACE_PREFIX: Final = "%TRACE%"
+# Topics the gateway makes for each consumer (dead letters, redelivery with backoff, inbox) and
+# for each traced project (its trace events).
+INTERNAL_PREFIXES: Final = (DLQ_PREFIX, "%RETRY%", "%INBOX%", TRACE_PREFIX)
 # The offsets group that records what was redriven from a consumer's dead letters.
 REDRIVE_PREFIX: Final = "%REDRIVE%"
 

@@ -71,6 +71,15 @@ class Settings:
     max_header_count: int = 100
     max_header_bytes: int = 64 * KIB
     log_level: str = "info"
+    # Tracing (SPEC P2-P6): a traced message's body is kept up to this size (debug level or a
+    # mode that lists content); the trace index keeps events this long and at most this many.
+    trace_body_max_bytes: int = 4 * KIB
+    trace_retention_s: float = 7 * 86400.0
+    trace_max_events: int = 50_000_000
+    # Per-project queue state (SPEC P1): sampled this often, rolled up per interval, kept this long.
+    queue_state_sample_s: float = 5.0
+    queue_state_interval_s: float = 60.0
+    queue_state_retention_s: float = 7 * 86400.0
 
     @property
     def fsync_interval_ms(self) -> int | None:
@@ -83,6 +92,14 @@ class Settings:
 
     def resolved_registry_url(self) -> str:
         return self.registry or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
+
+    def index_url(self, name: str) -> str:
+        """Where a derived index lives (trace index, queue-state history): the registry's
+        PostgreSQL when there is one (shared by every gateway), else its own SQLite file
+        beside the data, so its writes never wait on the registry's."""
+        if self.registry and not self.registry.startswith("sqlite"):
+            return self.registry
+        return f"sqlite:///{Path(self.data_dir).resolve() / name}"
 
 
 def parse_fsync(value: str) -> int | None:

@@ -12,26 +12,15 @@ from typing import Any
 
 import pytest
 
-import mqgate.names
 from mqgate.redisio import connect
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.interface import MessageStore
-from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Resource, TraceEvent
+from mqgate.tracing.events import Resource, TraceEvent
 from mqgate.tracing.index import TraceIndex
 from tests.conftest import require_service
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 GATEWAY = Resource("gw-1", "host-a", "mqgate", 8080)
-
-
-@pytest.fixture(autouse=True)
-def trace_topics_allowed(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The stores accept `%TRACE%<project>` once mqgate.names lists the prefix (the lead wires
-    it); until then the tests add it for their own run."""
-    if TRACE_TOPIC_PREFIX not in mqgate.names.INTERNAL_PREFIXES:
-        monkeypatch.setattr(
-            mqgate.names, "INTERNAL_PREFIXES", (*mqgate.names.INTERNAL_PREFIXES, TRACE_TOPIC_PREFIX)
-        )
 
 
 class Stores:

@@ -104,6 +104,7 @@ class TopicOut(Output, kw_only=True):
     retention_ms: int
     retention_bytes: int | None
     max_priority: int
+    project: str
 
 
 class DeletedOut(Output, kw_only=True):

@@ -21,6 +21,7 @@ from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
+from mqgate.api.routes_projects import ProjectRoutes
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import StorageError
 from mqgate.health import Health
@@ -203,6 +204,7 @@ def build_app(settings: Settings) -> App:
         *log_routes.routes(),
         *AdminRoutes(gateway, limits).routes(),
         *DeadLetterRoutes(gateway).routes(),
+        *ProjectRoutes(gateway).routes(),
     ]
     log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
     guard = RoleGuard(admin_token, gateway.topology, gateway.consuming)

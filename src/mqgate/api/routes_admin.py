@@ -12,7 +12,7 @@ from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import SettingsLimits
 from mqgate.errors import BadRequest
 from mqgate.names import INTERNAL_PREFIXES
-from mqgate.registry.records import ConsumerRecord, TopicRecord
+from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
 from mqgate.services.gateway import Gateway
 from mqgate.services.topology import REVOKED
 
@@ -55,6 +55,7 @@ class AdminRoutes:
             inp.retention_ms or self.limits.default(s.TopicIn, "retention_ms"),
             inp.retention_bytes or None,
             inp.max_priority,
+            project=inp.project or DEFAULT_PROJECT,
         )
         return Response(topic_out(rec))
 

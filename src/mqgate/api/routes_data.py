@@ -34,17 +34,24 @@ def found_body(result: PullResult, broker: str) -> bytes:
     )
 
 
+def _traceparent(req: Request) -> str | None:
+    """The W3C trace context of the request, kept with its messages (SPEC P6)."""
+    value = req.headers.get(b"traceparent")
+    return value.decode("latin-1") if value else None
+
+
 class DataRoutes:
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
 
     async def produce(self, req: Request) -> Response:
-        receipts = await self.gw.producing.produce(req.caller, [req.input])
+        receipts = await self.gw.producing.produce(req.caller, [req.input], _traceparent(req))
         # One destination: its receipt, as always; several: one receipt per destination.
         return Response(receipts[0] if len(receipts) == 1 else {"receipts": receipts})
 
     async def produce_batch(self, req: Request) -> Response:
-        return Response({"receipts": await self.gw.producing.produce(req.caller, req.input.messages)})
+        receipts = await self.gw.producing.produce(req.caller, req.input.messages, _traceparent(req))
+        return Response({"receipts": receipts})
 
     async def pull(self, req: Request) -> Response:
         inp: s.PullIn = req.input

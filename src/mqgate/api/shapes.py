@@ -164,6 +164,9 @@ class TopicIn(Input, kw_only=True, frozen=True):
     retention_ms: Annotated[int, Meta(ge=1000, le=2**62)] | None = None
     retention_bytes: RetentionBytes = 0
     max_priority: Annotated[int, Meta(ge=0, le=MAX_PRIORITY)] = 0
+    project: (
+        Annotated[Name, Meta(description="the project it belongs to (SPEC P1); default: default")] | None
+    ) = None
 
 
 class TopicChangeIn(Input, kw_only=True, frozen=True):

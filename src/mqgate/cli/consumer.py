@@ -1,4 +1,5 @@
-"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert|set|token|delete`, `mqgate alerts`."""
+"""`mqgate consumer register|progress|reset|pause|resume|rate-limit|alert|set|token|delete`,
+`mqgate alerts`."""
 
 from __future__ import annotations
 

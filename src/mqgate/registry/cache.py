@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from mqgate.errors import MqgateError
-from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+from mqgate.registry.records import ConsumerRecord, ProducerRecord, ProjectRecord, Snapshot, TopicRecord
 from mqgate.registry.sql import Changes, SqlRegistry
 
 log = logging.getLogger(__name__)
@@ -154,6 +154,9 @@ class RegistryCache:
     def consumer(self, name: str) -> ConsumerRecord | None:
         return self.snapshot.consumers.get(name)
 
+    def project(self, name: str) -> ProjectRecord | None:
+        return self.snapshot.projects.get(name)
+
 
 @dataclass(slots=True, frozen=True)
 class Removed:
@@ -162,31 +165,26 @@ class Removed:
     topics: frozenset[str] = frozenset()
     producers: frozenset[str] = frozenset()
     consumers: frozenset[str] = frozenset()
+    projects: frozenset[str] = frozenset()
+    policies: frozenset[str] = frozenset()
 
     def __bool__(self) -> bool:
-        return bool(self.topics or self.producers or self.consumers)
+        return bool(self.topics or self.producers or self.consumers or self.projects or self.policies)
 
 
 def removed_between(old: Snapshot, new: Snapshot) -> Removed:
-    return Removed(
-        frozenset(old.topics.keys() - new.topics.keys()),
-        frozenset(old.producers.keys() - new.producers.keys()),
-        frozenset(old.consumers.keys() - new.consumers.keys()),
-    )
+    return Removed(*(frozenset(o.keys() - n.keys()) for o, n in zip(_parts(old), _parts(new), strict=True)))
 
 
-def _parts(changes: Changes) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-    return changes.topics, changes.producers, changes.consumers
+def _parts(changes: Changes | Snapshot) -> tuple[dict[str, Any], ...]:
+    return changes.topics, changes.producers, changes.consumers, changes.projects, changes.policies
 
 
 def _merged(old: Snapshot, changes: Changes) -> tuple[Snapshot, Snapshot]:
     """(the copy with `changes` applied, the changed records with their consumers' topics).
     New dicts rather than updates in place: a reader may be iterating the old ones."""
     new = Snapshot(
-        changes.version,
-        _apply_to(old.topics, changes.topics),
-        _apply_to(old.producers, changes.producers),
-        _apply_to(old.consumers, changes.consumers),
+        changes.version, *(_apply_to(o, c) for o, c in zip(_parts(old), _parts(changes), strict=True))
     )
     consumers = {k: v for k, v in changes.consumers.items() if v is not None}
     topics = {k: v for k, v in changes.topics.items() if v is not None}
@@ -195,7 +193,9 @@ def _merged(old: Snapshot, changes: Changes) -> tuple[Snapshot, Snapshot]:
         if t is not None:
             topics.setdefault(t.name, t)
     producers = {k: v for k, v in changes.producers.items() if v is not None}
-    return new, Snapshot(changes.version, topics, producers, consumers)
+    projects = {k: v for k, v in changes.projects.items() if v is not None}
+    policies = {k: v for k, v in changes.policies.items() if v is not None}
+    return new, Snapshot(changes.version, topics, producers, consumers, projects, policies)
 
 
 def _apply_to(records: dict[str, Any], changed: dict[str, Any]) -> dict[str, Any]:

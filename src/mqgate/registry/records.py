@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 from mqgate.core.layout import QueueGrid, Shape, grid_for
 
 TOKEN_BYTES: Final = 32
+DEFAULT_PROJECT: Final = "default"
 
 
 def new_token(prefix: str) -> str:
@@ -37,6 +38,7 @@ class TopicRecord:
     max_priority: int = 0
     # The shapes the topic had before it grew, oldest first: "QUEUESxLANES" joined by ",".
     grown_from: str = ""
+    project: str = DEFAULT_PROJECT
 
     @property
     def shapes(self) -> tuple[Shape, ...]:
@@ -51,6 +53,29 @@ class TopicRecord:
     @property
     def store_queues(self) -> int:
         return self.queues * (self.max_priority + 1)
+
+
+@dataclass(slots=True, frozen=True)
+class ProjectRecord:
+    """A group of related services (SPEC P1); every topic belongs to one."""
+
+    name: str
+    description: str
+    created_ms: int
+
+
+@dataclass(slots=True, frozen=True)
+class PolicyRecord:
+    """A trace policy as stored (SPEC P2): mode, its selector, level."""
+
+    id: str
+    mode: str
+    level: str
+    project: str | None
+    topic: str | None
+    queue: int | None
+    service: str | None
+    created_ms: int
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,3 +119,5 @@ class Snapshot:
     topics: dict[str, TopicRecord]
     producers: dict[str, ProducerRecord]
     consumers: dict[str, ConsumerRecord]
+    projects: dict[str, ProjectRecord] = field(default_factory=dict)
+    policies: dict[str, PolicyRecord] = field(default_factory=dict)

@@ -7,14 +7,22 @@ gateway notices any change with one cheap query and loads only the rows that cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
 from mqgate.errors import AlreadyExists, NotFound, Unavailable
-from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+from mqgate.registry.records import (
+    DEFAULT_PROJECT,
+    ConsumerRecord,
+    PolicyRecord,
+    ProducerRecord,
+    ProjectRecord,
+    Snapshot,
+    TopicRecord,
+)
 
 _meta: Final = sa.MetaData()
 
@@ -28,6 +36,26 @@ topics = sa.Table(
     sa.Column("created_ms", sa.BigInteger, nullable=False),
     sa.Column("max_priority", sa.Integer, nullable=False, server_default="0"),
     sa.Column("grown_from", sa.Text, nullable=False, server_default=""),
+    sa.Column("project", sa.String(128), nullable=False, server_default=DEFAULT_PROJECT),
+)
+projects = sa.Table(
+    "mqgate_projects",
+    _meta,
+    sa.Column("name", sa.String(128), primary_key=True),
+    sa.Column("description", sa.Text, nullable=False, server_default=""),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
+)
+policies = sa.Table(
+    "mqgate_trace_policies",
+    _meta,
+    sa.Column("id", sa.String(64), primary_key=True),
+    sa.Column("mode", sa.String(16), nullable=False),
+    sa.Column("level", sa.String(16), nullable=False),
+    sa.Column("project", sa.String(128), nullable=True),
+    sa.Column("topic", sa.String(160), nullable=True),
+    sa.Column("queue", sa.Integer, nullable=True),
+    sa.Column("service", sa.String(128), nullable=True),
+    sa.Column("created_ms", sa.BigInteger, nullable=False),
 )
 producers = sa.Table(
     "mqgate_producers",
@@ -90,6 +118,18 @@ class Changes:
     topics: dict[str, TopicRecord | None]
     producers: dict[str, ProducerRecord | None]
     consumers: dict[str, ConsumerRecord | None]
+    projects: dict[str, ProjectRecord | None] = field(default_factory=dict)
+    policies: dict[str, PolicyRecord | None] = field(default_factory=dict)
+
+
+# Change-log kinds: each a table, its key column, and its record type.
+KINDS: Final[dict[str, tuple[sa.Table, sa.Column[Any], Any]]] = {
+    "topic": (topics, topics.c.name, TopicRecord),
+    "producer": (producers, producers.c.name, ProducerRecord),
+    "consumer": (consumers, consumers.c.name, ConsumerRecord),
+    "project": (projects, projects.c.name, ProjectRecord),
+    "policy": (policies, policies.c.id, PolicyRecord),
+}
 
 
 class SqlRegistry:
@@ -107,6 +147,16 @@ class SqlRegistry:
             with self.engine.begin() as conn:
                 if conn.execute(sa.select(version.c.version)).first() is None:
                     conn.execute(sa.insert(version).values(id=1, version=1))
+            # Topics made before projects existed belong to the default project (SPEC P1).
+            with self.engine.begin() as conn:
+                query = sa.select(projects.c.name).where(projects.c.name == DEFAULT_PROJECT)
+                if conn.execute(query).first() is None:
+                    row = {
+                        "name": DEFAULT_PROJECT,
+                        "description": "topics not given a project",
+                        "created_ms": 0,
+                    }
+                    conn.execute(sa.insert(projects).values(**row))
         except IntegrityError:
             pass  # another gateway created the version row at the same moment
         except OperationalError as exc:
@@ -184,12 +234,18 @@ class SqlRegistry:
     def add_consumer(self, rec: ConsumerRecord) -> None:
         self._write(sa.insert(consumers).values(**_row(rec)), f"consumer {rec.name}", "consumer", rec.name)
 
+    def add_project(self, rec: ProjectRecord) -> None:
+        self._write(sa.insert(projects).values(**_row(rec)), f"project {rec.name}", "project", rec.name)
+
+    def add_policy(self, rec: PolicyRecord) -> None:
+        self._write(sa.insert(policies).values(**_row(rec)), f"trace policy {rec.id}", "policy", rec.id)
+
     def remove(self, kind: str, name: str) -> None:
-        """Delete the topic, producer or consumer `name` (NotFound if there is none)."""
-        table = {"topic": topics, "producer": producers, "consumer": consumers}[kind]
+        """Delete the record `name` of a kind (NotFound if there is none)."""
+        table, key, _ = KINDS[kind]
         try:
             with self.engine.begin() as conn:
-                if conn.execute(sa.delete(table).where(table.c.name == name)).rowcount == 0:
+                if conn.execute(sa.delete(table).where(key == name)).rowcount == 0:
                     raise NotFound(f"{kind} {name} is not registered", field=kind)
                 self._bump(conn, kind, name)
         except SQLAlchemyError as exc:
@@ -234,12 +290,23 @@ class SqlRegistry:
         try:
             with self.engine.connect() as conn:
                 ver = int(conn.execute(sa.select(version.c.version)).scalar_one())
-                t = {r.name: TopicRecord(**r._asdict()) for r in conn.execute(sa.select(topics))}
-                p = {r.name: ProducerRecord(**r._asdict()) for r in conn.execute(sa.select(producers))}
-                c = {r.name: ConsumerRecord(**r._asdict()) for r in conn.execute(sa.select(consumers))}
+                loaded = {
+                    kind: {
+                        getattr(row, key.name): record(**row._asdict())
+                        for row in conn.execute(sa.select(table))
+                    }
+                    for kind, (table, key, record) in KINDS.items()
+                }
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
-        return Snapshot(ver, t, p, c)
+        return Snapshot(
+            ver,
+            loaded["topic"],
+            loaded["producer"],
+            loaded["consumer"],
+            loaded["project"],
+            loaded["policy"],
+        )
 
     def changes_since(self, known: int) -> Changes | None:
         """What changed after version `known`, or None when the change log cannot tell (it
@@ -257,28 +324,32 @@ class SqlRegistry:
                 contiguous = all(row.version == known + 1 + i for i, row in enumerate(log))
                 if not log or not contiguous or log[-1].version < current:
                     return None
-                names: dict[str, set[str]] = {"topic": set(), "producer": set(), "consumer": set()}
+                names: dict[str, set[str]] = {kind: set() for kind in KINDS}
                 for row in log:
                     if row.kind not in names:
                         return None
                     names[row.kind].add(row.name)
+                found = {kind: _load(conn, kind, names[kind]) for kind in KINDS}
                 return Changes(
                     int(log[-1].version),
-                    _load(conn, topics, names["topic"], TopicRecord),
-                    _load(conn, producers, names["producer"], ProducerRecord),
-                    _load(conn, consumers, names["consumer"], ConsumerRecord),
+                    found["topic"],
+                    found["producer"],
+                    found["consumer"],
+                    found["project"],
+                    found["policy"],
                 )
         except SQLAlchemyError as exc:
             raise Unavailable(f"registry database error: {exc}") from exc
 
 
-def _load(conn: sa.Connection, table: sa.Table, names: set[str], record: Any) -> dict[str, Any]:
-    """The rows of `table` named `names`, as records; None for a name with no row."""
+def _load(conn: sa.Connection, kind: str, names: set[str]) -> dict[str, Any]:
+    """The records of `kind` named `names`; None for a name with no row."""
     if not names:
         return {}
+    table, key, record = KINDS[kind]
     found: dict[str, Any] = dict.fromkeys(names)
-    for row in conn.execute(sa.select(table).where(table.c.name.in_(sorted(names)))):
-        found[row.name] = record(**row._asdict())
+    for row in conn.execute(sa.select(table).where(key.in_(sorted(names)))):
+        found[getattr(row, key.name)] = record(**row._asdict())
     return found
 
 

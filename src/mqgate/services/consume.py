@@ -10,7 +10,7 @@ from typing import Any, Final
 import msgspec
 
 from mqgate.core.acks import AckRefusal
-from mqgate.core.layout import Layout
+from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import is_expired
 from mqgate.core.tokens import AckToken, decode_token, encode_token
 from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
@@ -19,8 +19,11 @@ from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.services.queue_state import QueueState
 from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
 from mqgate.services.topology import Topology
+from mqgate.services.tracing import Tracing
+from mqgate.tracing.events import Hop
 
 FOUND: Final = "FOUND"
 NO_NEW_MSG: Final = "NO_NEW_MSG"
@@ -48,10 +51,12 @@ class PullResult:
 
 
 class Consuming:
-    def __init__(self, ctx: Context, topology: Topology) -> None:
+    def __init__(self, ctx: Context, topology: Topology, tracing: Tracing, queue_state: QueueState) -> None:
         self.ctx = ctx
         self.topology = topology
-        self.redelivery = Redelivery(ctx)
+        self.tracing = tracing
+        self.queue_state = queue_state
+        self.redelivery = Redelivery(ctx, tracing)
         self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
         # Set on shutdown: waiting pulls answer NO_NEW_MSG at once and new ones do not wait.
         self.closing = False
@@ -116,9 +121,13 @@ class Consuming:
                     )
                     ctx.metrics.child(ctx.metrics.consumed, c.name).inc(len(msgs))
                     slot = layout.slot(lease.queue)
+                    self.queue_state.pulled(c, slot.queue if slot.topic == c.topic else None, len(msgs))
+                    request = encode_token(token, ctx.secret)
+                    if self.tracing.active:
+                        self._trace_delivered(c, slot, msgs, request, table_client, owner, lease.attempts)
                     return PullResult(
                         FOUND,
-                        request_id=encode_token(token, ctx.secret),
+                        request_id=request,
                         queue=slot.queue,
                         source=slot.topic if slot.topic != c.topic else None,
                         messages=msgs,
@@ -127,6 +136,7 @@ class Consuming:
                     )
                 continue  # the lease was settled without delivering (dead letters, redelivery)
             remaining = deadline - time.monotonic()
+            self.queue_state.pulled(c, None, 0)
             if remaining > 0 and not self.closing:
                 waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
                 waiting.inc()
@@ -139,6 +149,52 @@ class Consuming:
             if limited:
                 await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
             return PullResult(NO_NEW_MSG, ack=ack_outcome)
+
+    def _trace_delivered(
+        self,
+        c: ConsumerRecord,
+        slot: Slot,
+        raw: list[tuple[int, bytes]],
+        request_id: str,
+        client: str,
+        owner: str,
+        attempt: int,
+    ) -> None:
+        msgs = [(o, _decode_stored(r)) for o, r in raw]
+        events = self.tracing.message_events(
+            "delivered",
+            self.tracing.topic_of(c.topic),
+            slot.queue if slot.topic == c.topic else None,
+            msgs,
+            (c.name,),
+            consumer=c.name,
+            client_id=client or None,
+            client_addr=owner.split("/", 1)[0],
+            request_id=request_id,
+            attempt=attempt,
+        )
+        self.tracing.record_later(events)
+
+    async def _trace_settled(self, c: ConsumerRecord, token: AckToken, hop: Hop, durable: bool) -> None:
+        """acked or released hops of a batch: its messages are read back (only while a policy
+        exists), so any gateway can trace an ack of a pull another one served."""
+        slot = (await self.topology.layout(c)).slot(token.queue)
+        count = token.next_offset - token.offset
+        msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
+        events = self.tracing.message_events(
+            hop,
+            self.tracing.topic_of(c.topic),
+            slot.queue if slot.topic == c.topic else None,
+            msgs,
+            (c.name,),
+            consumer=c.name,
+            client_id=token.client_id or None,
+            request_id=encode_token(token, self.ctx.secret),
+        )
+        if durable:
+            await self.tracing.record(events)
+        else:
+            self.tracing.record_later(events)
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
@@ -158,6 +214,7 @@ class Consuming:
             # Delivered before and not acked (lock expired or released): back off, through the
             # scheduler, instead of handing the same batch out again at once.
             msgs = await store.read(slot.topic, slot.queue, lease.offset, count)
+            self.redelivery.trace(c, slot, msgs, "lock_expired", lease.attempts - 1)
             await self.redelivery.later(c, client, lease, msgs, lease.attempts - 1)
             return None
         raw = await store.read_raw(slot.topic, slot.queue, lease.offset, count)
@@ -245,6 +302,9 @@ class Consuming:
         if refusal is None:
             self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
             self.on_progress(c.name)
+            self.queue_state.acked(c, token.queue, token.next_offset - token.offset)
+            if self.tracing.active:
+                await self._trace_settled(c, token, "acked", durable=True)
         return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
@@ -252,6 +312,8 @@ class Consuming:
         if c.mode != MODE_CLUSTER:  # broadcast: delivered again at once to the same client
             raise_refusal(await offsets.release(token, now_ms()), "release")
             self.ctx.store.wake(c.topic, consumer=c.name, count=1)
+            if self.tracing.active:
+                await self._trace_settled(c, token, "released", durable=False)
             return
         # Hold the lock while the batch is handed to the scheduler, so no one else takes it.
         raise_refusal(await offsets.extend(token, now_ms(), RELEASE_HOLD_S), "release")
@@ -259,6 +321,10 @@ class Consuming:
         count = token.next_offset - token.offset
         msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
         lease = Lease(token.queue, token.offset, token.next_offset, token.lock_ts, 1)
+        if self.tracing.active:
+            self.redelivery.trace(
+                c, slot, msgs, "released", 1, request_id=encode_token(token, self.ctx.secret)
+            )
         await self.redelivery.later(c, token.client_id, lease, msgs, 1)
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:

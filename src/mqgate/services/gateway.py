@@ -22,8 +22,12 @@ from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
 from mqgate.services.operations import Operations
 from mqgate.services.produce import Producing
+from mqgate.services.projects import Projects
 from mqgate.services.qos import DeliveryLoop
+from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
+from mqgate.services.trace_lookup import TraceLookup
+from mqgate.services.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +39,16 @@ class Gateway:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         self.topology = Topology(ctx)
-        self.producing = Producing(ctx, self.topology)
-        self.consuming = Consuming(ctx, self.topology)
+        self.tracing = Tracing(ctx)
+        self.queue_state = QueueState(ctx)
+        self.projects = Projects(ctx, self.topology)
+        self.producing = Producing(ctx, self.topology, self.tracing, self.queue_state)
+        self.consuming = Consuming(ctx, self.topology, self.tracing, self.queue_state)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
         self.operations = Operations(ctx, self.topology, self.consuming)
         self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
         self.browsing = Browsing(ctx, self.log_reading)
+        self.trace_lookup = TraceLookup(ctx, self.topology, self.tracing)
         self._tasks: list[asyncio.Task[None]] = []
         self._chained: list[tuple[int, Any, Any]] = []  # (signal, our handler, the one before)
 
@@ -52,6 +60,10 @@ class Gateway:
         await ctx.scheduler.open()
         await ctx.registry.start()
         await self.topology.sync(ctx.registry.snapshot)
+        await self.projects.ensure_trace_topics()
+        self.tracing.policies_changed(ctx.registry.snapshot.policies.values())
+        await self.tracing.start()
+        await self.queue_state.start()
         ctx.registry.on_change = self._registry_changed
         delivery = DeliveryLoop(
             ctx.scheduler,
@@ -105,6 +117,8 @@ class Gateway:
         self._chained = []
 
     async def _registry_changed(self, changed: Snapshot, removed: Removed) -> None:
+        if changed.policies or removed.policies:
+            self.tracing.policies_changed(self.ctx.registry.snapshot.policies.values())
         self.topology.forget(removed)
         for name in removed.consumers:
             self.consuming.forget(name)
@@ -121,6 +135,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         ctx = self.ctx
+        await self.queue_state.stop()
+        await self.tracing.stop()
         ctx.registry.on_change = None
         await ctx.registry.stop()
         await ctx.scheduler.close()

@@ -12,14 +12,26 @@ import msgspec
 
 from mqgate.core.ids import new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
-from mqgate.errors import BadRequest, NotFound
+from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
-from mqgate.registry.records import ProducerRecord
+from mqgate.registry.records import ProducerRecord, TopicRecord
 from mqgate.scheduler.interface import Destination, Due
 from mqgate.services.context import Context, now_ms
-from mqgate.services.qos import TOPIC_TARGET, Placement, held_payload, is_plain, placements, split_target
+from mqgate.services.qos import (
+    TOPIC_TARGET,
+    Placement,
+    held_message,
+    held_payload,
+    is_plain,
+    placements,
+    split_target,
+    stored_message,
+)
+from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
+from mqgate.services.tracing import TRACEPARENT, Tracing
 from mqgate.store.interface import Encoded
+from mqgate.tracing.events import TraceEvent, parse_traceparent, traceparent_for
 
 log = logging.getLogger(__name__)
 
@@ -27,10 +39,21 @@ STORED: Final = "stored"
 SCHEDULED: Final = "scheduled"
 
 
+def with_traceparent(properties: dict[str, str], incoming: str | None) -> dict[str, str]:
+    """The message's properties with its W3C trace context: its own, the request's, or a new
+    one (SPEC P6: a user's OpenTelemetry spans join the same trace)."""
+    own = properties.get(TRACEPARENT)
+    if own is not None and parse_traceparent(own) is not None:
+        return properties
+    return {**properties, TRACEPARENT: traceparent_for(incoming)}
+
+
 class Producing:
-    def __init__(self, ctx: Context, topology: Topology) -> None:
+    def __init__(self, ctx: Context, topology: Topology, tracing: Tracing, queue_state: QueueState) -> None:
         self.ctx = ctx
         self.topology = topology
+        self.tracing = tracing
+        self.queue_state = queue_state
         self._round_robin: dict[str, itertools.count[int]] = {}
 
     def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
@@ -46,26 +69,72 @@ class Producing:
         """The store queue of a message in priority lane `lane` of a topic."""
         return grid.store_queue(lane, self.queue_for(topic, grid.queues, order_key))
 
-    async def produce(self, producer: ProducerRecord, messages: list[MessageInput]) -> list[Receipt]:
+    async def produce(
+        self, producer: ProducerRecord, messages: list[MessageInput], traceparent: str | None = None
+    ) -> list[Receipt]:
+        """`traceparent`: the request's W3C trace context, kept with each message (SPEC P6)."""
         topic = await self.topology.topic(producer.topic)
+        try:
+            receipts = await self._produce(producer, topic, messages, traceparent)
+        except MqgateError as exc:
+            self.queue_state.produce_failed(topic, exc.code)
+            raise
+        self.queue_state.produced(topic, len(messages))
+        return receipts
+
+    async def _produce(
+        self,
+        producer: ProducerRecord,
+        topic: TopicRecord,
+        messages: list[MessageInput],
+        traceparent: str | None,
+    ) -> list[Receipt]:
         ts = now_ms()
         ids = new_message_ids(ts, len(messages))
         if not all(is_plain(m) for m in messages):
-            return await self._produce_with_qos(producer, messages, ids, ts)
+            return await self._produce_with_qos(producer, messages, ids, ts, traceparent)
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
+        tracing = self.tracing
         for m, msg_id in zip(messages, ids, strict=True):
             q = self.store_queue_for(topic.name, topic.grid, 0, m.order_key or None)
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
-            batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties))
+            props = m.properties
+            if traceparent is not None or (tracing.active and tracing.match(topic, q, (producer.name,))):
+                props = with_traceparent(props, traceparent)
+            batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
         firsts = await self.ctx.store.append_many(topic.name, by_queue)
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
+        if tracing.active:
+            await tracing.record(self._stored_events(topic, by_queue, firsts, ts))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
 
+    def _stored_events(
+        self,
+        topic: TopicRecord | None,
+        by_queue: dict[int, list[StoredMessage]],
+        firsts: dict[int, int],
+        accepted_ms: int | None,
+    ) -> list[TraceEvent]:
+        """accepted (when `accepted_ms`) and stored hops of the traced messages just appended."""
+        events: list[TraceEvent] = []
+        for q, batch in by_queue.items():
+            if accepted_ms is not None:
+                fresh = [(None, m) for m in batch]
+                events += self.tracing.message_events("accepted", topic, q, fresh, (), time_ms=accepted_ms)
+            placed = [(firsts[q] + i, m) for i, m in enumerate(batch)]
+            events += self.tracing.message_events("stored", topic, q, placed, ())
+        return events
+
     async def _produce_with_qos(
-        self, producer: ProducerRecord, messages: list[MessageInput], ids: list[str], ts: int
+        self,
+        producer: ProducerRecord,
+        messages: list[MessageInput],
+        ids: list[str],
+        ts: int,
+        traceparent: str | None = None,
     ) -> list[Receipt]:
         """Destinations due now are stored at once, later ones held by the scheduler (SPEC S1-S3).
         Everything is validated before anything is written."""
@@ -73,7 +142,10 @@ class Producing:
         plan: list[tuple[str, Placement, StoredMessage, int]] = []
         holds: list[tuple[bytes, list[Destination]]] = []
         for i, (m, msg_id) in enumerate(zip(messages, ids, strict=True)):
-            stored = StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, m.properties)
+            props = m.properties
+            if traceparent is not None or self.tracing.active:
+                props = with_traceparent(props, traceparent)
+            stored = StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props)
             later: list[Destination] = []
             for pl in placements(producer, m, ts):
                 topic, grid, max_priority = await self.topology.target(pl.target)
@@ -99,6 +171,15 @@ class Producing:
                 holds.append((held_payload(stored, m.order_key or None), later))
         if holds:
             await self.ctx.scheduler.hold(holds)
+            if self.tracing.active:
+                home = self.ctx.registry.topic(producer.topic)
+                for payload, later in holds:
+                    held = [(None, held_message(payload))]
+                    for d in later:
+                        events = self.tracing.message_events(
+                            "scheduled", home, None, held, (), detail=f"{d.target} at {d.deliver_at_ms}"
+                        )
+                        await self.tracing.record(events)
         by_topic: dict[str, dict[int, list[StoredMessage]]] = {}
         slots: list[int] = []
         for topic, _, msg, q in plan:
@@ -109,6 +190,11 @@ class Producing:
             else:
                 slots.append(-1)
         firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in by_topic.items()}
+        if self.tracing.active:
+            for name, qs in by_topic.items():
+                await self.tracing.record(
+                    self._stored_events(self.ctx.registry.topic(name), qs, firsts[name], ts)
+                )
         for topic, qs in by_topic.items():
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(sum(len(b) for b in qs.values()))
             if topic.startswith(INBOX_PREFIX):
@@ -138,11 +224,31 @@ class Producing:
             for msg, order_key, priority in items:
                 lane = min(priority, max_priority)
                 by_queue.setdefault(self.store_queue_for(topic, grid, lane, order_key), []).append(msg)
-            await self.ctx.store.append_encoded(topic, by_queue)
+            firsts = await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
+            if self.tracing.active:
+                self._trace_due(target, topic, by_queue, firsts)
             kind, name = split_target(target)
             if kind != TOPIC_TARGET:
                 self.topology.wake_reader_of(name)
+
+    def _trace_due(
+        self, target: str, topic: str, by_queue: dict[int, list[Encoded]], firsts: dict[int, int]
+    ) -> None:
+        """due and stored hops of held messages delivered (a retry or inbox target is traced
+        under its consumer's topic)."""
+        kind, name = split_target(target)
+        consumer = self.ctx.registry.consumer(name) if kind != TOPIC_TARGET else None
+        home = self.ctx.registry.topic(consumer.topic if consumer is not None else topic)
+        services = (consumer.name,) if consumer is not None else ()
+        events: list[TraceEvent] = []
+        for q, items in by_queue.items():
+            msgs = [stored_message(e) for e in items]
+            queue = q if consumer is None else None
+            events += self.tracing.message_events("due", home, queue, [(None, m) for m in msgs], services)
+            placed = [(firsts[q] + i, m) for i, m in enumerate(msgs)]
+            events += self.tracing.message_events("stored", home, queue, placed, services, detail=topic)
+        self.tracing.record_later(events)
 
     def expired_before_delivery(self, due: Due) -> None:
         self.ctx.metrics.child(self.ctx.metrics.expired_held, due.destination.target).inc()

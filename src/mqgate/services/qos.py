@@ -126,6 +126,17 @@ def held_payload(stored: StoredMessage, order_key: str | None) -> bytes:
     return _encode_held((_encode_json(bare), order_key or "", stored.timestamp_ms))
 
 
+def held_message(payload: bytes) -> StoredMessage:
+    """The message a held payload carries (without its destinations' QoS fields)."""
+    body = _decode_held(payload)[0]
+    assert isinstance(body, bytes)
+    return _decode_stored(body)
+
+
+def stored_message(encoded: Encoded) -> StoredMessage:
+    return _decode_stored(encoded[1])
+
+
 def delivered_form(payload: bytes, d: Destination) -> tuple[Encoded, str | None]:
     """A held message as stored for destination `d`, and its order key: its JSON object with the
     destination's QoS fields appended, byte for byte what encoding the whole message gives."""

@@ -4,7 +4,7 @@ scheduler (SPEC S5, G8) or the consumer's dead-letter topic."""
 from __future__ import annotations
 
 import logging
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -18,6 +18,8 @@ from mqgate.registry.records import ConsumerRecord
 from mqgate.scheduler.interface import Destination
 from mqgate.services.context import Context, now_ms
 from mqgate.services.qos import RETRY_TARGET, held_payload
+from mqgate.services.tracing import Tracing
+from mqgate.tracing.events import Hop
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +35,33 @@ def deliveries(m: StoredMessage) -> int:
 
 
 class Redelivery:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(self, ctx: Context, tracing: Tracing) -> None:
         self.ctx = ctx
+        self.tracing = tracing
+
+    def trace(
+        self,
+        c: ConsumerRecord,
+        slot: Slot,
+        msgs: list[tuple[int, StoredMessage]],
+        hop: Hop,
+        attempt: int,
+        **fields: Any,
+    ) -> None:
+        """A hop of a consumer's batch that is not an answer to anyone (buffered, see Tracing)."""
+        if not self.tracing.active:
+            return
+        events = self.tracing.message_events(
+            hop,
+            self.tracing.topic_of(c.topic),
+            slot.queue if slot.topic == c.topic else None,
+            msgs,
+            (c.name,),
+            consumer=c.name,
+            attempt=attempt,
+            **fields,
+        )
+        self.tracing.record_later(events)
 
     async def later(
         self,
@@ -62,6 +89,10 @@ class Redelivery:
             holds.append((held_payload(again, None), [target]))
         if holds:
             await self.ctx.scheduler.hold(holds)
+            if self.tracing.active:
+                kept = {o for o, _ in given_up}
+                retried = [(o, m) for o, m in msgs if o not in kept]
+                self.trace(c, self._slot(c, lease.queue), retried, "redelivered", failed_now + 1)
         reason = DLQ_REASON_ATTEMPTS
         if given_up and all(m.deadline_ms for _, m in given_up):
             reason = DLQ_REASON_EXPIRED
@@ -150,5 +181,19 @@ class Redelivery:
             for o, m in msgs
         ]
         await self.ctx.store.append(dlq_topic(c.name), 0, moved)
+        if self.tracing.active:
+            if reason == DLQ_REASON_EXPIRED:
+                self.trace(c, slot, msgs, "expired", delivered, status="error", error_type=reason)
+            self.trace(
+                c,
+                slot,
+                msgs,
+                "dead_lettered",
+                delivered,
+                status="error",
+                error_type=reason,
+                error_node=c.name,
+                detail=f"moved to {dlq_topic(c.name)}: {reason}",
+            )
         self.ctx.metrics.child(self.ctx.metrics.dead_lettered, c.name).inc(len(moved))
         log.warning("consumer %s: %d messages dead-lettered (%s)", c.name, len(moved), reason)

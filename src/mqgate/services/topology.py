@@ -19,6 +19,7 @@ from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
 from mqgate.names import INTERNAL_PREFIXES, REDRIVE_PREFIX, dlq_topic, validate_name, validate_topic_name
 from mqgate.registry.cache import Removed
 from mqgate.registry.records import (
+    DEFAULT_PROJECT,
     ConsumerRecord,
     ProducerRecord,
     Snapshot,
@@ -149,10 +150,28 @@ class Topology:
     # --- registration -------------------------------------------------------------------
 
     async def create_topic(
-        self, name: str, queues: int, retention_ms: int, retention_bytes: int | None, max_priority: int = 0
+        self,
+        name: str,
+        queues: int,
+        retention_ms: int,
+        retention_bytes: int | None,
+        max_priority: int = 0,
+        *,
+        project: str = DEFAULT_PROJECT,
+        internal: bool = False,
     ) -> TopicRecord:
+        """A topic of `project` (SPEC P1); `internal` for the gateway's own topics, whose
+        project is taken as given."""
         validate_topic_name(name, "name")
-        rec = TopicRecord(name, queues, retention_ms, retention_bytes, now_ms(), max_priority)
+        if not internal:
+            validate_name(project, "project")
+            if self.ctx.registry.project(project) is None:
+                await self.ctx.registry.refresh_on_miss()
+            if self.ctx.registry.project(project) is None:
+                raise NotFound(f"project {project} does not exist", field="project")
+        rec = TopicRecord(
+            name, queues, retention_ms, retention_bytes, now_ms(), max_priority, project=project
+        )
         if self.ctx.registry.topic(name) is not None:
             raise AlreadyExists(f"topic {name} already exists", field="name")
         # The store topic first, the registry row last: a failure in between leaves a store
@@ -286,7 +305,9 @@ class Topology:
             name, topic, mode, start, lock_timeout_s, max_attempts, False, 0.0, 0, hash_token(token), now_ms()
         )
         if self.ctx.registry.topic(dlq_topic(name)) is None:
-            await self.create_topic(dlq_topic(name), 1, t.retention_ms, t.retention_bytes)
+            await self.create_topic(
+                dlq_topic(name), 1, t.retention_ms, t.retention_bytes, project=t.project, internal=True
+            )
         await self._ensure_side_topics(rec, t)
         await self.ctx.registry.change("add_consumer", rec)
         if mode == MODE_CLUSTER:

@@ -14,10 +14,10 @@ from typing import Final, Literal
 import msgspec
 
 from mqgate.core.trace_policy import cut_body
+from mqgate.names import TRACE_PREFIX
 
-# The trace topic of a project: `%TRACE%<project>`. The gateway's internal-topic prefixes
-# (mqgate.names.INTERNAL_PREFIXES) must list it for the store to accept the name.
-TRACE_TOPIC_PREFIX: Final = "%TRACE%"
+# The trace topic of a project: `%TRACE%<project>`.
+TRACE_TOPIC_PREFIX: Final = TRACE_PREFIX
 
 Hop = Literal[
     "accepted",

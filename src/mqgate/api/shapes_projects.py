@@ -1,0 +1,170 @@
+"""Request and answer shapes of projects, trace policies, traces and project health (SPEC P1-P6)."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from msgspec import Meta
+
+from mqgate.api.answers import Output
+from mqgate.api.shapes import EpochMs, Input, Name, TopicName
+
+Description = Annotated[str, Meta(max_length=1000)]
+LookupValue = Annotated[str, Meta(min_length=1, max_length=512)]
+
+
+class ProjectIn(Input, kw_only=True, frozen=True):
+    name: Name
+    description: Description = ""
+
+
+class ProjectNameIn(Input, kw_only=True, frozen=True):
+    name: Name
+
+
+class ProjectQueuesIn(Input, kw_only=True, frozen=True):
+    name: Name
+    topic: TopicName | None = None
+    queue: Annotated[int, Meta(ge=0)] | None = None
+    since: EpochMs | None = None
+    until: EpochMs | None = None
+
+
+class PolicyIn(Input, kw_only=True, frozen=True):
+    mode: Literal["project", "route", "queue", "service"]
+    level: Literal["info", "error", "debug"] = "info"
+    project: Name | None = None
+    topic: TopicName | None = None
+    queue: Annotated[int, Meta(ge=0)] | None = None
+    service: Name | None = None
+
+
+class PolicyIdIn(Input, kw_only=True, frozen=True):
+    id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_]{1,64}$")]
+
+
+class TraceIn(Input, kw_only=True, frozen=True):
+    """Exactly one of the three."""
+
+    msg_id: LookupValue | None = None
+    request_id: Annotated[str, Meta(min_length=1, max_length=4096)] | None = None
+    key: LookupValue | None = None
+
+
+class ProjectOut(Output, kw_only=True):
+    name: str
+    description: str
+    topics: list[str]
+
+
+class ProjectsOut(Output, kw_only=True):
+    projects: list[ProjectOut]
+
+
+class PolicyOut(Output, kw_only=True):
+    id: str
+    mode: str
+    level: str
+    project: str | None = None
+    topic: str | None = None
+    queue: int | None = None
+    service: str | None = None
+
+
+class PoliciesOut(Output, kw_only=True):
+    policies: list[PolicyOut]
+
+
+class ResourceOut(Output, kw_only=True):
+    gateway_id: str
+    host: str
+    service: str
+    port: int
+
+
+class FailureOut(Output, kw_only=True):
+    node: str
+    service: str | None = None
+    cause: str
+    detail: str | None = None
+
+
+class HopOut(Output, kw_only=True):
+    hop: str
+    status: str
+    time_ms: int
+    latency_ms: int | None = None
+    resource: ResourceOut
+    topic: str
+    queue: int | None = None
+    offset: int | None = None
+    producer: str | None = None
+    consumer: str | None = None
+    client_id: str | None = None
+    client_addr: str | None = None
+    request_id: str | None = None
+    attempt: int | None = None
+    failure: FailureOut | None = None
+    detail: str | None = None
+    body: str | None = None
+
+
+class GroupStateOut(Output, kw_only=True):
+    consumer: str
+    state: str  # consumed | not_consumed | in_delivery | in_retry | dead_lettered | unknown
+    committed: int | None = None
+
+
+class PathOut(Output, kw_only=True):
+    msg_id: str
+    project: str
+    topic: str
+    keys: list[str]
+    producer: str | None = None
+    traceparent: str | None = None
+    level: str
+    hops: list[HopOut]
+    failures: list[HopOut]
+    consumers: list[GroupStateOut]
+
+
+class TraceOut(Output, kw_only=True):
+    paths: list[PathOut]
+    may_be_incomplete: bool
+    index_lag_events: int
+    index_lag_ms: int
+
+
+class FindingOut(Output, kw_only=True):
+    rule: str
+    side: str
+    project: str
+    topic: str | None = None
+    queue: int | None = None
+    consumer: str | None = None
+    since_ms: int | None = None
+    summary: str
+    evidence: dict[str, int | float | str | None | list[float] | dict[str, float]]
+
+
+class HealthOut(Output, kw_only=True):
+    project: str
+    verdict: str
+    checked_ms: int
+    window_since_ms: int
+    findings: list[FindingOut]
+
+
+class QueueIntervalOut(Output, kw_only=True):
+    topic: str
+    queue: int
+    start_ms: int
+    interval_ms: int
+    max_length: int | None = None
+    avg_length: float | None = None
+    dropped: int
+
+
+class QueueHistoryOut(Output, kw_only=True):
+    project: str
+    intervals: list[QueueIntervalOut]

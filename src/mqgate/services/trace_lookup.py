@@ -1,0 +1,95 @@
+"""The answer to "where is message X?" (SPEC P6): its traced path, and for every consumer of
+its topic the message's state derived from the offsets, also where no hop was traced for that
+consumer (as MQCloud's track view does)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from mqgate.core.queue_choice import lock_is_held
+from mqgate.model import MODE_CLUSTER
+from mqgate.services.context import Context, now_ms
+from mqgate.services.topology import Topology
+from mqgate.services.tracing import Tracing
+from mqgate.tracing.paths import MessagePath
+from mqgate.tracing.query import TraceAnswer
+
+CONSUMED = "consumed"
+NOT_CONSUMED = "not_consumed"
+IN_DELIVERY = "in_delivery"
+IN_RETRY = "in_retry"
+DEAD_LETTERED = "dead_lettered"
+UNKNOWN = "unknown"  # no queue and offset were recorded for it (a route policy keeps neither)
+
+
+@dataclass(slots=True, frozen=True)
+class GroupState:
+    consumer: str
+    state: str
+    committed: int | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class TracedPath:
+    path: MessagePath
+    consumers: list[GroupState]
+
+
+@dataclass(slots=True, frozen=True)
+class TraceResult:
+    paths: list[TracedPath]
+    may_be_incomplete: bool
+    index_lag_events: int
+    index_lag_ms: int
+
+
+class TraceLookup:
+    def __init__(self, ctx: Context, topology: Topology, tracing: Tracing) -> None:
+        self.ctx = ctx
+        self.topology = topology
+        self.tracing = tracing
+
+    async def find(self, *, msg_id: str | None, request_id: str | None, key: str | None) -> TraceResult:
+        answer: TraceAnswer = await self.tracing.find(msg_id=msg_id, request_id=request_id, key=key)
+        paths = [TracedPath(p, await self._states(p)) for p in answer.paths]
+        return TraceResult(paths, answer.may_be_incomplete, answer.index_lag_events, answer.index_lag_ms)
+
+    async def _states(self, path: MessagePath) -> list[GroupState]:
+        stored = next((h for h in path.hops if h.hop == "stored" and h.topic == path.topic), None)
+        topic = self.ctx.registry.topic(path.topic)
+        consumers = [c for c in self.ctx.registry.snapshot.consumers.values() if c.topic == path.topic]
+        out = []
+        for c in sorted(consumers, key=lambda c: c.name):
+            mine = [h for h in path.hops if h.consumer == c.name]
+            if any(h.hop == "dead_lettered" for h in mine):
+                out.append(GroupState(c.name, DEAD_LETTERED))
+                continue
+            if any(h.hop == "acked" for h in mine):
+                out.append(GroupState(c.name, CONSUMED))
+                continue
+            if mine and mine[-1].hop in ("redelivered", "released", "lock_expired", "due"):
+                out.append(GroupState(c.name, IN_RETRY))
+                continue
+            if stored is None or stored.queue is None or stored.offset is None or topic is None:
+                out.append(GroupState(c.name, UNKNOWN))
+                continue
+            if c.mode != MODE_CLUSTER:
+                out.append(GroupState(c.name, UNKNOWN))  # per client: see each client's progress
+                continue
+            table = await self.ctx.offsets.table(c.name, "") or []
+            index = topic.grid.table_index(stored.queue)
+            if index >= len(table):
+                out.append(GroupState(c.name, NOT_CONSUMED))
+                continue
+            entry = table[index]
+            if entry.committed > stored.offset:
+                state = CONSUMED
+            elif (
+                lock_is_held(entry.lock_ts, entry.lock_deadline_ms, now_ms())
+                and entry.delivered_end > stored.offset
+            ):
+                state = IN_DELIVERY
+            else:
+                state = NOT_CONSUMED
+            out.append(GroupState(c.name, state, entry.committed))
+        return out

@@ -1,0 +1,176 @@
+"""The gateway's tracing (SPEC P2-P6): which messages the policies select, one event per hop
+into the project's trace topic, the index behind the path queries.
+
+The hot path pays one truthiness check while no policy exists, and a few dict look-ups per
+message while some do. A produce or ack that got 200 has its hops durable in the trace topic
+(`record` waits for them, sharing the store's group commit); hops the gateway takes on its own
+(scheduling, redelivery, expiry) are buffered and flushed within `FLUSH_INTERVAL_MS`, with any
+drop counted (`mqgate_trace_events_dropped_total`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Iterable, Sequence
+from typing import Any, Final
+
+from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
+from mqgate.model import StoredMessage
+from mqgate.registry.records import PolicyRecord, TopicRecord
+from mqgate.services.context import Context, now_ms
+from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields
+from mqgate.tracing.index import TraceIndex
+from mqgate.tracing.indexer import TraceIndexer
+from mqgate.tracing.query import TraceAnswer, TraceQuery
+from mqgate.tracing.recorder import TraceRecorder
+
+log = logging.getLogger(__name__)
+
+FLUSH_INTERVAL_MS: Final = 50
+TRACEPARENT: Final = "traceparent"
+
+
+def policy_of(rec: PolicyRecord) -> TracePolicy:
+    return TracePolicy.create(
+        rec.id,
+        rec.mode,
+        rec.level,
+        project=rec.project,
+        topic=rec.topic,
+        queue=rec.queue,
+        service=rec.service,
+    )
+
+
+class Tracing:
+    def __init__(self, ctx: Context) -> None:
+        self.ctx = ctx
+        settings = ctx.settings
+        self.resource = Resource(
+            f"{socket.gethostname()}:{settings.port}", socket.gethostname(), "mqgate", settings.port
+        )
+        self.policies = PolicySet(())
+        self.index = TraceIndex(settings.index_url("trace-index.sqlite"))
+        self.indexer = TraceIndexer(
+            ctx.store,
+            self.index,
+            discover=self._trace_topics,
+            max_age_ms=int(settings.trace_retention_s * 1000),
+            max_events=settings.trace_max_events,
+        )
+        self.recorder = TraceRecorder(
+            ctx.store,
+            flush_interval_ms=FLUSH_INTERVAL_MS,
+            retention_ms=int(settings.trace_retention_s * 1000),
+            on_new_topic=self.indexer.on_new_topic,
+        )
+        self.query = TraceQuery(self.index, self.indexer)
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.index.create_schema)
+        self.recorder.start()
+        for topic in await self._trace_topics():
+            self.indexer.add_topic(topic)
+        self.indexer.start()
+
+    async def stop(self) -> None:
+        await self.recorder.close()
+        await self.indexer.close()
+        await asyncio.to_thread(self.index.dispose)
+
+    async def _trace_topics(self) -> list[str]:
+        """Every project's trace topic (registered with the project, see Projects)."""
+        return [t for t in self.ctx.registry.snapshot.topics if t.startswith(TRACE_TOPIC_PREFIX)]
+
+    def policies_changed(self, records: Iterable[PolicyRecord]) -> None:
+        found = []
+        for rec in records:
+            try:
+                found.append(policy_of(rec))
+            except Exception:  # stored by a newer gateway with a mode this one does not know
+                log.warning("trace policy %s cannot be read; ignored", rec.id)
+        self.policies = PolicySet(found)
+
+    # --- matching -------------------------------------------------------------------------
+
+    @property
+    def active(self) -> bool:
+        return bool(self.policies)
+
+    def match(
+        self, topic: TopicRecord | None, queue: int | None, services: Sequence[str]
+    ) -> MatchedTrace | None:
+        if not self.policies or topic is None:
+            return None
+        return self.policies.match(project=topic.project, topic=topic.name, queue=queue, services=services)
+
+    def topic_of(self, name: str) -> TopicRecord | None:
+        return self.ctx.registry.topic(name)
+
+    # --- events ---------------------------------------------------------------------------
+
+    def event(self, matched: MatchedTrace, topic: TopicRecord, hop: Hop, **fields: Any) -> TraceEvent:
+        ev = TraceEvent(
+            msg_id=fields.pop("msg_id"),
+            hop=hop,
+            time_ms=fields.pop("time_ms", None) or now_ms(),
+            project=topic.project,
+            topic=topic.name,
+            resource=self.resource,
+            level=matched.level.label,  # type: ignore[arg-type]
+            **fields,
+        )
+        kept = recorded_fields(matched.modes, matched.level)
+        return keep_fields(ev, kept, self.ctx.settings.trace_body_max_bytes)
+
+    def message_events(
+        self,
+        hop: Hop,
+        topic: TopicRecord | None,
+        queue: int | None,
+        messages: Iterable[tuple[int | None, StoredMessage]],
+        services: Sequence[str],
+        **fields: Any,
+    ) -> list[TraceEvent]:
+        """The `hop` events of the traced ones among `messages` (offset, message) of a queue."""
+        if not self.policies or topic is None:
+            return []
+        out = []
+        for offset, m in messages:
+            matched = self.policies.match(
+                project=topic.project, topic=topic.name, queue=queue, services=(m.producer, *services)
+            )
+            if matched is None:
+                continue
+            out.append(
+                self.event(
+                    matched,
+                    topic,
+                    hop,
+                    msg_id=m.msg_id,
+                    keys=m.keys,
+                    queue=queue,
+                    offset=offset,
+                    producer=m.producer,
+                    body=m.body,
+                    traceparent=m.properties.get(TRACEPARENT),
+                    **fields,
+                )
+            )
+        return out
+
+    async def record(self, events: list[TraceEvent]) -> None:
+        """Durable before the caller answers (produce, ack)."""
+        if events:
+            await self.recorder.record(events)
+
+    def record_later(self, events: list[TraceEvent]) -> None:
+        if events:
+            self.recorder.record_nowait(events)
+
+    async def find(self, *, msg_id: str | None, request_id: str | None, key: str | None) -> TraceAnswer:
+        # Events this gateway stored a moment ago are indexed before the look.
+        self.indexer.poke()
+        return await self.query.find(msg_id=msg_id, request_id=request_id, key=key)
