@@ -7,7 +7,7 @@ from typing import Any
 from mqgate.cli import browse
 from mqgate.cli.admin import admin_command, table
 
-TOPIC_COLUMNS = ("name", "queues", "retentionMs", "retentionBytes", "maxPriority")
+TOPIC_COLUMNS = ("name", "project", "queues", "retentionMs", "retentionBytes", "maxPriority")
 
 
 def add_parser(commands: Any) -> None:
@@ -21,10 +21,15 @@ def add_parser(commands: Any) -> None:
     create.add_argument(
         "--retention-bytes", type=int, help="how many bytes each queue keeps (default: no limit)"
     )
+    create.add_argument("--project", help="the project it belongs to (default: default)")
     admin_command(
         create,
         lambda c, a: c.create_topic(
-            a.name, queues=a.queues, retention_ms=a.retention_ms, retention_bytes=a.retention_bytes
+            a.name,
+            queues=a.queues,
+            retention_ms=a.retention_ms,
+            retention_bytes=a.retention_bytes,
+            project=a.project,
         ),
         lambda t: [
             f"topic {t['name']} created: {t['queues']} queues, retention {t['retentionMs']} ms, "

@@ -132,12 +132,14 @@ class Client:
         queues: int | None = None,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
+        project: str | None = None,
     ) -> Any:
         body = {
             "name": name,
             "queues": queues,
             "retentionMs": retention_ms,
             "retentionBytes": retention_bytes,
+            "project": project,
         }
         return self.call("POST", "/admin/topics", _compact(body), what=f"creating topic {name}")
 

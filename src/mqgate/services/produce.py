@@ -173,13 +173,14 @@ class Producing:
             await self.ctx.scheduler.hold(holds)
             if self.tracing.active:
                 home = self.ctx.registry.topic(producer.topic)
+                events: list[TraceEvent] = []
                 for payload, later in holds:
                     held = [(None, held_message(payload))]
+                    events += self.tracing.message_events("accepted", home, None, held, (), time_ms=ts)
                     for d in later:
-                        events = self.tracing.message_events(
-                            "scheduled", home, None, held, (), detail=f"{d.target} at {d.deliver_at_ms}"
-                        )
-                        await self.tracing.record(events)
+                        where = f"{d.target} at {d.deliver_at_ms}"
+                        events += self.tracing.message_events("scheduled", home, None, held, (), detail=where)
+                await self.tracing.record(events)
         by_topic: dict[str, dict[int, list[StoredMessage]]] = {}
         slots: list[int] = []
         for topic, _, msg, q in plan:

@@ -97,19 +97,21 @@ class Projects:
         checked = TracePolicy.create(
             policy_id, mode, level, project=project, topic=topic, queue=queue, service=service
         )
-        if project is not None:
-            await self.project(project)
-        if topic is not None:
-            t = await self.topology.topic(topic)
-            if queue is not None and queue >= t.store_queues:
-                raise BadRequest(f"topic {topic} has queues 0 to {t.store_queues - 1}", field="queue")
+        try:
+            if project is not None:
+                await self.project(project)
+            t = await self.topology.topic(topic) if topic is not None else None
+        except NotFound as exc:  # a policy naming nothing is a bad request, not a missing resource
+            raise BadRequest(exc.message, field=exc.field) from exc
+        if t is not None and queue is not None and queue >= t.store_queues:
+            raise BadRequest(f"topic {topic} has queues 0 to {t.store_queues - 1}", field="queue")
         if service is not None:
             snap = self.ctx.registry.snapshot
             if service not in snap.producers and service not in snap.consumers:
                 await self.ctx.registry.refresh_on_miss()
                 snap = self.ctx.registry.snapshot
                 if service not in snap.producers and service not in snap.consumers:
-                    raise NotFound(f"no producer or consumer is named {service}", field="service")
+                    raise BadRequest(f"no producer or consumer is named {service}", field="service")
         rec = PolicyRecord(
             policy_id, checked.mode.value, checked.level.label, project, topic, queue, service, now_ms()
         )
