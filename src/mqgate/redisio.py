@@ -1,5 +1,12 @@
 """What every Redis adapter shares: the client, Lua scripts from files, error translation.
 
+Three deployments, chosen by the URL's scheme (docs/CLUSTERS.md):
+- `redis://`, `rediss://`, `unix://`: one Redis (redis-py's `Redis`);
+- `redis+cluster://[user:password@]host:port[,host:port...]`: a Redis Cluster, the hosts are
+  seed nodes (redis-py's asyncio `RedisCluster`, which follows MOVED/ASK and failovers);
+- `redis+sentinel://[user:password@]host:port[,host:port...]/SERVICE[/DB]`: the primary of
+  SERVICE as the Sentinels name it (a `Redis` whose pool asks them on every new connection).
+
 Scripts live as `.lua` files beside the adapter that runs them. A script may start with
 `--! include <name>.lua` lines; each names a file of shared local functions in the same
 folder, pasted in front of the script (Lua scripts cannot import one another).
@@ -7,29 +14,123 @@ folder, pasted in front of the script (Lua scripts cannot import one another).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import random
 from collections.abc import Iterator
+from dataclasses import dataclass
 from importlib import resources
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
+from redis.asyncio.client import PubSub
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.sentinel import Sentinel
 
-from mqgate.errors import StorageError, Unavailable
+from mqgate.errors import BadRequest, StorageError, Unavailable
 
 INCLUDE: Final = "--! include "
 SOCKET_TIMEOUT_S: Final = 5.0
+CLUSTER_SCHEME: Final = "redis+cluster://"
+SENTINEL_SCHEME: Final = "redis+sentinel://"
+# A script + WAIT pair redirected while a slot moves is sent again, this many times at most.
+REDIRECT_TRIES: Final = 40
+REDIRECT_PAUSE_S: Final = 0.05
+
+RedisClient: TypeAlias = aioredis.Redis | RedisCluster
 
 
-def connect(url: str, **options: Any) -> aioredis.Redis:
+@dataclass(frozen=True, slots=True)
+class ReplicaWait:
+    """Answer a write only once `replicas` replicas have it (`WAIT`), or fail after `timeout_ms`."""
+
+    replicas: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Address:
+    nodes: list[tuple[str, int]]
+    username: str | None
+    password: str | None
+    path: list[str]
+
+
+def _parse_multi_host(url: str, scheme: str) -> _Address:
+    rest = url[len(scheme) :].split("?", 1)[0].split("#", 1)[0]
+    netloc, _, path = rest.partition("/")
+    username = password = None
+    if "@" in netloc:
+        creds, _, netloc = netloc.rpartition("@")
+        user, colon, secret = creds.partition(":")
+        username, password = (user or None), (secret if colon else None)
+        if not colon:  # `redis://secret@host` is a password, as redis-py reads it
+            username, password = None, user
+    nodes = []
+    for part in netloc.split(","):
+        host, colon, port = part.strip().rpartition(":")
+        if not colon or not host or not port.isdigit():
+            raise BadRequest(f"{redact(url)}: each node must be host:port, not {part!r}", field="store")
+        nodes.append((host.strip("[]"), int(port)))
+    return _Address(nodes, username, password, [p for p in path.split("/") if p])
+
+
+def _timeouts(options: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "socket_timeout": options.pop("socket_timeout", SOCKET_TIMEOUT_S),
+        "socket_connect_timeout": options.pop("socket_connect_timeout", SOCKET_TIMEOUT_S),
+        "health_check_interval": options.pop("health_check_interval", 30),
+    }
+
+
+def is_cluster_url(url: str) -> bool:
+    return url.startswith(CLUSTER_SCHEME)
+
+
+def connect(url: str, **options: Any) -> RedisClient:
     """A pooled client that returns bytes; a broken connection is retried on the next call."""
-    return aioredis.Redis.from_url(
-        url,
-        socket_timeout=options.pop("socket_timeout", SOCKET_TIMEOUT_S),
-        socket_connect_timeout=options.pop("socket_connect_timeout", SOCKET_TIMEOUT_S),
-        health_check_interval=options.pop("health_check_interval", 30),
-        **options,
-    )
+    timeouts = _timeouts(options)
+    if url.startswith(CLUSTER_SCHEME):
+        where = _parse_multi_host(url, CLUSTER_SCHEME)
+        return RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in where.nodes],
+            username=where.username,
+            password=where.password,
+            **timeouts,
+            **options,
+        )
+    if url.startswith(SENTINEL_SCHEME):
+        where = _parse_multi_host(url, SENTINEL_SCHEME)
+        if not where.path:
+            raise BadRequest(
+                f"{redact(url)}: name the service: redis+sentinel://host:port/SERVICE", field="store"
+            )
+        db = int(where.path[1]) if len(where.path) > 1 else 0
+        sentinels = Sentinel(  # type: ignore[no-untyped-call]
+            where.nodes,
+            sentinel_kwargs={k: timeouts[k] for k in ("socket_timeout", "socket_connect_timeout")},
+        )
+        client: aioredis.Redis = sentinels.master_for(
+            where.path[0], username=where.username, password=where.password, db=db, **timeouts, **options
+        )
+        return client
+    return aioredis.Redis.from_url(url, **timeouts, **options)
+
+
+def subscriber(client: RedisClient, **options: Any) -> tuple[PubSub, aioredis.Redis | None]:
+    """A pub/sub connection for `client`, and the extra client to close after it (or None).
+
+    On a cluster, PUBLISH (and a script's PUBLISH) reaches every node, so one plain
+    connection to any node hears every channel; a random node each time, so a listener
+    that reconnects after its node died finds a live one."""
+    if isinstance(client, RedisCluster):
+        node = random.choice(client.get_nodes())
+        kept = ("username", "password", "socket_timeout", "socket_connect_timeout", "ssl")
+        options_of_node = {k: v for k, v in node.connection_kwargs.items() if k in kept}
+        own = aioredis.Redis(host=node.host, port=int(node.port), **options_of_node)
+        return own.pubsub(**options), own
+    return client.pubsub(**options), None
 
 
 def script_source(package: str, name: str) -> str:
@@ -46,9 +147,53 @@ def script_source(package: str, name: str) -> str:
     return "\n".join([*parts, *body]) + "\n"
 
 
-def register(client: aioredis.Redis, package: str, name: str) -> Any:
+def register(client: RedisClient, package: str, name: str) -> Any:
     """A redis-py Script object (EVALSHA, reloaded on NOSCRIPT after a Redis restart)."""
     return client.register_script(script_source(package, name))
+
+
+async def run_script(
+    client: RedisClient, script: Any, keys: list[Any], args: list[Any], wait: ReplicaWait | None
+) -> Any:
+    """Run a registered script; with `wait`, answer only once enough replicas have its writes.
+
+    WAIT counts the replicas that have the writes of the connection it is sent on, so the
+    script and the WAIT go in one pipeline to one node (on a cluster: the master of the
+    keys' slot). A pair that meets MOVED/ASK/TRYAGAIN did not run and is sent again."""
+    if wait is None:
+        return await script(keys=keys, args=args)
+    for _ in range(REDIRECT_TRIES):
+        if isinstance(client, RedisCluster):
+            node = client.get_node_from_key(keys[0])
+            cpipe = client.pipeline(transaction=False)
+            cpipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+            cpipe.execute_command("WAIT", wait.replicas, wait.timeout_ms, target_nodes=node)
+            result, acked = await cpipe.execute(raise_on_error=False, allow_redirections=False)
+        else:
+            async with client.pipeline(transaction=False) as pipe:
+                pipe.evalsha(script.sha, len(keys), *keys, *args)
+                pipe.wait(wait.replicas, wait.timeout_ms)
+                result, acked = await pipe.execute(raise_on_error=False)
+        if isinstance(result, rexc.NoScriptError):
+            await client.script_load(script.script)
+            continue
+        if isinstance(result, (rexc.MovedError, rexc.AskError, rexc.TryAgainError)):
+            assert isinstance(client, RedisCluster)
+            if isinstance(result, rexc.MovedError):
+                await client.nodes_manager.initialize()
+            await asyncio.sleep(REDIRECT_PAUSE_S)
+            continue
+        if isinstance(result, Exception):
+            raise result
+        if isinstance(acked, Exception):
+            raise acked
+        if int(acked) < wait.replicas:
+            raise Unavailable(
+                f"written, but {acked} of {wait.replicas} replicas confirmed it within "
+                f"{wait.timeout_ms} ms: it may be lost if the primary fails now"
+            )
+        return result
+    raise Unavailable("redis cluster: the keys' slot kept moving; try again")
 
 
 @contextlib.contextmanager
@@ -56,7 +201,13 @@ def translated(what: str) -> Iterator[None]:
     """Turn Redis failures into `Unavailable` (retry later) or `StorageError`."""
     try:
         yield
-    except (rexc.ConnectionError, rexc.TimeoutError, rexc.ReadOnlyError) as exc:
+    except (
+        rexc.ConnectionError,
+        rexc.TimeoutError,
+        rexc.ReadOnlyError,
+        rexc.ClusterError,  # a cluster's retries ran out (a failover in progress)
+        rexc.RedisClusterException,  # no node reachable, or a slot not served yet
+    ) as exc:
         raise Unavailable(f"redis unavailable during {what}: {exc}") from exc
     except rexc.ResponseError as exc:
         if str(exc).startswith(("LOADING", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN")):

@@ -22,7 +22,7 @@ from redis import exceptions as rexc
 from mqgate.errors import BadRequest, NotFound
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
-from mqgate.redisio import register, translated
+from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, subscriber, translated
 from mqgate.store.interface import Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
@@ -97,8 +97,11 @@ class _Topic:
 
 
 class RedisStore:
-    def __init__(self, client: aioredis.Redis, *, broker: str, prefix: str = "mq") -> None:
+    def __init__(
+        self, client: RedisClient, *, broker: str, prefix: str = "mq", wait: ReplicaWait | None = None
+    ) -> None:
         self.broker = broker
+        self._wait = wait  # None: an append is answered once its primary applied it
         self.prefix = prefix
         self._client = client
         self._topics_key = f"{prefix}:topics"
@@ -109,9 +112,12 @@ class RedisStore:
         self._create = register(client, SCRIPTS, "create_topic.lua")
         self._append_script = register(client, SCRIPTS, "append.lua")
         # Reads skip redis-py's XRANGE reply parsing (a dict per entry): a client of its own
-        # over the same connection pool, so the app's client keeps its callbacks.
-        self._reader = aioredis.Redis(connection_pool=client.connection_pool)
-        self._reader.set_response_callback("XRANGE", _unparsed)
+        # over the same connection pool, so the app's client keeps its callbacks. A cluster
+        # client has a pool per node: it reads parsed replies.
+        self._reader: aioredis.Redis | None = None
+        if isinstance(client, aioredis.Redis):
+            self._reader = aioredis.Redis(connection_pool=client.connection_pool)
+            self._reader.set_response_callback("XRANGE", _unparsed)
         self._offset_for_time = register(client, SCRIPTS, "offset_for_time.lua")
         self._retention = register(client, SCRIPTS, "retention.lua")
         self._listener: asyncio.Task[None] | None = None
@@ -246,7 +252,9 @@ class RedisStore:
                 args += (timestamp_ms, payload)
         with translated("appending"):
             try:
-                published, *firsts = await self._append_script(keys=keys, args=args)
+                published, *firsts = await run_script(
+                    self._client, self._append_script, keys, args, self._wait
+                )
             except rexc.ResponseError as exc:
                 raise self._script_error(exc, topic) from exc
         t.notify(len(batches))  # one pull of each reader per queue written
@@ -260,10 +268,13 @@ class RedisStore:
         _looked.set((t, t.epoch))
         if max_count <= 0:
             return []
+        start = b"%d-1" % max(offset, 0)
         with translated("reading"):
-            entries: Any = await self._reader.xrange(  # raw: [[id, [t, ts, d, json]], ...]
-                stream, b"%d-1" % max(offset, 0), b"+", count=max_count
-            )
+            if self._reader is None:  # a cluster: parsed, [(id, {t: ts, d: json}), ...]
+                parsed: Any = await self._client.xrange(stream, start, b"+", count=max_count)
+                entries: Any = [(i, [None, None, None, fields[b"d"]]) for i, fields in parsed]
+            else:  # raw: [[id, [t, ts, d, json]], ...]
+                entries = await self._reader.xrange(stream, start, b"+", count=max_count)
         if not entries:
             return []
         # Offsets are contiguous, so only the first ID is parsed; fields are [t, ts, d, json].
@@ -355,7 +366,7 @@ class RedisStore:
         reconnecting = False
         loop = asyncio.get_running_loop()
         while True:
-            pubsub = self._client.pubsub()
+            pubsub, own = subscriber(self._client)
             try:
                 await pubsub.psubscribe(self._wake_pattern)
                 self.listening.set()
@@ -394,6 +405,8 @@ class RedisStore:
                 self.listening.clear()
                 with contextlib.suppress(Exception):
                     await pubsub.aclose()  # type: ignore[no-untyped-call]
+                    if own is not None:
+                        await own.aclose()
             await asyncio.sleep(delay * (0.5 + random.random()))
             delay = min(delay * 2, RECONNECT_MAX_S)
 
