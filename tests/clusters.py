@@ -8,10 +8,13 @@ from __future__ import annotations
 
 import random
 import shutil
+import signal
 import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from typing import Any
 
 import pytest
 
@@ -97,7 +100,18 @@ class Node:
     def kill9(self) -> None:
         kill9(self.proc)
 
+    def pause(self) -> None:
+        """SIGSTOP: a replica falling behind (a slow disk or network), on purpose."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot stop
         terminate(self.proc, grace_s=5)
 
     def info(self, section: str) -> dict[str, str]:
@@ -212,9 +226,11 @@ class RedisClusterProcs:
             )
             assert out in ("OK", "NOKEY"), out
             moved += len(keys)
-        for n in self.nodes:
-            if n.alive and "master" in n.info("replication").get("role", ""):
-                command(n.port, "CLUSTER", "SETSLOT", str(slot), "NODE", dst_id)
+        # Target first, then source (the order redis-cli uses): the other way round, a client
+        # bounces between them (MOVED from each) until the target knows it owns the slot.
+        others = [n for n in self.nodes if n.alive and n not in (source, target)]
+        for n in [target, source, *others]:
+            command(n.port, "CLUSTER", "SETSLOT", str(slot), "NODE", dst_id)
         return moved
 
     def replica_of(self, master: Node) -> Node:
@@ -299,3 +315,176 @@ class SentinelProcs:
         for n in [*self.sentinels, self.replica, self.primary]:
             if n is not None:
                 n.stop()
+
+
+# --- load through a gateway while a server fails or a slot moves ------------------------------
+
+
+@dataclass
+class LoadReport:
+    produced_ok: set[str] = field(default_factory=set)  # answered 200: acknowledged produces
+    produce_failures: int = 0  # 5xx or connection errors (the client would retry them)
+    acked: set[str] = field(default_factory=set)  # in a batch whose ack answered 200
+    ack_failures: int = 0
+    pull_failures: int = 0
+    delivered_again_after_ack: set[str] = field(default_factory=set)
+    stored: set[str] = field(default_factory=set)
+    failures: list[str] = field(default_factory=list)  # the first few failure answers
+    stored_records: int = 0  # more than len(stored): a body stored twice (a produce retried)
+
+    @property
+    def lost_produces(self) -> set[str]:
+        return self.produced_ok - self.stored
+
+    def summary(self) -> str:
+        return (
+            f"acknowledged produces {len(self.produced_ok)} (failed {self.produce_failures}), "
+            f"lost {len(self.lost_produces)}; acked {len(self.acked)} (ack failures {self.ack_failures}), "
+            f"delivered again after a 200 ack {len(self.delivered_again_after_ack)}, "
+            f"stored twice {self.stored_records - len(self.stored)}; "
+            f"first failures: {self.failures}"
+        )
+
+
+class Load:
+    """Producer threads and one consumer thread on one topic through a gateway.
+
+    Every message body is unique; failed calls are counted, not retried (a retry would hide
+    which write was acknowledged). `finish` drains what is left and reads every stored body."""
+
+    def __init__(self, server: Any, topic: str, tokens: tuple[str, str], producers: int = 2) -> None:
+        import threading
+
+        import httpx
+
+        self.server, self.topic = server, topic
+        self._ptoken, self._ctoken = tokens
+        self.report = LoadReport()
+        self.pad = 0  # bytes added to each body from now on (0: short bodies)
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._httpx = httpx
+        self._threads = [
+            threading.Thread(target=self._produce, args=(i,), daemon=True) for i in range(producers)
+        ]
+        self._threads.append(threading.Thread(target=self._consume, daemon=True))
+
+    def _headers(self, token: str = "") -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.server.admin_token}"}
+
+    def start(self) -> Load:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def _produce(self, index: int) -> None:
+        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ptoken)) as http:
+            n = 0
+            while not self._stop.is_set():
+                body = f"p{index}-{n}"
+                n += 1
+                message = body + ("|" + "." * self.pad if self.pad else "")
+                try:
+                    r = http.post("/mq/produce", json={"producer": f"{self.topic}-p", "message": message})
+                    ok, answer = r.status_code == 200, r.text
+                except self._httpx.HTTPError as exc:
+                    ok, answer = False, repr(exc)
+                with self._lock:
+                    if ok:
+                        self.report.produced_ok.add(body)
+                    else:
+                        self.report.produce_failures += 1
+                        if len(self.report.failures) < 5:
+                            self.report.failures.append(answer[:300])
+                if not ok:
+                    self._stop.wait(0.02)
+
+    def _pull_and_ack(self, http: Any) -> int:
+        """One pull and its ack; how many messages it brought (-1 on a failure)."""
+        try:
+            r = http.get("/mq/message", params={"topic": self.topic, "consumer": f"{self.topic}-c", "max": 50})
+            if r.status_code != 200:
+                with self._lock:
+                    self.report.pull_failures += 1
+                return -1
+            result = r.json()["result"]
+            if result["status"] != "FOUND":
+                return 0
+            bodies = [_key(m["message"]) for m in result["msgList"]]
+            a = http.post("/mq/ack", json={"consumer": f"{self.topic}-c", "requestId": result["requestId"]})
+        except self._httpx.HTTPError:
+            return -1
+        with self._lock:
+            again = self.report.acked.intersection(bodies)
+            self.report.delivered_again_after_ack.update(again)
+            if a.status_code == 200:
+                self.report.acked.update(bodies)
+            else:
+                self.report.ack_failures += 1
+        return len(bodies)
+
+    def _consume(self) -> None:
+        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)) as http:
+            while not self._stop.is_set():
+                if self._pull_and_ack(http) <= 0:
+                    self._stop.wait(0.02)
+
+    def count(self) -> int:
+        with self._lock:
+            return len(self.report.produced_ok)
+
+    def failures(self) -> int:
+        with self._lock:
+            return self.report.produce_failures
+
+
+    def finish(self, drain_s: float = 30.0) -> LoadReport:
+        """Stop the load, read every stored body, then pull and ack until each stored body was
+        acked (a batch whose pull failed after its lease comes back after the lock timeout and
+        a redelivery backoff, SPEC S5) or `drain_s` passed."""
+        import time
+
+        self._stop.set()
+        for t in self._threads:
+            t.join(15)
+        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers()) as http:
+            bounds = http.get("/mq/bounds", params={"topic": self.topic}).json()["result"]["queues"]
+            for b in bounds:
+                offset = b["min"]
+                while offset < b["max"]:
+                    params = {"topic": self.topic, "queue": b["queue"], "offset": offset, "max": 10_000}
+                    result = http.get("/mq/read", params=params).json()["result"]
+                    self.report.stored.update(_key(m["message"]) for m in result["msgList"])
+                    self.report.stored_records += len(result["msgList"])
+                    offset = result["next"]
+        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)) as http:
+            deadline = time.monotonic() + drain_s
+            while not self.report.acked >= self.report.stored and time.monotonic() < deadline:
+                if self._pull_and_ack(http) <= 0:
+                    time.sleep(0.1)
+        return self.report
+
+
+def primary_lost_under_load(load: Load, primary: Node, replica: Node, promoted: Any, more: int = 100) -> float:
+    """The failure whose loss replica-wait prevents: the replica falls behind (paused) while
+    acknowledged writes go on, then the primary dies and the replica is promoted. Returns the
+    seconds from the kill to the promotion (`promoted()` true)."""
+    import time
+
+    replica.pause()
+    load.pad = 200_000  # fill the replica's socket buffers: later writes wait on the primary
+    try:
+        # Without a replica wait, writes go on (and are acknowledged); with it, they time out.
+        n0, f0 = load.count(), load.failures()
+        wait_until(lambda: load.count() >= n0 + more or load.failures() >= f0 + 3, 20, "writes meanwhile")
+        primary.kill9()
+    finally:
+        replica.resume()
+        load.pad = 0
+    killed = time.monotonic()
+    wait_until(promoted, 30, "the replica to be promoted", interval_s=0.05)
+    return time.monotonic() - killed
+
+
+def _key(message: str) -> str:
+    return message.partition("|")[0]

@@ -95,6 +95,9 @@ def connect(url: str, **options: Any) -> RedisClient:
         where = _parse_multi_host(url, CLUSTER_SCHEME)
         return RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in where.nodes],
+            # A MOVED only corrects the slot table. By default every 5th MOVED closes every
+            # connection of the client, under the feet of the other calls in flight.
+            reinitialize_steps=0,
             username=where.username,
             password=where.password,
             **timeouts,
@@ -215,6 +218,21 @@ def translated(what: str) -> Iterator[None]:
         raise StorageError(f"redis error during {what}: {exc}") from exc
     except rexc.RedisError as exc:
         raise StorageError(f"redis error during {what}: {exc}") from exc
+    except (AttributeError, RuntimeError) as exc:
+        # redis-py's cluster client closes its connections when the cluster changes (a
+        # failover), and a call in flight on one of them fails this way: retry later.
+        if not _raised_in_redis_py(exc):
+            raise
+        raise Unavailable(f"redis connection closed during {what}: {exc!r}") from exc
+
+
+def _raised_in_redis_py(exc: BaseException) -> bool:
+    tb = exc.__traceback__
+    while tb is not None:
+        if "/redis/asyncio/" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 async def check_reachable(url: str, timeout_s: float = 3.0) -> None:

@@ -355,9 +355,11 @@ class RedisStore:
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
                     for name in topics:
-                        pipe.publish(f"{self.prefix}:wake:{name}", self._origin)
+                        # Not pipe.publish: a cluster pipeline refuses it by name (PUBLISH
+                        # reaches every node of a cluster from any node).
+                        pipe.execute_command("PUBLISH", f"{self.prefix}:wake:{name}", self._origin)
                     await pipe.execute()
-            except rexc.RedisError as exc:
+            except (rexc.RedisError, rexc.RedisClusterException) as exc:
                 log.warning("could not publish a wake for %s: %s", ", ".join(topics), exc)
 
     async def _listen(self) -> None:
