@@ -326,11 +326,18 @@ class LoadReport:
     produce_failures: int = 0  # 5xx or connection errors (the client would retry them)
     acked: set[str] = field(default_factory=set)  # in a batch whose ack answered 200
     ack_failures: int = 0
+    # In a batch whose ack failed (503): committed or not, nobody knows; a 503 after a
+    # replica-wait timeout usually did commit, so the batch does not come back.
+    ack_uncertain: set[str] = field(default_factory=set)
     pull_failures: int = 0
     delivered_again_after_ack: set[str] = field(default_factory=set)
     stored: set[str] = field(default_factory=set)
     failures: list[str] = field(default_factory=list)  # the first few failure answers
     stored_records: int = 0  # more than len(stored): a body stored twice (a produce retried)
+
+    @property
+    def settled(self) -> set[str]:
+        return self.acked | self.ack_uncertain
 
     @property
     def lost_produces(self) -> set[str]:
@@ -421,6 +428,7 @@ class Load:
                 self.report.acked.update(bodies)
             else:
                 self.report.ack_failures += 1
+                self.report.ack_uncertain.update(bodies)
         return len(bodies)
 
     def _consume(self) -> None:
@@ -459,7 +467,7 @@ class Load:
                     offset = result["next"]
         with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)) as http:
             deadline = time.monotonic() + drain_s
-            while not self.report.acked >= self.report.stored and time.monotonic() < deadline:
+            while not self.report.settled >= self.report.stored and time.monotonic() < deadline:
                 if self._pull_and_ack(http) <= 0:
                     time.sleep(0.1)
         return self.report
