@@ -13,7 +13,6 @@ import socket
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import Any
 
 import pytest
@@ -259,7 +258,9 @@ class SentinelProcs:
 
     @property
     def url(self) -> str:
-        return "redis+sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + "/" + self.service
+        return (
+            "redis+sentinel://" + ",".join(f"127.0.0.1:{s.port}" for s in self.sentinels) + "/" + self.service
+        )
 
     def start(self) -> SentinelProcs:
         try:
@@ -385,7 +386,9 @@ class Load:
         return self
 
     def _produce(self, index: int) -> None:
-        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ptoken)) as http:
+        with self._httpx.Client(
+            base_url=self.server.url, timeout=10, headers=self._headers(self._ptoken)
+        ) as http:
             n = 0
             while not self._stop.is_set():
                 body = f"p{index}-{n}"
@@ -409,7 +412,9 @@ class Load:
     def _pull_and_ack(self, http: Any) -> int:
         """One pull and its ack; how many messages it brought (-1 on a failure)."""
         try:
-            r = http.get("/mq/message", params={"topic": self.topic, "consumer": f"{self.topic}-c", "max": 50})
+            r = http.get(
+                "/mq/message", params={"topic": self.topic, "consumer": f"{self.topic}-c", "max": 50}
+            )
             if r.status_code != 200:
                 with self._lock:
                     self.report.pull_failures += 1
@@ -432,7 +437,9 @@ class Load:
         return len(bodies)
 
     def _consume(self) -> None:
-        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)) as http:
+        with self._httpx.Client(
+            base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)
+        ) as http:
             while not self._stop.is_set():
                 if self._pull_and_ack(http) <= 0:
                     self._stop.wait(0.02)
@@ -444,7 +451,6 @@ class Load:
     def failures(self) -> int:
         with self._lock:
             return self.report.produce_failures
-
 
     def finish(self, drain_s: float = 30.0) -> LoadReport:
         """Stop the load, read every stored body, then pull and ack until each stored body was
@@ -465,7 +471,9 @@ class Load:
                     self.report.stored.update(_key(m["message"]) for m in result["msgList"])
                     self.report.stored_records += len(result["msgList"])
                     offset = result["next"]
-        with self._httpx.Client(base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)) as http:
+        with self._httpx.Client(
+            base_url=self.server.url, timeout=10, headers=self._headers(self._ctoken)
+        ) as http:
             deadline = time.monotonic() + drain_s
             while not self.report.settled >= self.report.stored and time.monotonic() < deadline:
                 if self._pull_and_ack(http) <= 0:
@@ -473,7 +481,9 @@ class Load:
         return self.report
 
 
-def primary_lost_under_load(load: Load, primary: Node, replica: Node, promoted: Any, more: int = 100) -> float:
+def primary_lost_under_load(
+    load: Load, primary: Node, replica: Node, promoted: Any, more: int = 100
+) -> float:
     """The failure whose loss replica-wait prevents: the replica falls behind (paused) while
     acknowledged writes go on, then the primary dies and the replica is promoted. Returns the
     seconds from the kill to the promotion (`promoted()` true)."""

@@ -63,7 +63,9 @@ def test_message_store_contract_on_a_cluster(
 
 
 @pytest.mark.parametrize("case", _contract_tests(offsets_contract, ("backend", "tmp_path")))
-def test_offset_store_contract_on_a_cluster(case: Any, redis_cluster: RedisClusterProcs, tmp_path: Path) -> None:
+def test_offset_store_contract_on_a_cluster(
+    case: Any, redis_cluster: RedisClusterProcs, tmp_path: Path
+) -> None:
     prefix = "mqtest-" + secrets.token_hex(6)  # one per test; a reopened store finds its keys
 
     async def backend(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable[None]]]:

@@ -65,7 +65,9 @@ def test_the_primary_killed_under_load(sentinels: SentinelProcs, gateway: Server
 
     promoted_s = primary_lost_under_load(load, primary, replica, promoted)
     # The old primary comes back empty as the new primary's replica (WAIT can be met again).
-    back = Node(primary.directory, primary.port, [*primary.args, "--replicaof", "127.0.0.1", str(replica.port)])
+    back = Node(
+        primary.directory, primary.port, [*primary.args, "--replicaof", "127.0.0.1", str(replica.port)]
+    )
     sentinels.primary = back.start()
     wait_until(lambda: replica.info("replication").get("connected_slaves") == "1", 20, "the new replica")
     n = load.count()
