@@ -30,8 +30,8 @@ import httpx
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from tests.clusters import Node, RedisClusterProcs, cluster_port  # noqa: E402
-from tests.conftest import MQGATE, free_port, wait_until  # noqa: E402
+from tests.clusters import Node, RedisClusterProcs, cluster_port
+from tests.conftest import MQGATE, free_port, wait_until
 
 ADMIN = "mqa_bench_admin"
 TICKS = os.sysconf("SC_CLK_TCK")
