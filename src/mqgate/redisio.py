@@ -37,6 +37,7 @@ SENTINEL_SCHEME: Final = "redis+sentinel://"
 # A script + WAIT pair redirected while a slot moves is sent again, this many times at most.
 REDIRECT_TRIES: Final = 40
 REDIRECT_PAUSE_S: Final = 0.05
+CLUSTER_REDIRECTIONS: Final = 64
 
 RedisClient: TypeAlias = aioredis.Redis | RedisCluster
 
@@ -93,7 +94,7 @@ def connect(url: str, **options: Any) -> RedisClient:
     timeouts = _timeouts(options)
     if url.startswith(CLUSTER_SCHEME):
         where = _parse_multi_host(url, CLUSTER_SCHEME)
-        return RedisCluster(
+        cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in where.nodes],
             # A MOVED only corrects the slot table. By default every 5th MOVED closes every
             # connection of the client, under the feet of the other calls in flight.
@@ -103,6 +104,11 @@ def connect(url: str, **options: Any) -> RedisClient:
             **timeouts,
             **options,
         )
+        # Redirections (MOVED, ASK, TRYAGAIN) one call follows before it fails: 16 by default,
+        # which a slot migrating under load can use up (ASKING goes on a pooled connection
+        # that may not be the command's, and the target then answers MOVED).
+        cluster.RedisClusterRequestTTL = CLUSTER_REDIRECTIONS
+        return cluster
     if url.startswith(SENTINEL_SCHEME):
         where = _parse_multi_host(url, SENTINEL_SCHEME)
         if not where.path:
