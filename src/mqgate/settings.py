@@ -18,7 +18,7 @@ from mqgate.names import validate_name
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
 ENV_PREFIX: Final = "MQGATE_"
-REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://")
+REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", "redis+cluster://", "redis+sentinel://")
 MAX_WORKERS: Final = 64
 
 
@@ -35,6 +35,11 @@ class Settings:
     store: str = "embedded"
     # Prefix of every Redis key, so several mqgate clusters can share one Redis.
     redis_prefix: str = "mq"
+    # A produce (append or hold) and an ack are answered only once this many replicas of the
+    # Redis primary have them (WAIT), so a failover cannot lose them; 0 = do not wait.
+    # Not confirmed within redis_wait_timeout_ms: 503 (the write may or may not survive).
+    redis_wait_replicas: int = 0
+    redis_wait_timeout_ms: int = 1000
     # SQLAlchemy URL of the registry; empty means an SQLite file in the data directory.
     # Gateways on several machines share one registry: use PostgreSQL.
     registry: str = ""
@@ -157,6 +162,11 @@ def load_settings(
     validate_name(settings.redis_prefix, "redis_prefix")
     if settings.store != "embedded" and not settings.uses_redis:
         raise BadRequest(f"store must be 'embedded' or a redis:// URL, not {settings.store!r}", field="store")
+    if settings.redis_wait_replicas < 0 or settings.redis_wait_timeout_ms < 1:
+        raise BadRequest(
+            "redis_wait_replicas must be 0 or more and redis_wait_timeout_ms 1 or more",
+            field="redis_wait_replicas",
+        )
     if settings.disk_free_floor_bytes < 0:
         raise BadRequest("disk_free_floor_bytes must be 0 (off) or more", field="disk_free_floor_bytes")
     if not 1 <= settings.workers <= MAX_WORKERS:

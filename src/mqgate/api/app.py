@@ -146,15 +146,18 @@ def backends_for(settings: Settings, health: Health | None = None) -> Backends:
         from mqgate.store.backends.redis import RedisStore
 
         client = redisio.connect(settings.store)
-        names = {"broker": settings.broker_name, "prefix": settings.redis_prefix}
+        broker, prefix = settings.broker_name, settings.redis_prefix
+        wait = None
+        if settings.redis_wait_replicas > 0:
+            wait = redisio.ReplicaWait(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
 
         async def nothing() -> None:
             return None
 
         return Backends(
-            RedisStore(client, **names),
-            RedisOffsetStore(client, **names),
-            RedisScheduler(client, prefix=settings.redis_prefix),
+            RedisStore(client, broker=broker, prefix=prefix, wait=wait),
+            RedisOffsetStore(client, broker=broker, prefix=prefix, wait=wait),
+            RedisScheduler(client, prefix=prefix, wait=wait),
             nothing,
             client.aclose,
             RedisRegistryNotices(client, settings.redis_prefix),

@@ -12,13 +12,11 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 
-import redis.asyncio as aioredis
-
 from mqgate import redisio
 
 
 class RedisRegistryNotices:
-    def __init__(self, client: aioredis.Redis, prefix: str) -> None:
+    def __init__(self, client: redisio.RedisClient, prefix: str) -> None:
         self._client = client
         self.channel = f"{prefix}:registry"
         self.listening = asyncio.Event()
@@ -27,7 +25,7 @@ class RedisRegistryNotices:
     async def start(self, on_notice: Callable[[int], Awaitable[None]]) -> None:
         """Call `on_notice(version)` for each change announced by any gateway."""
 
-        async def heard(data: bytes) -> None:
+        async def heard(_channel: bytes, data: bytes) -> None:
             with contextlib.suppress(ValueError):
                 await on_notice(int(data))
 
@@ -45,7 +43,7 @@ class RedisRegistryNotices:
         """Tell every gateway the registry reached `version`. Best effort: a notice that cannot
         be sent is made up by the periodic refresh."""
         with contextlib.suppress(Exception):
-            await self._client.publish(self.channel, str(version))
+            await self._client.execute_command("PUBLISH", self.channel, str(version))
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-import redis.asyncio as aioredis
-
 from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
 from mqgate.offsets.interface import Lease, OffsetEntry
-from mqgate.redisio import register, translated
+from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, translated
 
 PACKAGE: Final = "mqgate.offsets.backends.redis"
 SCRIPTS: Final = (
@@ -51,8 +49,11 @@ _FIELDS: Final = {
 
 
 class RedisOffsetStore:
-    def __init__(self, client: aioredis.Redis, *, broker: str, prefix: str = "mq") -> None:
+    def __init__(
+        self, client: RedisClient, *, broker: str, prefix: str = "mq", wait: ReplicaWait | None = None
+    ) -> None:
         self.client = client
+        self._wait = wait  # commits (acks) wait for replicas when set
         self.broker = broker
         self.prefix = prefix
         self._scripts: dict[str, Any] = {}
@@ -80,9 +81,11 @@ class RedisOffsetStore:
     def _rate_key(self, group: str) -> str:
         return f"{self._group(group)}:rate"
 
-    async def _run(self, what: str, script: str, keys: list[str], args: list[Any]) -> Any:
+    async def _run(
+        self, what: str, script: str, keys: list[str], args: list[Any], wait: ReplicaWait | None = None
+    ) -> Any:
         with translated(what):
-            return await self._scripts[script](keys=keys, args=args)
+            return await run_script(self.client, self._scripts[script], keys, args, wait)
 
     # --- tables -------------------------------------------------------------------------
 
@@ -149,7 +152,9 @@ class RedisOffsetStore:
     ) -> AckRefusal | None:
         keys = [self._table_key(token.consumer, token.client_id), self._clients_key(token.consumer)]
         args = [op, token.broker, token.queue, token.offset, token.lock_ts, now_ms, value, dead]
-        got = await self._run(what, "settle", keys, [*args, token.client_id])
+        # A commit that a failover loses would deliver its batch again: commits wait.
+        wait = self._wait if op in ("commit", "dead") else None
+        got = await self._run(what, "settle", keys, [*args, token.client_id], wait)
         if got is None:
             return None
         if got == NO_TABLE:

@@ -22,7 +22,7 @@ from redis.asyncio.client import PubSub
 from redis.exceptions import RedisError
 
 from mqgate.core.scheduling import TIME_BITS, is_expired
-from mqgate.redisio import register, translated
+from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, subscriber, translated
 from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
 
 PACKAGE: Final = "mqgate.scheduler.backends.redis"
@@ -46,13 +46,22 @@ def parse_member(raw: bytes) -> tuple[int, int]:
 
 
 class RedisScheduler:
-    def __init__(self, client: aioredis.Redis, *, prefix: str = "mq", name: str = "default") -> None:
+    def __init__(
+        self,
+        client: RedisClient,
+        *,
+        prefix: str = "mq",
+        name: str = "default",
+        wait: ReplicaWait | None = None,
+    ) -> None:
         self.client = client
+        self._wait = wait  # holds (accepted produces) wait for replicas when set
         base = f"{prefix}:{{s:{name}}}"
         self.keys = [f"{base}:{k}" for k in KEY_NAMES]
         self.channel = f"{base}:wake"
         self._scripts: dict[str, Any] = {}
         self._pubsub: PubSub | None = None
+        self._pubsub_client: aioredis.Redis | None = None  # a cluster's: ours to close
 
     async def open(self) -> None:
         # Scripts load on first use (EVALSHA, reloaded after NOSCRIPT): opening needs no Redis.
@@ -63,9 +72,9 @@ class RedisScheduler:
         """The client belongs to the app; only the wake subscription is ours."""
         await self._drop_subscription()
 
-    async def _run(self, what: str, script: str, args: list[Any]) -> Any:
+    async def _run(self, what: str, script: str, args: list[Any], wait: ReplicaWait | None = None) -> Any:
         with translated(what):
-            return await self._scripts[script](keys=self.keys, args=args)
+            return await run_script(self.client, self._scripts[script], self.keys, args, wait)
 
     # --- intake and delivery --------------------------------------------------------------
 
@@ -78,7 +87,7 @@ class RedisScheduler:
             args += [payload, len(dests)]
             for d in dests:
                 args += [_encode(d), d.deliver_at_ms]
-        first = int(await self._run("schedule hold", "hold", args))
+        first = int(await self._run("schedule hold", "hold", args, self._wait))
         return list(range(first, first + len(items)))
 
     async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
@@ -116,20 +125,26 @@ class RedisScheduler:
 
     async def _subscription(self) -> PubSub:
         if self._pubsub is None:
-            pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+            pubsub, own = subscriber(self.client, ignore_subscribe_messages=True)
             try:
                 await pubsub.subscribe(self.channel)
             except BaseException:
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+                if own is not None:
+                    await own.aclose()
                 raise
-            self._pubsub = pubsub
+            self._pubsub, self._pubsub_client = pubsub, own
         return self._pubsub
 
     async def _drop_subscription(self) -> None:
         pubsub, self._pubsub = self._pubsub, None
+        own, self._pubsub_client = self._pubsub_client, None
         if pubsub is not None:
             with contextlib.suppress(RedisError, OSError):
                 await pubsub.aclose()  # type: ignore[no-untyped-call]
+        if own is not None:
+            with contextlib.suppress(RedisError, OSError):
+                await own.aclose()
 
     async def _drain_wakes(self) -> None:
         try:

@@ -8,10 +8,8 @@ gateways appending at once. Long polls wake across gateways through pub/sub.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
-import random
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -22,7 +20,7 @@ from redis import exceptions as rexc
 from mqgate.errors import BadRequest, NotFound
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.names import validate_topic_name
-from mqgate.redisio import register, translated
+from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.interface import Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
@@ -34,10 +32,6 @@ SCRIPTS: Final = "mqgate.store.backends.redis"
 WAKE_COALESCE_S: Final = 0.002
 # Bounded work per retention script call, so Redis never stalls on a large backlog.
 RETENTION_CHUNK: Final = 10_000
-LISTEN_IDLE_S: Final = 10.0  # a quiet wake listener pings this often
-LISTEN_DEAD_S: Final = 3 * LISTEN_IDLE_S
-RECONNECT_MIN_S: Final = 0.05
-RECONNECT_MAX_S: Final = 2.0
 SCRIPT_ERROR: Final = "MQGATE "
 
 _encode = msgspec.json.Encoder().encode
@@ -97,8 +91,11 @@ class _Topic:
 
 
 class RedisStore:
-    def __init__(self, client: aioredis.Redis, *, broker: str, prefix: str = "mq") -> None:
+    def __init__(
+        self, client: RedisClient, *, broker: str, prefix: str = "mq", wait: ReplicaWait | None = None
+    ) -> None:
         self.broker = broker
+        self._wait = wait  # None: an append is answered once its primary applied it
         self.prefix = prefix
         self._client = client
         self._topics_key = f"{prefix}:topics"
@@ -109,9 +106,12 @@ class RedisStore:
         self._create = register(client, SCRIPTS, "create_topic.lua")
         self._append_script = register(client, SCRIPTS, "append.lua")
         # Reads skip redis-py's XRANGE reply parsing (a dict per entry): a client of its own
-        # over the same connection pool, so the app's client keeps its callbacks.
-        self._reader = aioredis.Redis(connection_pool=client.connection_pool)
-        self._reader.set_response_callback("XRANGE", _unparsed)
+        # over the same connection pool, so the app's client keeps its callbacks. A cluster
+        # client has a pool per node: it reads parsed replies.
+        self._reader: aioredis.Redis | None = None
+        if isinstance(client, aioredis.Redis):
+            self._reader = aioredis.Redis(connection_pool=client.connection_pool)
+            self._reader.set_response_callback("XRANGE", _unparsed)
         self._offset_for_time = register(client, SCRIPTS, "offset_for_time.lua")
         self._retention = register(client, SCRIPTS, "retention.lua")
         self._listener: asyncio.Task[None] | None = None
@@ -261,7 +261,9 @@ class RedisStore:
                 args += (timestamp_ms, payload)
         with translated("appending"):
             try:
-                published, *firsts = await self._append_script(keys=keys, args=args)
+                published, *firsts = await run_script(
+                    self._client, self._append_script, keys, args, self._wait
+                )
             except rexc.ResponseError as exc:
                 raise self._script_error(exc, topic) from exc
         t.notify(len(batches))  # one pull of each reader per queue written
@@ -275,10 +277,13 @@ class RedisStore:
         _looked.set((t, t.epoch))
         if max_count <= 0:
             return []
+        start = b"%d-1" % max(offset, 0)
         with translated("reading"):
-            entries: Any = await self._reader.xrange(  # raw: [[id, [t, ts, d, json]], ...]
-                stream, b"%d-1" % max(offset, 0), b"+", count=max_count
-            )
+            if self._reader is None:  # a cluster: parsed, [(id, {t: ts, d: json}), ...]
+                parsed: Any = await self._client.xrange(stream, start, b"+", count=max_count)
+                entries: Any = [(i, [None, None, None, fields[b"d"]]) for i, fields in parsed]
+            else:  # raw: [[id, [t, ts, d, json]], ...]
+                entries = await self._reader.xrange(stream, start, b"+", count=max_count)
         if not entries:
             return []
         # Offsets are contiguous, so only the first ID is parsed; fields are [t, ts, d, json].
@@ -359,58 +364,36 @@ class RedisStore:
             try:
                 async with self._client.pipeline(transaction=False) as pipe:
                     for name in topics:
-                        pipe.publish(f"{self.prefix}:wake:{name}", self._origin)
+                        # Not pipe.publish: a cluster pipeline refuses it by name (PUBLISH
+                        # reaches every node of a cluster from any node).
+                        pipe.execute_command("PUBLISH", f"{self.prefix}:wake:{name}", self._origin)
                     await pipe.execute()
-            except rexc.RedisError as exc:
+            except (rexc.RedisError, rexc.RedisClusterException) as exc:
                 log.warning("could not publish a wake for %s: %s", ", ".join(topics), exc)
 
     async def _listen(self) -> None:
         """Wake local readers on other stores' wakes; reconnect for ever, never raise."""
-        delay = RECONNECT_MIN_S
-        reconnecting = False
-        loop = asyncio.get_running_loop()
-        while True:
-            pubsub = self._client.pubsub()
-            try:
-                await pubsub.psubscribe(self._wake_pattern)
-                self.listening.set()
-                if reconnecting:
-                    log.info("redis wake listener reconnected")
-                    # Wakes sent while we were away are lost: let every reader look again.
-                    self.wake_all()
-                delay = RECONNECT_MIN_S
-                heard = loop.time()
-                while True:
-                    msg = await pubsub.parse_response(block=False, timeout=LISTEN_IDLE_S)
-                    if msg is None:
-                        # Quiet: ping, so a connection that died silently is noticed too.
-                        if loop.time() - heard > LISTEN_DEAD_S:
-                            raise rexc.ConnectionError(f"no answer for {LISTEN_DEAD_S:.0f}s")
-                        await pubsub.ping()
-                        continue
-                    heard = loop.time()
-                    if msg[0] != b"pmessage":
-                        continue
-                    if msg[3] != self._origin:  # our own writes woke our readers already
-                        t = self._topics.get(msg[2][self._channel_prefix :].decode())
-                        if t is not None:
-                            # A wake says "something changed", not how much (it may stand
-                            # for many coalesced appends): a reader has work for at most
-                            # one pull per queue.
-                            t.notify(len(t.streams))
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:
-                # Loudly once per outage, then quietly while Redis stays away.
-                level = logging.WARNING if self.listening.is_set() or not reconnecting else logging.DEBUG
-                log.log(level, "redis wake listener: %s; reconnecting in %.2fs", exc, delay)
-            finally:
-                reconnecting = True
-                self.listening.clear()
-                with contextlib.suppress(Exception):
-                    await pubsub.aclose()  # type: ignore[no-untyped-call]
-            await asyncio.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, RECONNECT_MAX_S)
+
+        def heard(channel: bytes, origin: bytes) -> None:
+            if origin != self._origin:  # our own writes woke our readers already
+                t = self._topics.get(channel[self._channel_prefix :].decode())
+                if t is not None:
+                    # A wake says "something changed", not how much (it may stand for many
+                    # coalesced appends): a reader has work for at most one pull per queue.
+                    t.notify(len(t.streams))
+
+        def reconnected() -> None:
+            self.wake_all()  # wakes sent while we were away are lost: every reader looks again
+
+        await listen_forever(
+            self._client,
+            self._wake_pattern,
+            heard,
+            reconnected,
+            self.listening,
+            "redis wake listener",
+            pattern=True,
+        )
 
     # --- retention ----------------------------------------------------------------------
 
