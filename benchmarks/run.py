@@ -1979,6 +1979,9 @@ def main() -> int:
     ap.add_argument(
         "--idle-below", type=float, default=15.0, help="percent CPU busy counted as idle (default 15)"
     )
+    ap.add_argument(
+        "--trace", choices=("info", "error", "debug"), help="trace every message of the benchmark topic"
+    )
     ap.add_argument("--no-results", action="store_true", help="do not append to RESULTS.md")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
@@ -2064,6 +2067,11 @@ def main() -> int:
                 ctx.server = detect_server(ctx.gw)
                 log(f"gateway HTTP server: {ctx.server}")
                 ctx.ptoken, ctx.ctoken = register(ctx.gw, TOPIC, 8, PRODUCER, CONSUMER)
+                if a.trace:
+                    # Every message of the benchmark topic traced (SPEC P2): a project policy.
+                    policy = {"mode": "project", "project": "default", "level": a.trace}
+                    ctx.gw.admin.ok("POST", "/admin/trace-policies", policy)
+                    log(f"  tracing every message at {a.trace}")
                 await_registry(ctx.gw)
                 preflight(ctx)
             except BenchFailure as exc:

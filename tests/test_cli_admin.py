@@ -37,8 +37,8 @@ def test_text_by_default_json_with_the_switch(shared_server: Server) -> None:
     text = cli(shared_server, "topic", "list")
     assert text.returncode == 0, text.stderr
     header, *rows = text.stdout.splitlines()
-    assert header.split() == ["name", "queues", "retentionMs", "retentionBytes", "maxPriority"]
-    assert any(row.split()[:2] == ["cli-text", "2"] for row in rows), text.stdout
+    assert header.split() == ["name", "project", "queues", "retentionMs", "retentionBytes", "maxPriority"]
+    assert any(row.split()[:3] == ["cli-text", "default", "2"] for row in rows), text.stdout
     for args in (["--json", "topic", "list"], ["topic", "list", "--json"]):
         topics = json.loads(cli(shared_server, *args).stdout)["topics"]
         assert {"name": "cli-text", "queues": 2}.items() <= next(
@@ -99,7 +99,7 @@ def test_a_closed_pipe_ends_quietly(shared_server: Server) -> None:
         timeout=60,
         check=False,
     )
-    assert shell.stdout.split() == ["name", "queues", "retentionMs", "retentionBytes", "maxPriority"]
+    assert shell.stdout.split() == ["name", "project", "queues", "retentionMs", "retentionBytes", "maxPriority"]
     assert shell.stderr == ""
 
 
