@@ -114,11 +114,10 @@ def test_damage_is_reported_per_file_and_repair_does_what_is_safe(data_dir: Path
 
 
 def test_an_empty_registry_is_reported(data_dir: Path) -> None:
-    # chk, the consumer's retry, inbox and dead letters, and the default project's trace topic
     (data_dir / "registry.db").write_bytes(b"")
     rc, reports = by_path(data_dir)
     assert rc == 1
-    assert "empty while the data directory holds 5 topics" in reports["registry.db"]["problems"][0]
+    assert "empty while the data directory holds 4 topics" in reports["registry.db"]["problems"][0]
 
 
 def test_a_running_gateway_directory_is_refused(data_dir: Path) -> None:

@@ -99,7 +99,14 @@ def test_a_closed_pipe_ends_quietly(shared_server: Server) -> None:
         timeout=60,
         check=False,
     )
-    assert shell.stdout.split() == ["name", "project", "queues", "retentionMs", "retentionBytes", "maxPriority"]
+    assert shell.stdout.split() == [
+        "name",
+        "project",
+        "queues",
+        "retentionMs",
+        "retentionBytes",
+        "maxPriority",
+    ]
     assert shell.stderr == ""
 
 

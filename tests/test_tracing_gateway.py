@@ -218,3 +218,16 @@ def test_the_cli_makes_projects_and_policies_and_finds_paths(server: Server) -> 
     assert "deleted" in run("trace", "remove", policy)
     assert run("trace", "policies").strip() == "no policies"
     client.close()
+
+
+def test_routers_list_queues_by_project_and_topic(shared_server: Server) -> None:
+    shared_server.admin("POST", "/admin/projects", name="rp")
+    shared_server.admin("POST", "/admin/topics", name="rt", queues=2, maxPriority=1, project="rp")
+    found = shared_server.admin("GET", "/admin/routers?project=rp")["routers"]
+    assert [(r["id"], r["lane"]) for r in found if r["topic"] == "rt"] == [
+        ("rp/rt/0", 0),
+        ("rp/rt/1", 0),
+        ("rp/rt/2", 1),
+        ("rp/rt/3", 1),
+    ]
+    assert {r["topic"] for r in shared_server.admin("GET", "/admin/routers?topic=rt")["routers"]} == {"rt"}

@@ -48,6 +48,25 @@ class ProjectRoutes:
             sp.QueueHistoryOut(project=project.name, intervals=[out(r, sp.QueueIntervalOut) for r in rows])
         )
 
+    async def routers(self, req: Request) -> Response:
+        """Every queue of every topic, by project or topic (SPEC P5 routers): from the registry,
+        so each exists once, from the registration of its topic on."""
+        inp: sp.RoutersIn = req.input
+        if inp.project is not None:
+            await self.gw.projects.project(inp.project)
+        found = []
+        for t in sorted(self.gw.ctx.registry.snapshot.topics.values(), key=lambda t: t.name):
+            if (inp.project is not None and t.project != inp.project) or (inp.topic not in (None, t.name)):
+                continue
+            for q in range(t.store_queues):
+                lane = t.grid.lane_of(q)
+                found.append(
+                    sp.RouterOut(
+                        id=f"{t.project}/{t.name}/{q}", project=t.project, topic=t.name, queue=q, lane=lane
+                    )
+                )
+        return Response(sp.RoutersOut(routers=found))
+
     async def add_policy(self, req: Request) -> Response:
         inp: sp.PolicyIn = req.input
         rec = await self.gw.projects.add_policy(
@@ -98,6 +117,9 @@ class ProjectRoutes:
             Route("GET", project + "/queues", self.queues, "admin",
                   "Queue state over time: max length and average occupancy per interval (SPEC P1)",
                   sp.ProjectQueuesIn, sp.QueueHistoryOut, (404,), body="none"),
+            Route("GET", "/admin/routers", self.routers, "admin",
+                  "Every queue of every topic, by project or topic (SPEC P5 routers)", sp.RoutersIn,
+                  sp.RoutersOut, (404,), body="none"),
             Route("POST", "/admin/trace-policies", self.add_policy, "admin",
                   "Add a trace policy (SPEC P2-P4)", sp.PolicyIn, sp.PolicyOut, (404,)),
             Route("GET", "/admin/trace-policies", self.policies, "admin", "List trace policies", None,

@@ -43,6 +43,11 @@ class PolicyIdIn(Input, kw_only=True, frozen=True):
     id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
 
+class RoutersIn(Input, kw_only=True, frozen=True):
+    project: Name | None = None
+    topic: TopicName | None = None
+
+
 class TraceIn(Input, kw_only=True, frozen=True):
     """Exactly one of the three."""
 
@@ -168,3 +173,17 @@ class QueueIntervalOut(Output, kw_only=True):
 class QueueHistoryOut(Output, kw_only=True):
     project: str
     intervals: list[QueueIntervalOut]
+
+
+class RouterOut(Output, kw_only=True):
+    """The seed's router object (SPEC P5): one queue of a topic of a project."""
+
+    id: str
+    project: str
+    topic: str
+    queue: int
+    lane: int
+
+
+class RoutersOut(Output, kw_only=True):
+    routers: list[RouterOut]

@@ -1,8 +1,8 @@
 """Projects (SPEC P1) and trace policies (SPEC P2): registration, look-ups, deletion.
 
-Every topic belongs to a project; each project has its trace topic `%TRACE%<project>`, made
-with the project (and at start-up for projects that lack one), so trace events of any policy
-have a durable home that Spark can read like any topic.
+Every topic belongs to a project; a project that a trace policy can select has its trace topic
+`%TRACE%<project>`, made with the policy (and at start-up for policies that lack one), so trace
+events have a durable home that Spark can read like any topic.
 """
 
 from __future__ import annotations
@@ -49,12 +49,30 @@ class Projects:
             raise AlreadyExists(f"project {name} already exists", field="name")
         rec = ProjectRecord(name, description, now_ms())
         await self.ctx.registry.change("add_project", rec)
-        await self.ensure_trace_topic(name)
         return rec
 
     async def ensure_trace_topics(self) -> None:
-        for name in list(self.ctx.registry.snapshot.projects):
-            await self.ensure_trace_topic(name)
+        """Every project a policy can select has its trace topic."""
+        for policy in list(self.ctx.registry.snapshot.policies.values()):
+            for project in self.projects_of(policy):
+                await self.ensure_trace_topic(project)
+
+    def projects_of(self, policy: PolicyRecord) -> set[str]:
+        """The projects whose messages `policy` can select."""
+        snap = self.ctx.registry.snapshot
+        if policy.project is not None:
+            return {policy.project}
+        topics: set[str] = set()
+        if policy.topic is not None:
+            topics.add(policy.topic)
+        if policy.service is not None:
+            p = snap.producers.get(policy.service)
+            c = snap.consumers.get(policy.service)
+            if p is not None:
+                topics |= {p.topic, *(d for d in p.allowed() if not d.startswith("inbox:"))}
+            if c is not None:
+                topics.add(c.topic)
+        return {snap.topics[t].project for t in topics if t in snap.topics}
 
     async def ensure_trace_topic(self, project: str) -> None:
         topic = trace_topic(project)
@@ -115,6 +133,8 @@ class Projects:
         rec = PolicyRecord(
             policy_id, checked.mode.value, checked.level.label, project, topic, queue, service, now_ms()
         )
+        for name in self.projects_of(rec):
+            await self.ensure_trace_topic(name)
         await self.ctx.registry.change("add_policy", rec)
         return rec
 
