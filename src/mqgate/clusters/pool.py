@@ -49,6 +49,9 @@ class ClusterSpec:
     name: str
     url: str
     pool: str = "default"
+    # The broker name in its ack tokens and offset tables; default: the cluster's name, so a
+    # token tells which cluster served the pull (an existing store keeps its old broker name).
+    broker: str | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,14 +72,17 @@ class ClusterStatus:
     probes: int
 
 
-def cluster_settings(base: Settings, url: str) -> Settings:
-    """The settings of a cluster: the gateway's, with the cluster's store. BadRequest(url)."""
+def cluster_settings(base: Settings, spec: ClusterSpec) -> Settings:
+    """The settings of a cluster: the gateway's, with the cluster's store and broker name.
+    BadRequest naming `url` or `broker`."""
+    url = spec.url
+    broker = validate_name(spec.broker or spec.name, "broker")
     if url.startswith(EMBEDDED_PREFIX):
         directory = url[len(EMBEDDED_PREFIX) :]
         if not directory:
             raise BadRequest("an embedded cluster is 'embedded:<data directory>'", field="url")
-        return dataclasses.replace(base, store="embedded", data_dir=Path(directory))
-    settings = dataclasses.replace(base, store=url)
+        return dataclasses.replace(base, store="embedded", data_dir=Path(directory), broker_name=broker)
+    settings = dataclasses.replace(base, store=url, broker_name=broker)
     if not settings.uses_redis:
         raise BadRequest(f"a cluster url is a Redis URL or 'embedded:<dir>', not {url!r}", field="url")
     return settings
@@ -244,7 +250,7 @@ class ClusterPool:
         validate_name(spec.pool, "pool")
         if spec.name in self._clusters:
             raise AlreadyExists(f"cluster {spec.name} already exists", field="name")
-        cluster = Cluster(spec, cluster_settings(self.base, spec.url), self.rules, self.probe_timeout_s)
+        cluster = Cluster(spec, cluster_settings(self.base, spec), self.rules, self.probe_timeout_s)
         self._clusters[spec.name] = cluster
         if self._started:
             await self._start_one(cluster)

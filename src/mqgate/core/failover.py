@@ -163,8 +163,9 @@ class Detector:
         why = f"{outcome.value}: {detail}" if detail else outcome.value
         state = self.state
         if state in SERVING:
-            total, bad_count = self.window(now_ms)
-            if total >= self.rules.min_samples and bad_count / total >= self.rules.error_rate:
+            # Judged on bad outcomes only: a good answer never fails a cluster.
+            total, bad_count = self.window(now_ms) if bad else (0, 0)
+            if bad and total >= self.rules.min_samples and bad_count / total >= self.rules.error_rate:
                 return self._move(
                     ClusterState.FAILED,
                     f"error rate {bad_count}/{total} over {self.rules.window_s:g}s "
