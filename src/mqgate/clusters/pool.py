@@ -5,8 +5,9 @@ into a message store, offset store and scheduler by `api.app.backends_for`, exac
 gateway's own store, with the gateway's other settings (prefix, broker name, fsync...).
 
 A background task per cluster probes it every `probe_interval_s` with a cheap call bounded by
-`probe_timeout_s` (Redis: PING on a connection of its own; embedded: a stat of the data
-directory in a thread) and feeds the outcome to its `core.failover.Detector`; the data path
+`probe_timeout_s` (Redis: a SET of one small key with a 60 s expiry, on a connection of its
+own, so a server refusing writes is seen too; embedded: a stat of the data directory in a
+thread, and the store's degraded conditions, e.g. the disk below its floor) and feeds the outcome to its `core.failover.Detector`; the data path
 reports its own operations through `observe` or runs them through `guarded` (the send
 time-out). A cluster that could not be opened (down at start-up) is opened again on its
 first good probe. State changes are logged and passed to the listeners (the switch
@@ -112,6 +113,7 @@ class Cluster:
         self.last_outcome = ""
         self.probes = 0
         self._probe_client: Any = None
+        self._probe_key = f"{settings.redis_prefix}:failover:probe"
         if settings.uses_redis:
             from mqgate import redisio
 
@@ -162,7 +164,9 @@ class Cluster:
         try:
             async with asyncio.timeout(self.probe_timeout_s):
                 if self._probe_client is not None:
-                    await self._probe_client.ping()
+                    # A write, not a PING: a server that answers but refuses writes (out of
+                    # memory with noeviction, a read-only replica) is not serving a producer.
+                    await self._probe_client.set(self._probe_key, str(now_ms()), px=60_000)
                 else:
                     await asyncio.to_thread(_stat_dir, Path(self.settings.data_dir))
                 if not self.opened:
