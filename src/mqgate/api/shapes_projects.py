@@ -144,7 +144,7 @@ class FindingOut(Output, kw_only=True):
     consumer: str | None = None
     since_ms: int | None = None
     summary: str
-    evidence: dict[str, int | float | str | None | list[float] | dict[str, float]]
+    evidence: dict[str, int | float | str | list[float] | dict[str, float] | None]
 
 
 class HealthOut(Output, kw_only=True):

@@ -56,11 +56,15 @@ class DeclareReport:
     tables_created: list[str] = field(default_factory=list)
 
 
-async def _bounds_of(store: MessageStore, layout: Layout) -> list[QueueBounds]:
-    """min/max of every queue of a consumer's table, in table order."""
+async def table_bounds(store: MessageStore, layout: Layout) -> list[QueueBounds]:
+    """min/max of every queue of a consumer's table, numbered in table order, with its lane
+    (as the gateway passes them to `OffsetStore.lease`)."""
     by_topic = {name: await store.bounds(name) for name in {layout.slot(i).topic for i in range(layout.size)}}
     slots = [layout.slot(i) for i in range(layout.size)]
-    return [by_topic[s.topic][s.queue] for s in slots]
+    return [
+        QueueBounds(i, by_topic[s.topic][s.queue].min, by_topic[s.topic][s.queue].max, s.lane)
+        for i, s in enumerate(slots)
+    ]
 
 
 async def redeclare(
@@ -78,7 +82,7 @@ async def redeclare(
             report.topics.append(side)
         if c.mode == MODE_CLUSTER:
             layout = Layout(c.name, c.topic, t.grid)
-            starts = [b.min for b in await _bounds_of(store, layout)]
+            starts = [b.min for b in await table_bounds(store, layout)]
             if await offsets.ensure_table(c.name, "", starts, now_ms):
                 report.tables_created.append(c.name)
     return report
@@ -112,7 +116,7 @@ async def clean_up(
         if t is None:
             continue
         layout = Layout(c.name, c.topic, t.grid)
-        bounds = await _bounds_of(store, layout)
+        bounds = await table_bounds(store, layout)
         for client in await offsets.clients(c.name):
             table = await offsets.table(c.name, client)
             if table is None:

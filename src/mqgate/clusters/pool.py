@@ -7,11 +7,12 @@ gateway's own store, with the gateway's other settings (prefix, broker name, fsy
 A background task per cluster probes it every `probe_interval_s` with a cheap call bounded by
 `probe_timeout_s` (Redis: a SET of one small key with a 60 s expiry, on a connection of its
 own, so a server refusing writes is seen too; embedded: a stat of the data directory in a
-thread, and the store's degraded conditions, e.g. the disk below its floor) and feeds the outcome to its `core.failover.Detector`; the data path
-reports its own operations through `observe` or runs them through `guarded` (the send
-time-out). A cluster that could not be opened (down at start-up) is opened again on its
-first good probe. State changes are logged and passed to the listeners (the switch
-coordinator's `notice`).
+thread, and the store's degraded conditions, e.g. the disk below its floor) and feeds the
+outcome to its `core.failover.Detector`; the data path reports its own operations through
+`observe` or runs them through `guarded` (the send time-out). A cluster that could not be
+opened (down at start-up) is opened again on its first good probe. State changes are logged
+and passed to the listeners (the switch coordinator's `notice`). The broker name of a cluster
+is its name unless its spec names one.
 """
 
 from __future__ import annotations

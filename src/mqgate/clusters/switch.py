@@ -271,6 +271,9 @@ class SwitchCoordinator:
             raise BadRequest(f"{cluster} is neither primary nor backup of {project}", field="cluster")
         read_at = self.clock()
         rec = (await asyncio.to_thread(self.records.read_all)).get(project)
+        if rec is not None and rec.cluster == cluster:
+            self._views[project] = _View(rec, read_at)
+            return rec  # already there (a retried request, or another gateway's): no new epoch
         new, event = await self._write(project, rec, cluster, reason)
         self._views[project] = _View(new, read_at)
         if self.on_switch is not None:
