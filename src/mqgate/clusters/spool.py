@@ -284,9 +284,13 @@ class Spool:
     def _disk_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
 
-    async def append(self, project: str, topic: str, key: str, msg_id: str, payload: bytes) -> int:
+    async def append(
+        self, project: str, topic: str, key: str, msg_id: str, payload: bytes, *, tried: bool = False
+    ) -> int:
         """Spool one produce; its seq once it is on disk. SpoolFull at the bound, StorageError
-        or InsufficientStorage (disk full) when the write failed (nothing kept)."""
+        or InsufficientStorage (disk full) when the write failed (nothing kept). `tried`: a
+        send of it to a cluster failed without telling whether it was stored (a time-out, a
+        connection lost mid-call), so its resend is a possible duplicate."""
         seq = self._next_seq
         spooled_ms = int(time.time() * 1000)
         data = framing.frame(_encode(SpoolRecord(seq, project, topic, key, msg_id, spooled_ms, payload)))
@@ -309,6 +313,9 @@ class Spool:
         seg.size = active.size
         self._index(_Entry(seq, (project, topic, key), msg_id, spooled_ms, seg.first_seq, pos, active.size))
         self.spooled_total += 1
+        if tried:
+            self.begin([seq])  # the mark rides the same fsync
+            self._dirty.append(self._marks.fd if self._marks is not None else active.fd)
         await self._durable(active)
         return seq
 

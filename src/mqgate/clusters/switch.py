@@ -199,10 +199,14 @@ class SwitchCoordinator:
             self._task = None
 
     async def _run(self) -> None:
+        last = self.clock()
         while True:
+            # Reads start every check_s (not check_s after the last one ended): a slow read
+            # does not push the next one past the lease.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.check_s)
+                await asyncio.wait_for(self._wake.wait(), max(0.0, self.check_s - (self.clock() - last)))
             self._wake.clear()
+            last = self.clock()
             try:
                 await self.check()
             except Exception as exc:  # the database is away: views expire, the caller spools
