@@ -16,7 +16,7 @@ from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unav
 from mqgate.model import StoredMessage
 from mqgate.settings import Settings
 from mqgate.store.interface import TopicConfig
-from tests.clusters.conftest import FailoverRedis
+from tests.failover.conftest import FailoverRedis
 from tests.conftest import free_port
 
 PROBE_INTERVAL_S = 0.2

@@ -19,7 +19,7 @@ from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import Snapshot, TopicRecord
 from mqgate.settings import Settings
-from tests.clusters.conftest import FailoverRedis
+from tests.failover.conftest import FailoverRedis
 
 QUEUES = 4
 

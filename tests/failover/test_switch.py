@@ -19,7 +19,7 @@ from mqgate.errors import BadRequest, Unavailable
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, Snapshot, TopicRecord
 from mqgate.settings import Settings
-from tests.clusters.conftest import FailoverRedis
+from tests.failover.conftest import FailoverRedis
 
 H, F = ClusterState.HEALTHY, ClusterState.FAILED
 
