@@ -89,9 +89,21 @@ class ConsoleServer:
         return r.json()["result"]
 
 
+OPEN_CLIENTS: list[httpx.Client] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_clients() -> Iterator[None]:
+    yield
+    while OPEN_CLIENTS:
+        OPEN_CLIENTS.pop().close()
+
+
 def sign_in(server: ConsoleServer, name: str, password: str = PASSWORD) -> httpx.Client:
-    """An HTTP client with a console session (the form's double-submit token included)."""
+    """An HTTP client with a console session (the form's double-submit token included); closed
+    after the test."""
     client = httpx.Client(base_url=server.url, timeout=30)
+    OPEN_CLIENTS.append(client)
     client.get("/console/signin")
     token = client.cookies["mqgate_console_signin"]
     r = client.post("/console/signin", data={"name": name, "password": password, "signin_token": token})
