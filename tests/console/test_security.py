@@ -15,7 +15,9 @@ def attempt(server: ConsoleServer, name: str, password: str) -> httpx.Response:
     with httpx.Client(base_url=server.url, timeout=30) as client:
         client.get("/console/signin")
         token = client.cookies["mqgate_console_signin"]
-        return client.post("/console/signin", data={"name": name, "password": password, "signin_token": token})
+        return client.post(
+            "/console/signin", data={"name": name, "password": password, "signin_token": token}
+        )
 
 
 def error_text(r: httpx.Response) -> str:
@@ -39,7 +41,9 @@ def test_the_session_cookie_is_httponly_lax_and_pages_need_it(users: ConsoleServ
         anon.get("/console/signin")
         token = anon.cookies["mqgate_console_signin"]
         r = anon.post("/console/signin", data={"name": "vera", "password": PASSWORD, "signin_token": token})
-    cookie = next(v for k, v in r.headers.multi_items() if k == "set-cookie" and v.startswith("mqgate_console="))
+    cookie = next(
+        v for k, v in r.headers.multi_items() if k == "set-cookie" and v.startswith("mqgate_console=")
+    )
     assert "HttpOnly" in cookie and "SameSite=Lax" in cookie and "Path=/console" in cookie
     assert "Secure" not in cookie  # plain HTTP here; over TLS it is added
     assert httpx.get(users.url + "/").headers["location"] == "/console/"

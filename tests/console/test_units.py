@@ -70,7 +70,10 @@ def test_accounts_refuse_short_passwords_duplicates_and_bad_grants(engine: sa.En
     with pytest.raises(BadRequest):
         accounts.grant("bob", "admin", "shop")
     accounts.grant("bob", "owner", "billing")
-    assert {(g.role, g.project) for g in accounts.get("bob").grants} == {("member", "shop"), ("owner", "billing")}
+    assert {(g.role, g.project) for g in accounts.get("bob").grants} == {
+        ("member", "shop"),
+        ("owner", "billing"),
+    }
 
 
 def test_sessions_end_when_idle_or_too_old_and_with_a_new_password(engine: sa.Engine) -> None:
