@@ -173,7 +173,7 @@ class ConsoleApp:
                     return route, params
                 allowed = True
         if allowed:
-            raise NotFound(f"{path} does not accept {method}", field="method", code="wrong_method")
+            raise NotFound(f"{path} does not accept {method}", field="method")
         raise NotFound(f"no page {path}", field="path")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -189,7 +189,7 @@ class ConsoleApp:
                 if v.user is None:
                     if v.req.method == "GET":
                         return await send_response(send, redirect(c.url("/signin?next=") + c.url(v.req.path)))
-                    raise Forbidden("sign in first (no session)", code="no_session")
+                    raise Forbidden("sign in first (no session)")
                 if v.req.method == "POST":
                     self._check_csrf(v)
             response = await route.handler(v)
@@ -238,7 +238,7 @@ def check_origin(req: WebRequest) -> None:
     host = req.headers.get(b"host", b"")
     text = origin.decode("latin-1")
     if text == "null" or text.split("://", 1)[-1].split("/", 1)[0].encode() != host:
-        raise Forbidden("the form was sent from another site", field="origin", code="cross_origin")
+        raise Forbidden("the form was sent from another site", field="origin")
 
 
 async def static_file(v: Visit) -> WebResponse:
