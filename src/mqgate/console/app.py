@@ -180,6 +180,9 @@ class ConsoleApp:
         if scope["type"] != "http":
             return
         c = self.console
+        path = scope["path"]
+        if not (path == c.mount or path.startswith(c.mount + "/")):  # "/" of the gateway: here
+            return await send_response(send, redirect(c.url("/")))
         v = Visit(WebRequest(scope["method"], "/", {}, {}, "", False))
         try:
             v.req = await read_request(scope, receive, c.mount)
@@ -280,16 +283,13 @@ def build_console(
 
 
 def with_console(api: ASGIApp, console: ASGIApp, mount: str = MOUNT) -> ASGIApp:
-    """One ASGI app: the console under `mount`, `/` sent to it, everything else to the API
-    (which also gets the lifespan events)."""
+    """One ASGI app: `/` and everything under `mount` to the console (which sends `/` on to
+    its overview), everything else to the API (which also gets the lifespan events)."""
 
     async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http":
-            path = scope["path"]
-            if path == mount or path.startswith(mount + "/"):
-                return await console(scope, receive, send)
-            if path == "/":
-                return await send_response(send, redirect(mount + "/"))
+        path = scope.get("path", "")
+        if scope["type"] == "http" and (path in ("/", mount) or path.startswith(mount + "/")):
+            return await console(scope, receive, send)
         await api(scope, receive, send)
 
     return app
