@@ -1,0 +1,17 @@
+"""The console's pages, each module a group of routes."""
+
+from __future__ import annotations
+
+from mqgate.console.app import Console, Route
+
+
+def all_routes(c: Console) -> list[Route]:
+    from mqgate.console.pages.admin import AdminPages
+    from mqgate.console.pages.auth import AuthPages
+    from mqgate.console.pages.messages import MessagePages
+    from mqgate.console.pages.operations import OperationsPages
+    from mqgate.console.pages.selfservice import SelfServicePages
+    from mqgate.console.pages.topology import TopologyPages
+
+    groups = (AuthPages, OperationsPages, TopologyPages, MessagePages, SelfServicePages, AdminPages)
+    return [route for group in groups for route in group(c).routes()]

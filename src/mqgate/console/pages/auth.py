@@ -1,0 +1,116 @@
+"""Sign-in and sign-out pages."""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from typing import Final
+
+from mqgate.console.app import SESSION_COOKIE, SIGNIN_COOKIE, Console, Route, Visit, check_origin, now_ms
+from mqgate.console.identity import IdentityProvider
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import Forbidden, NotFound
+
+log = logging.getLogger(__name__)
+WRONG: Final = "Wrong user name or password."
+
+
+class AuthPages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    def _safe_next(self, v: Visit) -> str:
+        target = v.req.arg("next")
+        mount = self.c.mount
+        if target.startswith(mount + "/") and not target.startswith("//") and "\\" not in target:
+            return target
+        return self.c.url("/")
+
+    def _form(self, v: Visit, status: int = 200, error: str = "") -> WebResponse:
+        token = v.req.cookies.get(SIGNIN_COOKIE) or secrets.token_urlsafe(24)
+        response = self.c.page(
+            v,
+            "signin.html",
+            status,
+            error=error,
+            signin_token=token,
+            next=self._safe_next(v),
+            providers=self.c.providers,
+        )
+        response.set_cookie(SIGNIN_COOKIE, token, path=self.c.mount, secure=v.req.secure)
+        return response
+
+    async def signin_form(self, v: Visit) -> WebResponse:
+        return self._form(v)
+
+    async def signin(self, v: Visit) -> WebResponse:
+        c = self.c
+        check_origin(v.req)
+        cookie = v.req.cookies.get(SIGNIN_COOKIE, "")
+        sent = v.req.arg("signin_token")
+        if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
+            raise Forbidden("the sign-in form's token is missing or wrong: reload the page", field="csrf")
+        name, password, ip = v.req.arg("name"), v.req.arg("password"), v.req.client_ip
+        wait_ms = await c.db(c.throttle.blocked_for_ms, name, ip, now_ms())
+        if wait_ms > 0:
+            minutes = max(1, -(-wait_ms // 60_000))
+            response = self._form(v, 429, f"Too many sign-in attempts. Try again in {minutes} min.")
+            response.headers.append((b"retry-after", str(-(-wait_ms // 1000)).encode()))
+            return response
+        user = await c.db(c.accounts.verify, name, password)
+        if user is None:
+            await c.db(c.throttle.failed, name, ip, now_ms())
+            log.info("console: failed sign-in for %r from %s", name[:64], ip)
+            return self._form(v, 401, WRONG)
+        await c.db(c.throttle.succeeded, name)
+        return await self.open_session(v, user.name, self._safe_next(v))
+
+    async def open_session(self, v: Visit, user: str, target: str) -> WebResponse:
+        c = self.c
+        value, _ = await c.db(c.sessions.create, user, now_ms())
+        await c.db(c.audit.record, user, "user.signin", user, via="console")
+        response = redirect(target)
+        response.set_cookie(SESSION_COOKIE, value, path=c.mount, secure=v.req.secure)
+        response.set_cookie(SIGNIN_COOKIE, "", path=c.mount, secure=v.req.secure, max_age_s=0)
+        return response
+
+    async def signout(self, v: Visit) -> WebResponse:
+        await self.c.db(self.c.sessions.end, v.cookie)
+        response = redirect(self.c.url("/signin"))
+        response.set_cookie(SESSION_COOKIE, "", path=self.c.mount, secure=v.req.secure, max_age_s=0)
+        return response
+
+    async def provider_start(self, v: Visit) -> WebResponse:
+        provider = self._provider(v.params["provider"])
+        state = secrets.token_urlsafe(24)
+        callback = f"{self.c.url('/signin/')}{provider.name}/callback"
+        response = redirect(provider.start_url(callback, state))
+        response.set_cookie(SIGNIN_COOKIE, state, path=self.c.mount, secure=v.req.secure)
+        return response
+
+    async def provider_callback(self, v: Visit) -> WebResponse:
+        provider = self._provider(v.params["provider"])
+        state = v.req.cookies.get(SIGNIN_COOKIE, "")
+        if not state or not hmac.compare_digest(state.encode(), v.req.arg("state").encode()):
+            raise Forbidden("the sign-in state is missing or wrong: start again", field="state")
+        name = await provider.finish(v.req, state)
+        rows = await self.c.db(self.c.accounts.list, [name] if name else [])
+        if not rows or rows[0].provider != provider.name:
+            return self._form(v, 401, f"{provider.label} did not name a console user.")
+        return await self.open_session(v, rows[0].name, self.c.url("/"))
+
+    def _provider(self, name: str) -> IdentityProvider:
+        for p in self.c.providers:
+            if p.name == name:
+                return p
+        raise NotFound(f"no sign-in provider {name}", field="provider")
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/signin", self.signin_form, public=True),
+            Route("POST", "/signin", self.signin, public=True),
+            Route("POST", "/signout", self.signout),
+            Route("GET", "/signin/{provider}", self.provider_start, public=True),
+            Route("GET", "/signin/{provider}/callback", self.provider_callback, public=True),
+        ]

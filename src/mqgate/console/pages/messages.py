@@ -1,0 +1,186 @@
+"""The message browser (without consuming: by offset, time, key or message id; body as JSON,
+text or hex; export as JSON or CSV) and a consumer's dead letters with redrive."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from typing import Any, Final
+from urllib.parse import urlencode
+
+import msgspec
+
+from mqgate.console.app import Console, Route, Visit
+from mqgate.console.pages.common import require_change, require_view, snapshot, visible_topics
+from mqgate.console.pages.operations import parse_time
+from mqgate.console.projects import project_of, topic_project
+from mqgate.console.web import WebResponse, download, redirect
+from mqgate.errors import BadRequest
+from mqgate.model import StoredMessage
+from mqgate.names import DLQ_PREFIX, dlq_topic
+from mqgate.services.browse import Query
+from mqgate.services.deadletters import Selection
+
+MAX_ROWS: Final = 500
+BY: Final = ("offset", "time", "key", "id")
+VIEWS: Final = ("json", "text", "hex")
+_decode = msgspec.json.Decoder(StoredMessage).decode
+
+
+def body_view(body: str, view: str) -> str:
+    if view == "hex":
+        raw = body.encode()
+        return "\n".join(raw[i : i + 16].hex(" ") for i in range(0, len(raw), 16))
+    if view == "json":
+        try:
+            return json.dumps(json.loads(body), indent=2, ensure_ascii=False)
+        except ValueError:
+            return body + "\n(not JSON: shown as text)"
+    return body
+
+
+def message_row(queue: int, offset: int, raw: bytes) -> dict[str, Any]:
+    m = _decode(raw)
+    return {
+        "queue": queue,
+        "offset": offset,
+        "messageId": m.msg_id,
+        "timestamp": m.timestamp_ms,
+        "producer": m.producer,
+        "keys": m.keys,
+        "tags": m.tags,
+        "properties": m.properties,
+        "priority": m.priority,
+        "deliverAt": m.deliver_at_ms,
+        "deadline": m.deadline_ms,
+        "body": m.body,
+    }
+
+
+def csv_bytes(rows: list[dict[str, Any]]) -> bytes:
+    out = io.StringIO()
+    columns = ["queue", "offset", "messageId", "timestamp", "producer", "keys", "tags", "properties", "body"]
+    writer = csv.DictWriter(out, columns, extrasaction="ignore")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(
+            {
+                **r,
+                "keys": " ".join(r["keys"]),
+                "tags": " ".join(r["tags"]),
+                "properties": json.dumps(r["properties"]),
+            }
+        )
+    return out.getvalue().encode()
+
+
+class MessagePages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    def _project(self, topic: str) -> str:
+        snap = snapshot(self.c)
+        if topic.startswith(DLQ_PREFIX):
+            consumer = snap.consumers.get(topic[len(DLQ_PREFIX) :])
+            if consumer is not None:
+                return project_of(snap, consumer)
+        t = snap.topics.get(topic)
+        return topic_project(t) if t is not None else "default"
+
+    async def find(self, v: Visit, topic: str) -> tuple[list[dict[str, Any]], int]:
+        """The messages the browser's form asks for: (rows, records scanned)."""
+        by, value = v.req.arg("by", "offset"), v.req.arg("value")
+        count = min(max(v.req.int_arg("count", 50) or 50, 1), MAX_ROWS)
+        if by not in BY:
+            raise BadRequest(f"by must be one of {', '.join(BY)}", field="by")
+        q = Query(max_count=count)
+        if by == "offset" and value:
+            q = Query(offset=v.req.int_arg("value"), max_count=count)
+        elif by == "time" and value:
+            q = Query(timestamp_ms=parse_time(value), max_count=count)
+        elif by == "key" and value:
+            q = Query(key=value, max_count=count)
+        elif by == "id" and value:
+            q = Query(message_id=value, max_count=1)
+        bounds = await self.c.gateway.log_reading.bounds(topic)
+        queue = v.req.int_arg("queue")
+        queues = [queue] if queue is not None else [b.queue for b in bounds]
+        rows: list[dict[str, Any]] = []
+        scanned = 0
+        for qn in queues:
+            page = await self.c.gateway.browsing.browse(topic, qn, q)
+            scanned += page.scanned
+            rows += [message_row(qn, o, raw) for o, raw in page.records]
+            if (by == "id" and rows) or len(rows) >= count:
+                break
+        return rows[:count], scanned
+
+    async def browse(self, v: Visit) -> WebResponse:
+        topic = v.req.arg("topic")
+        view = v.req.arg("as", "json")
+        if view not in VIEWS:
+            raise BadRequest(f"as must be one of {', '.join(VIEWS)}", field="as")
+        rows: list[dict[str, Any]] = []
+        scanned = 0
+        if topic:
+            require_view(v, self._project(topic))
+            rows, scanned = await self.find(v, topic)
+            fmt = v.req.arg("format")
+            if fmt == "json":
+                body = json.dumps(rows, indent=2, ensure_ascii=False).encode()
+                return download(body, f"{topic}-messages.json", "application/json")
+            if fmt == "csv":
+                return download(csv_bytes(rows), f"{topic}-messages.csv", "text/csv; charset=utf-8")
+        for r in rows:
+            r["shown"] = body_view(r["body"], view)
+        query = {k: v.req.arg(k) for k in ("topic", "queue", "by", "value", "count", "as")}
+        return self.c.page(
+            v,
+            "messages.html",
+            topics=visible_topics(self.c, v),
+            rows=rows,
+            scanned=scanned,
+            q=query,
+            views=VIEWS,
+            export_query=urlencode({k: val for k, val in query.items() if val}),
+        )
+
+    async def dead_letters(self, v: Visit) -> WebResponse:
+        name = v.params["name"]
+        rec = await self.c.gateway.topology.consumer(name)
+        project = project_of(snapshot(self.c), rec)
+        require_view(v, project)
+        state = await self.c.gateway.dead_letters.state(name)
+        start = state.min if v.req.arg("from") == "start" else state.position
+        page = await self.c.gateway.browsing.browse(
+            dlq_topic(name), 0, Query(offset=start, max_count=MAX_ROWS)
+        )
+        rows = [message_row(0, o, raw) for o, raw in page.records]
+        return self.c.page(
+            v, "deadletters.html", c=rec, state=state, rows=rows, can_change=v.principal.can_change(project)
+        )
+
+    async def redrive(self, v: Visit) -> WebResponse:
+        name = v.params["name"]
+        rec = await self.c.gateway.topology.consumer(name)
+        project = project_of(snapshot(self.c), rec)
+        require_change(v, project)
+        dl = self.c.gateway.dead_letters
+        if v.req.arg("all") == "yes":
+            results = [await dl.redrive(name, Selection(everything=True, scan=10_000))]
+        else:
+            offsets = sorted({int(o) for o in v.req.args("offset") if o.isdigit()})
+            if not offsets:
+                raise BadRequest("choose the dead letters to redrive", field="offset")
+            results = [await dl.redrive(name, Selection(offset=o)) for o in offsets]
+        copies = [msgspec.to_builtins(c) for r in results for c in r.redriven]
+        await self.c.audit_change(v, "deadletter.redrive", name, project, after={"redriven": copies})
+        return redirect(self.c.url(f"/consumers/{name}/dead-letters?note={len(copies)} redriven"))
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/messages", self.browse),
+            Route("GET", "/consumers/{name}/dead-letters", self.dead_letters),
+            Route("POST", "/consumers/{name}/dead-letters/redrive", self.redrive),
+        ]

@@ -1,0 +1,199 @@
+"""The overview and a consumer's page: progress per queue, reset with a confirmation that says
+how many messages it skips or replays, pause and resume, rate limit, alert threshold (SPEC G9)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from mqgate.console.app import Console, Route, Visit
+from mqgate.console.pages.common import plain, require_change, require_view, snapshot, visible_consumers
+from mqgate.console.pages.common import visible_topics as topics_of
+from mqgate.console.projects import project_of
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import BadRequest
+from mqgate.registry.records import ConsumerRecord
+from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
+
+OVERVIEW_CONSUMERS = 200  # lag is read for at most this many consumers per overview
+
+
+@dataclass(slots=True, frozen=True)
+class Move:
+    """What a reset does to one queue: from the committed offset to the target."""
+
+    client_id: str | None
+    source: str
+    queue: int
+    committed: int
+    target: int
+
+    @property
+    def skipped(self) -> int:
+        return max(self.target - self.committed, 0)
+
+    @property
+    def replayed(self) -> int:
+        return max(self.committed - self.target, 0)
+
+
+def parse_time(text: str) -> int:
+    """Epoch milliseconds, or an ISO date-time (UTC unless it says otherwise)."""
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRequest("time must be epoch milliseconds or an ISO date-time", field="timestamp") from None
+    if moment.tzinfo is None:
+        from datetime import UTC
+
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+class OperationsPages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    async def overview(self, v: Visit) -> WebResponse:
+        ops = self.c.gateway.operations
+        consumers = visible_consumers(self.c, v)
+        shown = consumers[:OVERVIEW_CONSUMERS]
+        progress = await asyncio.gather(*(ops.progress(x.name) for x in shown), return_exceptions=True)
+        rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
+        names = {x.name for x in consumers}
+        alerts = [a for a in await ops.alerts() if a.consumer in names]
+        return self.c.page(
+            v,
+            "overview.html",
+            topics=topics_of(self.c, v),
+            rows=rows,
+            more=len(consumers) - len(shown),
+            alerts=alerts,
+        )
+
+    async def _consumer(self, v: Visit, change: bool) -> tuple[ConsumerRecord, str]:
+        rec = await self.c.gateway.topology.consumer(v.params["name"])
+        project = project_of(snapshot(self.c), rec)
+        (require_change if change else require_view)(v, project)
+        return rec, project
+
+    async def consumer(self, v: Visit) -> WebResponse:
+        rec, project = await self._consumer(v, change=False)
+        progress = await self.c.gateway.operations.progress(rec.name)
+        return self.c.page(
+            v,
+            "consumer.html",
+            c=rec,
+            p=progress,
+            project=project,
+            can_change=v.principal.can_change(project),
+            targets=RESET_TARGETS,
+        )
+
+    def _reset_args(self, v: Visit) -> dict[str, Any]:
+        to = v.req.arg("to")
+        if to not in RESET_TARGETS:
+            raise BadRequest("to must be earliest, latest, offset or timestamp", field="to")
+        offset = v.req.int_arg("offset") if to == "offset" else None
+        timestamp = parse_time(v.req.arg("timestamp")) if to == "timestamp" else None
+        if to == "offset" and offset is None:
+            raise BadRequest("give the offset to reset to", field="offset")
+        if to == "timestamp" and timestamp is None:
+            raise BadRequest("give the time to reset to", field="timestamp")
+        return {"to": to, "offset": offset, "timestamp_ms": timestamp, "queue": v.req.int_arg("queue")}
+
+    async def plan(self, rec: ConsumerRecord, args: dict[str, Any]) -> list[Move]:
+        progress = await self.c.gateway.operations.progress(rec.name)
+        store = self.c.gateway.ctx.store
+        moves = []
+        for q in progress.queues:
+            if args["queue"] is not None and (q.source != rec.topic or q.queue != args["queue"]):
+                continue
+            to = args["to"]
+            if to == "earliest":
+                target = q.min
+            elif to == "latest":
+                target = q.max
+            elif to == "offset":
+                target = min(max(args["offset"], q.min), q.max)
+            else:
+                target = await store.offset_for_time(q.source, q.queue, args["timestamp_ms"])
+            moves.append(Move(q.client_id, q.source, q.queue, max(q.committed, q.min), target))
+        return moves
+
+    async def reset_preview(self, v: Visit) -> WebResponse:
+        rec, _ = await self._consumer(v, change=True)
+        args = self._reset_args(v)
+        moves = await self.plan(rec, args)
+        return self.c.page(
+            v,
+            "reset_confirm.html",
+            c=rec,
+            args=args,
+            raw={k: v.req.arg(k) for k in ("to", "offset", "timestamp", "queue")},
+            moves=moves,
+            skipped=sum(m.skipped for m in moves),
+            replayed=sum(m.replayed for m in moves),
+        )
+
+    async def reset(self, v: Visit) -> WebResponse:
+        rec, project = await self._consumer(v, change=True)
+        if v.req.arg("confirmed") != "yes":
+            raise BadRequest("a reset needs its confirmation: use the preview", field="confirmed")
+        args = self._reset_args(v)
+        before = await self.c.gateway.operations.progress(rec.name)
+        outcome = await self.c.gateway.operations.reset(
+            rec.name,
+            args["to"],
+            offset=args["offset"],
+            timestamp_ms=args["timestamp_ms"],
+            queue=args["queue"],
+            client_id=None,
+        )
+        committed = [(q.client_id, q.source, q.queue, q.committed) for q in before.queues]
+        after = [(q.client_id, q.source, q.queue, q.committed) for q in outcome.progress.queues]
+        await self.c.audit_change(
+            v, "consumer.reset", rec.name, project, {"committed": committed}, {"committed": after, **args}
+        )
+        return redirect(self.c.url(f"/consumers/{rec.name}?note=offsets reset to {args['to']}"))
+
+    async def _update(self, v: Visit, action: str, **changes: Any) -> WebResponse:
+        rec, project = await self._consumer(v, change=True)
+        after = await self.c.gateway.topology.update_consumer(rec.name, **changes)
+        await self.c.audit_change(v, f"consumer.{action}", rec.name, project, plain(rec), plain(after))
+        return redirect(self.c.url(f"/consumers/{rec.name}?note={action} done"))
+
+    async def pause(self, v: Visit) -> WebResponse:
+        return await self._update(v, "pause", paused=True)
+
+    async def resume(self, v: Visit) -> WebResponse:
+        return await self._update(v, "resume", paused=False)
+
+    async def rate_limit(self, v: Visit) -> WebResponse:
+        rate = v.req.float_arg("messages_per_second", 0.0) or 0.0
+        if rate < 0:
+            raise BadRequest("the rate limit is 0 (none) or more", field="messages_per_second")
+        return await self._update(v, "rate-limit", rate_limit_per_s=rate)
+
+    async def alert(self, v: Visit) -> WebResponse:
+        backlog = v.req.int_arg("backlog", 0) or 0
+        if backlog < 0:
+            raise BadRequest("the alert threshold is 0 (none) or more", field="backlog")
+        return await self._update(v, "alert", alert_backlog=backlog)
+
+    def routes(self) -> list[Route]:
+        one = "/consumers/{name}"
+        return [
+            Route("GET", "/", self.overview),
+            Route("GET", one, self.consumer),
+            Route("POST", one + "/reset/preview", self.reset_preview),
+            Route("POST", one + "/reset", self.reset),
+            Route("POST", one + "/pause", self.pause),
+            Route("POST", one + "/resume", self.resume),
+            Route("POST", one + "/rate-limit", self.rate_limit),
+            Route("POST", one + "/alert", self.alert),
+        ]

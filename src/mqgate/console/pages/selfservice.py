@@ -1,0 +1,155 @@
+"""Self-service with approval (MQCloud): apply, approve or reject with a comment, see the new
+token once; a project may approve its applications by itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqgate.console.app import Console, Route, Visit
+from mqgate.console.applications import APPROVED, FAILED, KINDS, PENDING, REJECTED, Application
+from mqgate.console.pages.common import require_change, required, snapshot, visible_topics
+from mqgate.console.pages.topology import HOUR_MS, register_client
+from mqgate.console.projects import all_projects, create_topic_in, topic_project
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import BadRequest, Forbidden, MqgateError, NotFound
+from mqgate.names import validate_name
+
+AUTO = "auto-approve"
+
+
+class SelfServicePages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    async def overview(self, v: Visit) -> WebResponse:
+        me = v.principal
+        projects = all_projects(snapshot(self.c))
+        mine = await self.c.db(self.c.applications.list, applicant=me.name)
+        deciding = me.changeable(projects)
+        to_decide = await self.c.db(self.c.applications.list, projects=deciding) if deciding else []
+        auto = {p: await self.c.db(self.c.applications.auto_approve, p) for p in deciding}
+        return self.c.page(
+            v,
+            "applications.html",
+            kinds=KINDS,
+            projects=me.applicable(projects),
+            topics=[t for t in visible_topics(self.c, v) if me.can_apply(topic_project(t))],
+            mine=mine,
+            pending=[a for a in to_decide if a.state == PENDING],
+            decided=[a for a in to_decide if a.state != PENDING][:50],
+            auto=auto,
+        )
+
+    async def apply(self, v: Visit) -> WebResponse:
+        kind, name = required(v, "kind"), required(v, "name")
+        if kind not in KINDS:
+            raise BadRequest(f"kind must be one of {', '.join(KINDS)}", field="kind")
+        validate_name(name, "name")
+        settings: dict[str, Any] = {}
+        if kind == "topic":
+            project = required(v, "project")
+            settings = {
+                "queues": v.req.int_arg("queues", self.c.settings.default_queues),
+                "max_priority": v.req.int_arg("max_priority", 0),
+                "retention_hours": v.req.float_arg("retention_hours"),
+            }
+        else:
+            topic = required(v, "topic")
+            project = topic_project(await self.c.gateway.topology.topic(topic))
+            settings = {"topic": topic}
+            if kind == "consumer":
+                settings |= {"mode": v.req.arg("mode", "cluster"), "start": v.req.arg("start", "latest")}
+        if not v.principal.can_apply(project):
+            raise Forbidden(f"applying in project {project} needs the member role", field="project")
+        apps = self.c.applications
+        app_id = await self.c.db(apps.apply, kind, name, project, settings, v.principal.name)
+        await self.c.audit_change(v, f"application.{kind}", name, project, after={"id": app_id, **settings})
+        if not await self.c.db(apps.auto_approve, project):
+            return redirect(self.c.url(f"/applications?note=application {app_id} sent for approval"))
+        token = await self._carry_out(
+            v, await self.c.db(apps.get, app_id), AUTO, "approved by the project's setting"
+        )
+        if token is None:
+            return redirect(self.c.url(f"/applications?note=application {app_id} approved"))
+        await self.c.db(apps.take_token, app_id, v.principal.name)  # shown now: not kept
+        back = self.c.url("/applications")
+        return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=back)
+
+    async def _carry_out(self, v: Visit, app: Application, by: str, comment: str) -> str | None:
+        """Register what `app` asks for; its token (None for a topic). A refusal (the name is
+        taken, the topic went) marks the application failed with the reason."""
+        apps = self.c.applications
+        if not await self.c.db(apps.claim, app.id):
+            raise BadRequest(f"application {app.id} was decided already", field="id")
+        s = app.settings
+        try:
+            token = None
+            if app.kind == "topic":
+                hours = s.get("retention_hours")
+                retention = int(hours * HOUR_MS) if hours else self.c.settings.default_retention_ms
+                await create_topic_in(
+                    self.c.gateway, app.name, app.project, s["queues"] or 1, retention, s["max_priority"] or 0
+                )
+            else:
+                token = await register_client(
+                    self.c, app.kind, app.name, s["topic"], s.get("mode", ""), s.get("start", "")
+                )
+        except MqgateError as exc:
+            await self.c.db(apps.settle, app.id, FAILED, by, f"{comment} — refused: {exc.message}")
+            await self.c.audit_change(v, "application.failed", app.name, app.project, after={"id": app.id})
+            raise
+        await self.c.db(apps.settle, app.id, APPROVED, by, comment, token)
+        await self.c.audit_change(
+            v, f"{app.kind}.register", app.name, app.project, after={"application": app.id, **s}
+        )
+        return token
+
+    async def _pending(self, v: Visit) -> Application:
+        app_id = v.params["id"]
+        if not app_id.isdigit():
+            raise NotFound(f"application {app_id} does not exist", field="id")
+        app = await self.c.db(self.c.applications.get, int(app_id))
+        require_change(v, app.project)
+        return app
+
+    async def approve(self, v: Visit) -> WebResponse:
+        app = await self._pending(v)
+        comment = v.req.arg("comment")
+        await self._carry_out(v, app, v.principal.name, comment)
+        await self.c.audit_change(
+            v, "application.approve", app.name, app.project, after={"id": app.id, "comment": comment}
+        )
+        return redirect(self.c.url(f"/applications?note=application {app.id} approved"))
+
+    async def reject(self, v: Visit) -> WebResponse:
+        app = await self._pending(v)
+        comment = required(v, "comment")
+        await self.c.db(self.c.applications.decide, app.id, REJECTED, v.principal.name, comment)
+        await self.c.audit_change(
+            v, "application.reject", app.name, app.project, after={"id": app.id, "comment": comment}
+        )
+        return redirect(self.c.url(f"/applications?note=application {app.id} rejected"))
+
+    async def token(self, v: Visit) -> WebResponse:
+        app_id = v.params["id"]
+        app = await self.c.db(self.c.applications.get, int(app_id) if app_id.isdigit() else -1)
+        token = await self.c.db(self.c.applications.take_token, app.id, v.principal.name)
+        if token is None:
+            raise NotFound(
+                "the token was shown once already (or is not yours): rotate it to get a new one", field="id"
+            )
+        await self.c.audit_change(
+            v, f"{app.kind}.token.shown", app.name, app.project, after={"application": app.id}
+        )
+        return self.c.page(
+            v, "token.html", kind=app.kind, name=app.name, token=token, back=self.c.url("/applications")
+        )
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/applications", self.overview),
+            Route("POST", "/applications", self.apply),
+            Route("POST", "/applications/{id}/approve", self.approve),
+            Route("POST", "/applications/{id}/reject", self.reject),
+            Route("POST", "/applications/{id}/token", self.token),
+        ]

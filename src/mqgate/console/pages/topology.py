@@ -1,0 +1,168 @@
+"""Topics, producers and consumers: list, create, grow, rotate or revoke tokens, delete."""
+
+from __future__ import annotations
+
+import asyncio
+
+from mqgate.console.app import Console, Route, Visit
+from mqgate.console.pages.common import (
+    plain,
+    require_change,
+    required,
+    snapshot,
+    visible_consumers,
+    visible_producers,
+    visible_topics,
+)
+from mqgate.console.projects import all_projects, create_topic_in, project_of, topic_project
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import BadRequest
+from mqgate.services.topology import REVOKED
+
+HOUR_MS = 3600 * 1000
+
+
+class TopologyPages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    # --- topics -------------------------------------------------------------------------
+
+    async def topics(self, v: Visit) -> WebResponse:
+        topics = visible_topics(self.c, v)
+        store = self.c.gateway.ctx.store
+        bounds = await asyncio.gather(*(store.bounds(t.name) for t in topics))
+        rows = [
+            {"t": t, "project": topic_project(t), "messages": sum(b.max - b.min for b in bs)}
+            for t, bs in zip(topics, bounds, strict=True)
+        ]
+        projects = v.principal.changeable(all_projects(snapshot(self.c)))
+        return self.c.page(v, "topics.html", rows=rows, projects=projects, settings=self.c.settings)
+
+    async def create_topic(self, v: Visit) -> WebResponse:
+        name, project = required(v, "name"), v.req.arg("project", "default")
+        require_change(v, project)
+        s = self.c.settings
+        queues = v.req.int_arg("queues", s.default_queues) or s.default_queues
+        hours = v.req.float_arg("retention_hours")
+        retention_ms = int(hours * HOUR_MS) if hours else s.default_retention_ms
+        rec = await create_topic_in(
+            self.c.gateway, name, project, queues, retention_ms, v.req.int_arg("max_priority", 0) or 0
+        )
+        await self.c.audit_change(v, "topic.create", name, project, after=plain(rec))
+        return redirect(self.c.url(f"/topics?note=topic {name} created"))
+
+    async def grow_topic(self, v: Visit) -> WebResponse:
+        name = v.params["name"]
+        before = await self.c.gateway.topology.topic(name)
+        project = topic_project(before)
+        require_change(v, project)
+        after = await self.c.gateway.topology.change_topic(
+            name, queues=v.req.int_arg("queues"), max_priority=v.req.int_arg("max_priority")
+        )
+        await self.c.audit_change(v, "topic.grow", name, project, plain(before), plain(after))
+        return redirect(self.c.url(f"/topics?note=topic {name}: {after.queues} queues"))
+
+    async def delete_topic(self, v: Visit) -> WebResponse:
+        name = v.params["name"]
+        before = await self.c.gateway.topology.topic(name)
+        project = topic_project(before)
+        require_change(v, project)
+        await self.c.gateway.topology.delete_topic(name)
+        await self.c.audit_change(v, "topic.delete", name, project, before=plain(before))
+        return redirect(self.c.url(f"/topics?note=topic {name} deleted"))
+
+    # --- producers and consumers ----------------------------------------------------------
+
+    async def clients(self, v: Visit) -> WebResponse:
+        snap = snapshot(self.c)
+        topics = [t for t in visible_topics(self.c, v) if v.principal.can_change(topic_project(t))]
+        return self.c.page(
+            v,
+            "clients.html",
+            producers=[(p, project_of(snap, p)) for p in visible_producers(self.c, v)],
+            consumers=[(x, project_of(snap, x)) for x in visible_consumers(self.c, v)],
+            topics=topics,
+            revoked=REVOKED,
+        )
+
+    async def _topic_project(self, topic: str) -> str:
+        return topic_project(await self.c.gateway.topology.topic(topic))
+
+    async def register(self, v: Visit) -> WebResponse:
+        kind = v.params["kind"]
+        name, topic = required(v, "name"), required(v, "topic")
+        if kind not in ("producer", "consumer"):
+            raise BadRequest("kind must be producer or consumer", field="kind")
+        project = await self._topic_project(topic)
+        require_change(v, project)
+        token = await register_client(self.c, kind, name, topic, v.req.arg("mode"), v.req.arg("start"))
+        rec = await self._record(kind, name)
+        await self.c.audit_change(v, f"{kind}.register", name, project, after=plain(rec))
+        return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=self.c.url("/clients"))
+
+    async def _record(self, kind: str, name: str) -> object:
+        if kind not in ("producer", "consumer"):
+            raise BadRequest("kind must be producer or consumer", field="kind")
+        topology = self.c.gateway.topology
+        return await (topology.producer(name) if kind == "producer" else topology.consumer(name))
+
+    async def _owned(self, v: Visit, kind: str, name: str) -> tuple[object, str]:
+        rec = await self._record(kind, name)
+        project = project_of(snapshot(self.c), rec)  # type: ignore[arg-type]
+        require_change(v, project)
+        return rec, project
+
+    async def rotate(self, v: Visit) -> WebResponse:
+        kind, name = v.params["kind"], v.params["name"]
+        _, project = await self._owned(v, kind, name)
+        _, token = await self.c.gateway.topology.new_token(kind, name)
+        await self.c.audit_change(v, f"{kind}.token.rotate", name, project)
+        return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=self.c.url("/clients"))
+
+    async def revoke(self, v: Visit) -> WebResponse:
+        kind, name = v.params["kind"], v.params["name"]
+        _, project = await self._owned(v, kind, name)
+        await self.c.gateway.topology.revoke_token(kind, name)
+        await self.c.audit_change(v, f"{kind}.token.revoke", name, project)
+        return redirect(self.c.url(f"/clients?note={kind} {name}: token revoked"))
+
+    async def delete(self, v: Visit) -> WebResponse:
+        kind, name = v.params["kind"], v.params["name"]
+        rec, project = await self._owned(v, kind, name)
+        topology = self.c.gateway.topology
+        if kind == "producer":
+            await topology.delete_producer(name)
+        else:
+            await topology.delete_consumer(name, keep_dead_letters=v.req.arg("keep_dead_letters") == "on")
+        await self.c.audit_change(v, f"{kind}.delete", name, project, before=plain(rec))
+        return redirect(self.c.url(f"/clients?note={kind} {name} deleted"))
+
+    def routes(self) -> list[Route]:
+        kind = "/clients/{kind}/{name}"
+        return [
+            Route("GET", "/topics", self.topics),
+            Route("POST", "/topics", self.create_topic),
+            Route("POST", "/topics/{name}/grow", self.grow_topic),
+            Route("POST", "/topics/{name}/delete", self.delete_topic),
+            Route("GET", "/clients", self.clients),
+            Route("POST", "/clients/{kind}", self.register),
+            Route("POST", kind + "/token", self.rotate),
+            Route("POST", kind + "/revoke", self.revoke),
+            Route("POST", kind + "/delete", self.delete),
+        ]
+
+
+async def register_client(c: Console, kind: str, name: str, topic: str, mode: str, start: str) -> str:
+    """Register a producer or consumer; its token (shown once)."""
+    topology = c.gateway.topology
+    if kind == "producer":
+        _, token = await topology.register_producer(name, topic)
+        return token
+    if kind != "consumer":
+        raise BadRequest("kind must be producer or consumer", field="kind")
+    s = c.settings
+    _, token = await topology.register_consumer(
+        name, topic, mode or "cluster", start or "latest", s.default_lock_timeout_s, s.default_max_attempts
+    )
+    return token

@@ -1,0 +1,146 @@
+"""The little HTTP the console needs on top of ASGI: requests with forms and cookies, and
+HTML, redirect and download answers."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from http.cookies import SimpleCookie
+from typing import Any, Final
+from urllib.parse import parse_qs, quote
+
+from mqgate.errors import BadRequest, PayloadTooLarge
+
+Scope = dict[str, Any]
+Receive = Callable[[], Awaitable[dict[str, Any]]]
+Send = Callable[[dict[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+MAX_FORM_BYTES: Final = 1024 * 1024
+# Every page: no framing by other sites, no sniffing, scripts and styles from this origin only.
+SECURITY_HEADERS: Final = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"same-origin"),
+    (
+        b"content-security-policy",
+        b"default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'",
+    ),
+    (b"cache-control", b"no-store"),
+]
+
+
+@dataclass(slots=True)
+class WebRequest:
+    method: str
+    path: str  # below the console's mount point, starting with "/"
+    query: dict[str, list[str]]
+    headers: dict[bytes, bytes]
+    client_ip: str
+    secure: bool  # served over TLS: cookies get Secure
+    form: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def cookies(self) -> dict[str, str]:
+        jar: SimpleCookie = SimpleCookie()
+        try:
+            jar.load(self.headers.get(b"cookie", b"").decode("latin-1"))
+        except Exception:  # a malformed Cookie header: as if there were none
+            return {}
+        return {k: m.value for k, m in jar.items()}
+
+    def arg(self, name: str, default: str = "") -> str:
+        """A field of the form, else of the query string."""
+        values = self.form.get(name) or self.query.get(name)
+        return values[0].strip() if values else default
+
+    def args(self, name: str) -> list[str]:
+        return self.form.get(name) or self.query.get(name) or []
+
+    def int_arg(self, name: str, default: int | None = None) -> int | None:
+        raw = self.arg(name)
+        if not raw:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise BadRequest(f"{name} must be a whole number", field=name) from None
+
+    def float_arg(self, name: str, default: float | None = None) -> float | None:
+        raw = self.arg(name)
+        if not raw:
+            return default
+        try:
+            return float(raw)
+        except ValueError:
+            raise BadRequest(f"{name} must be a number", field=name) from None
+
+
+@dataclass(slots=True)
+class WebResponse:
+    body: bytes = b""
+    status: int = 200
+    content_type: bytes = b"text/html; charset=utf-8"
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    def set_cookie(
+        self, name: str, value: str, *, path: str, secure: bool, max_age_s: int | None = None
+    ) -> None:
+        parts = [f"{name}={value}", f"Path={path}", "HttpOnly", "SameSite=Lax"]
+        if max_age_s is not None:
+            parts.append(f"Max-Age={max_age_s}")
+        if secure:
+            parts.append("Secure")
+        self.headers.append((b"set-cookie", "; ".join(parts).encode()))
+
+
+def redirect(location: str) -> WebResponse:
+    """After a form post: 303 so the browser fetches the next page with GET."""
+    return WebResponse(status=303, headers=[(b"location", quote(location, safe="/?=&%:#.-_~+").encode())])
+
+
+def download(body: bytes, filename: str, content_type: str) -> WebResponse:
+    disposition = f'attachment; filename="{filename}"'.encode()
+    return WebResponse(body, 200, content_type.encode(), [(b"content-disposition", disposition)])
+
+
+async def read_request(scope: Scope, receive: Receive, mount: str) -> WebRequest:
+    headers = dict(scope["headers"])
+    client = scope.get("client")
+    request = WebRequest(
+        scope["method"],
+        scope["path"][len(mount) :] or "/",
+        parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True),
+        headers,
+        client[0] if client else "",
+        scope.get("scheme") == "https",
+    )
+    if request.method == "POST":
+        body = await _read_body(receive)
+        kind = headers.get(b"content-type", b"").split(b";")[0].strip()
+        if body and kind != b"application/x-www-form-urlencoded":
+            raise BadRequest("forms are sent as application/x-www-form-urlencoded", field="body")
+        request.form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return request
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise BadRequest("client disconnected", field="body")
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_FORM_BYTES:
+            raise PayloadTooLarge("the form is too large", field="body")
+        chunks.append(chunk)
+        if not message.get("more_body", False):
+            return b"".join(chunks)
+
+
+async def send_response(send: Send, response: WebResponse) -> None:
+    headers = [(b"content-type", response.content_type), *SECURITY_HEADERS, *response.headers]
+    await send({"type": "http.response.start", "status": response.status, "headers": headers})
+    await send({"type": "http.response.body", "body": response.body})
