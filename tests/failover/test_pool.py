@@ -16,8 +16,8 @@ from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unav
 from mqgate.model import StoredMessage
 from mqgate.settings import Settings
 from mqgate.store.interface import TopicConfig
-from tests.failover.conftest import FailoverRedis
 from tests.conftest import free_port
+from tests.failover.conftest import FailoverRedis
 
 PROBE_INTERVAL_S = 0.2
 PROBE_TIMEOUT_S = 0.5

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import os
 import secrets
@@ -226,6 +227,11 @@ def build_app(settings: Settings) -> App:
         if status >= 400:
             metrics.child(metrics.errors, route, str(status)).inc()
 
+    console = None
+    if importlib.util.find_spec("jinja2") is not None:  # the console extra is installed
+        from mqgate.console.app import build_console
+
+        console = build_console(gateway, settings, sql.engine)
     return App(
         Router(routes),
         guard,
@@ -234,4 +240,5 @@ def build_app(settings: Settings) -> App:
         on_startup=startup,
         on_shutdown=shutdown,
         observe=observe,
+        console=console,
     )

@@ -152,7 +152,9 @@ class App:
         on_startup: Callable[[], Awaitable[None]],
         on_shutdown: Callable[[], Awaitable[None]],
         observe: Callable[[str, float, int], None],
+        console: Callable[[Scope, Receive, Send], Awaitable[None]] | None = None,
     ) -> None:
+        self.console = console  # the web console (mqgate.console), served under /console
         self.router = router
         self.guard = guard
         self.limits = limits
@@ -164,6 +166,10 @@ class App:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
         if kind == "http":
+            path = scope["path"]
+            if self.console is not None and (path in ("/", "/console") or path.startswith("/console/")):
+                await self.console(scope, receive, send)
+                return
             await self._http(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
