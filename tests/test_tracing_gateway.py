@@ -231,3 +231,36 @@ def test_routers_list_queues_by_project_and_topic(shared_server: Server) -> None
         ("rp/rt/3", 1),
     ]
     assert {r["topic"] for r in shared_server.admin("GET", "/admin/routers?topic=rt")["routers"]} == {"rt"}
+
+
+def test_reads_refused_acks_and_redrives_are_hops(server: Server) -> None:
+    client = setup(server, "more", "mo", maxAttempts=1, lockTimeoutS=1)
+    server.admin("POST", "/admin/trace-policies", mode="route", topic="mo", level="error")
+    msg_id = client.produce("mo-p", "m", keys=["mk"]).json()["result"]["msgId"]
+    h = {"Authorization": f"Bearer {client.ctoken}"}
+    read = {"topic": "mo", "queue": 0, "offset": 0, "consumer": "mo-c"}
+    r = httpx.get(server.url + "/mq/read", params=read, headers=h)
+    assert r.status_code == 200, r.text
+    res = pull_found(client, "mo")
+    assert client.call("/mq/release", requestId=res["requestId"]).status_code == 200
+    late = client.call("/mq/ack", requestId=res["requestId"])
+    assert late.status_code == 409, late.text  # already settled by the release
+
+    def hops_of(wanted: str) -> list[dict[str, Any]] | None:
+        paths = traces(server, msgId=msg_id)["paths"]
+        hops = paths[0]["hops"] if paths else []
+        return hops if any(x["hop"] == wanted for x in hops) else None
+
+    hops = wait_until(lambda: hops_of("dead_lettered"), 10, "the dead letter")
+    assert any(x["hop"] == "read" and x.get("consumer") == "mo-c" for x in hops)
+    refused = [x for x in hops if x["hop"] == "acked"]
+    assert refused and refused[0]["status"] == "error" and refused[0]["failure"]["cause"]
+    assert (
+        server.admin("POST", "/admin/consumers/mo-c/dead-letters/redrive", all=True)["redriven"][0][
+            "messageId"
+        ]
+        == msg_id
+    )
+    hops = wait_until(lambda: hops_of("redriven"), 10, "the redrive")
+    assert [x["hop"] for x in hops].index("dead_lettered") < [x["hop"] for x in hops].index("redriven")
+    client.close()

@@ -83,6 +83,10 @@ class StoredMessage(
     deadline_ms: int | None = None
 
 
+# The one decoder of a stored record (the JSON object `StoredMessage` encodes).
+decode_stored: Final = msgspec.json.Decoder(StoredMessage).decode
+
+
 class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Where one destination of a message went: "stored" at a queue and offset, or
     "scheduled" (held until `deliver_at`, then stored). The produce answers encode it as is."""

@@ -14,6 +14,7 @@ from mqgate.api import shapes as s
 from mqgate.api.auth import Admin
 from mqgate.api.http import Request, Response, Route
 from mqgate.errors import BadRequest, Unauthorized
+from mqgate.registry.records import ConsumerRecord
 from mqgate.services.gateway import Gateway
 
 # How long a scrape waits for lag gauges of changes already made (an ack just answered).
@@ -50,7 +51,8 @@ class LogRoutes:
 
     async def read(self, req: Request) -> Response:
         inp: s.ReadIn = req.input
-        start, raw = await self.gw.log_reading.read(inp.topic, inp.queue, inp.offset, inp.max)
+        reader = req.caller.name if isinstance(req.caller, ConsumerRecord) else "admin"
+        start, raw = await self.gw.log_reading.read(inp.topic, inp.queue, inp.offset, inp.max, reader)
         broker = msgspec.json.encode(self.gw.ctx.store.broker)
         head = b',"broker":' + broker + b',"queue":%d,"offset":' % inp.queue
         items = b",".join([payload[:-1] + head + b"%d}" % o for o, payload in raw])

@@ -6,16 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-import msgspec
-
 from mqgate.errors import BadRequest
-from mqgate.model import StoredMessage
+from mqgate.model import decode_stored
 from mqgate.services.context import Context
 from mqgate.services.logread import LogReading
 
 # Records read per store call while searching.
 SCAN_CHUNK: Final = 1000
-_decode_stored = msgspec.json.Decoder(StoredMessage).decode
 
 
 @dataclass(slots=True, frozen=True)
@@ -38,7 +35,7 @@ class Query:
             raise BadRequest("give key or messageId, not both", field="messageId")
 
     def matches(self, raw: bytes) -> bool:
-        m = _decode_stored(raw)
+        m = decode_stored(raw)
         return m.msg_id == self.message_id if self.message_id is not None else self.key in m.keys
 
 

@@ -7,14 +7,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgspec
-
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import is_expired
 from mqgate.core.tokens import AckToken, decode_token, encode_token
 from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
-from mqgate.model import MODE_CLUSTER, StoredMessage
+from mqgate.model import MODE_CLUSTER, decode_stored
 from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
@@ -35,7 +33,6 @@ LOCK_RECHECK_S: Final = 1.0
 # How long a released batch stays locked while it is handed to the scheduler.
 RELEASE_HOLD_S: Final = 30.0
 _MARK_DEADLINE: Final = b'"deadline":'
-_decode_stored = msgspec.json.Decoder(StoredMessage).decode
 
 
 @dataclass(slots=True)
@@ -160,7 +157,7 @@ class Consuming:
         owner: str,
         attempt: int,
     ) -> None:
-        msgs = [(o, _decode_stored(r)) for o, r in raw]
+        msgs = [(o, decode_stored(r)) for o, r in raw]
         events = self.tracing.message_events(
             "delivered",
             self.tracing.topic_of(c.topic),
@@ -175,7 +172,9 @@ class Consuming:
         )
         self.tracing.record_later(events)
 
-    async def _trace_settled(self, c: ConsumerRecord, token: AckToken, hop: Hop, durable: bool) -> None:
+    async def _trace_settled(
+        self, c: ConsumerRecord, token: AckToken, hop: Hop, durable: bool, refusal: str | None = None
+    ) -> None:
         """acked or released hops of a batch: its messages are read back (only while a policy
         exists), so any gateway can trace an ack of a pull another one served."""
         slot = (await self.topology.layout(c)).slot(token.queue)
@@ -190,6 +189,7 @@ class Consuming:
             consumer=c.name,
             client_id=token.client_id or None,
             request_id=encode_token(token, self.ctx.secret),
+            **({"status": "error", "error_type": refusal, "error_node": c.name} if refusal else {}),
         )
         if durable:
             await self.tracing.record(events)
@@ -225,7 +225,7 @@ class Consuming:
         now = now_ms()
         live = raw
         if any(_MARK_DEADLINE in r for _, r in raw) or slot.topic != c.topic:
-            decoded = [(o, _decode_stored(r)) for o, r in raw]
+            decoded = [(o, decode_stored(r)) for o, r in raw]
             expired = [(o, m) for o, m in decoded if is_expired(m.deadline_ms or 0, now)]
             if expired:
                 gone = {o for o, _ in expired}
@@ -305,6 +305,8 @@ class Consuming:
             self.queue_state.acked(c, token.queue, token.next_offset - token.offset)
             if self.tracing.active:
                 await self._trace_settled(c, token, "acked", durable=True)
+        elif self.tracing.active:
+            await self._trace_settled(c, token, "acked", durable=False, refusal=refusal)
         return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:

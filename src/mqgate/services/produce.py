@@ -78,6 +78,8 @@ class Producing:
             receipts = await self._produce(producer, topic, messages, traceparent)
         except MqgateError as exc:
             self.queue_state.produce_failed(topic, exc.code)
+            if self.tracing.active:
+                self._trace_failed(producer, topic, messages, exc)
             raise
         self.queue_state.produced(topic, len(messages))
         return receipts
@@ -110,6 +112,31 @@ class Producing:
             await tracing.record(self._stored_events(topic, by_queue, firsts, ts))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
+
+    def _trace_failed(
+        self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError
+    ) -> None:
+        """A produce that was refused: `failed` hops under new ids (the caller got none), found
+        by key."""
+        ts = now_ms()
+        failed = [
+            (None, StoredMessage(i, ts, producer.name, m.body, m.keys, m.tags, m.properties))
+            for m, i in zip(messages, new_message_ids(ts, len(messages)), strict=True)
+        ]
+        where = self.ctx.store.broker
+        self.tracing.record_later(
+            self.tracing.message_events(
+                "failed",
+                topic,
+                None,
+                failed,
+                (),
+                status="error",
+                error_type=exc.code,
+                error_node=where,
+                detail=exc.message,
+            )
+        )
 
     def _stored_events(
         self,

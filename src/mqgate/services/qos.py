@@ -15,7 +15,7 @@ import msgspec
 from mqgate.core.layout import inbox_topic, retry_topic
 from mqgate.core.scheduling import deadline_for, validate_window
 from mqgate.errors import BadRequest, Forbidden, MqgateError
-from mqgate.model import DestinationInput, MessageInput, StoredMessage
+from mqgate.model import DestinationInput, MessageInput, StoredMessage, decode_stored
 from mqgate.registry.records import ProducerRecord
 from mqgate.scheduler.interface import Destination, Due, Scheduler
 from mqgate.store.interface import Encoded
@@ -33,7 +33,6 @@ _encode_held = msgspec.msgpack.Encoder().encode
 # (stored JSON, order key, timestamp ms); two items in payloads held by older versions
 _decode_held = msgspec.msgpack.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
-_decode_stored = msgspec.json.Decoder(StoredMessage).decode
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,11 +129,11 @@ def held_message(payload: bytes) -> StoredMessage:
     """The message a held payload carries (without its destinations' QoS fields)."""
     body = _decode_held(payload)[0]
     assert isinstance(body, bytes)
-    return _decode_stored(body)
+    return decode_stored(body)
 
 
 def stored_message(encoded: Encoded) -> StoredMessage:
-    return _decode_stored(encoded[1])
+    return decode_stored(encoded[1])
 
 
 def delivered_form(payload: bytes, d: Destination) -> tuple[Encoded, str | None]:
@@ -144,7 +143,7 @@ def delivered_form(payload: bytes, d: Destination) -> tuple[Encoded, str | None]
     body, order_key = held[0], held[1]
     assert isinstance(body, bytes) and isinstance(order_key, str)
     if len(held) == 2:  # held before the timestamp was kept beside the JSON: decode once
-        stored = _decode_stored(body)
+        stored = decode_stored(body)
         bare = msgspec.structs.replace(stored, priority=None, deliver_at_ms=None, deadline_ms=None)
         body, timestamp_ms = _encode_json(bare), stored.timestamp_ms
     else:

@@ -11,10 +11,13 @@ drop counted (`mqgate_trace_events_dropped_total`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import socket
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
 from mqgate.model import StoredMessage
@@ -68,7 +71,30 @@ class Tracing:
         )
         self.query = TraceQuery(self.index, self.indexer)
 
+    def collect(self) -> Iterator[Metric]:
+        """The tracer's counters and the index's lag, as Prometheus metrics (read at scrape)."""
+        rec, idx, lag = self.recorder.counters, self.indexer.counters, self.indexer.lag()
+        for name, help_text, value in (
+            ("mqgate_trace_events_recorded", "Trace events stored in trace topics", rec.recorded),
+            ("mqgate_trace_events_dropped", "Trace events given up (buffer full or store down)", rec.dropped),
+            (
+                "mqgate_trace_append_failures",
+                "Trace topic appends that failed (retried)",
+                rec.append_failures,
+            ),
+            ("mqgate_trace_events_indexed", "Trace events written to the trace index", idx.indexed),
+            ("mqgate_trace_events_malformed", "Trace records that did not decode (skipped)", idx.malformed),
+        ):
+            yield CounterMetricFamily(name, help_text, value=value)
+        yield GaugeMetricFamily(
+            "mqgate_trace_index_lag_events", "Stored trace events not indexed yet", lag.events
+        )
+        yield GaugeMetricFamily(
+            "mqgate_trace_index_lag_ms", "Since the index last held every event", lag.time_ms
+        )
+
     async def start(self) -> None:
+        self.ctx.metrics.registry.register(self)
         await asyncio.to_thread(self.index.create_schema)
         self.recorder.start()
         for topic in await self._trace_topics():
@@ -76,6 +102,8 @@ class Tracing:
         self.indexer.start()
 
     async def stop(self) -> None:
+        with contextlib.suppress(KeyError):
+            self.ctx.metrics.registry.unregister(self)
         await self.recorder.close()
         await self.indexer.close()
         await asyncio.to_thread(self.index.dispose)

@@ -16,19 +16,16 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Final
 
 import msgspec
 
 from mqgate.errors import MqgateError
-from mqgate.model import StoredMessage
+from mqgate.model import decode_stored
 from mqgate.store.interface import MessageStore
 from mqgate.tracing.events import decode_event, is_trace_topic
 from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex
 
 log = logging.getLogger(__name__)
-
-_decode_message: Final = msgspec.json.Decoder(StoredMessage).decode
 
 
 @dataclass(slots=True)
@@ -228,7 +225,7 @@ class TraceIndexer:
 
     def _decode(self, raw: bytes) -> IndexRow | None:
         try:
-            body = _decode_message(raw).body
+            body = decode_stored(raw).body
             event = decode_event(body)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeError) as exc:
             log.warning("skipping a malformed trace record: %r", exc)

@@ -17,7 +17,7 @@ from mqgate.console.pages.operations import parse_time
 from mqgate.console.projects import project_of, topic_project
 from mqgate.console.web import WebResponse, download, redirect
 from mqgate.errors import BadRequest
-from mqgate.model import StoredMessage
+from mqgate.model import decode_stored
 from mqgate.names import DLQ_PREFIX, dlq_topic
 from mqgate.services.browse import Query
 from mqgate.services.deadletters import Selection
@@ -25,7 +25,6 @@ from mqgate.services.deadletters import Selection
 MAX_ROWS: Final = 500
 BY: Final = ("offset", "time", "key", "id")
 VIEWS: Final = ("json", "text", "hex")
-_decode = msgspec.json.Decoder(StoredMessage).decode
 
 
 def body_view(body: str, view: str) -> str:
@@ -41,7 +40,7 @@ def body_view(body: str, view: str) -> str:
 
 
 def message_row(queue: int, offset: int, raw: bytes) -> dict[str, Any]:
-    m = _decode(raw)
+    m = decode_stored(raw)
     return {
         "queue": queue,
         "offset": offset,

@@ -27,7 +27,7 @@ from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
 from mqgate.errors import BadRequest, NotFound, StorageError
 from mqgate.health import Health
-from mqgate.model import QueueBounds, StoredMessage
+from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.interface import Encoded, TopicConfig
@@ -43,11 +43,10 @@ FORMAT: Final = "mqgate-embedded-2 json-records"
 CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
 
 _encode = msgspec.json.Encoder().encode
-_decode_message = msgspec.json.Decoder(StoredMessage).decode
 
 
 def _timestamp_of(payload: bytes) -> int:
-    return _decode_message(payload).timestamp_ms
+    return decode_stored(payload).timestamp_ms
 
 
 class _Topic:
@@ -340,7 +339,7 @@ class EmbeddedStore:
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int
     ) -> list[tuple[int, StoredMessage]]:
-        return [(o, _decode_message(p)) for o, p in self._queue(topic, queue).read(offset, max_count)]
+        return [(o, decode_stored(p)) for o, p in self._queue(topic, queue).read(offset, max_count)]
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
         return [

@@ -18,7 +18,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
 from mqgate.errors import BadRequest, NotFound
-from mqgate.model import QueueBounds, StoredMessage
+from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.interface import Encoded, TopicConfig
@@ -35,7 +35,6 @@ RETENTION_CHUNK: Final = 10_000
 SCRIPT_ERROR: Final = "MQGATE "
 
 _encode = msgspec.json.Encoder().encode
-_decode_message = msgspec.json.Decoder(StoredMessage).decode
 
 # What the current task last looked at (topic, wake epoch), taken before each bounds/read
 # round trip: a wake that lands while the answer is on its way must not be lost.
@@ -293,7 +292,7 @@ class RedisStore:
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int
     ) -> list[tuple[int, StoredMessage]]:
-        return [(o, _decode_message(p)) for o, p in await self.read_raw(topic, queue, offset, max_count)]
+        return [(o, decode_stored(p)) for o, p in await self.read_raw(topic, queue, offset, max_count)]
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
         t = await self._topic(topic)
