@@ -20,7 +20,7 @@ GATEWAY_LOCK = ROOT / "requirements" / "gateway.lock"
 
 # What `pip install mqgate` may bring: the gateway on the embedded store. A new core dependency
 # is a decision about every gateway's install: add it here on purpose, or make it an extra.
-GATEWAY_PACKAGES = {"msgspec", "uvicorn", "uvloop", "httptools", "sqlalchemy", "prometheus-client"}
+GATEWAY_PACKAGES = {"msgspec", "uvicorn", "uvloop", "httptools", "sqlalchemy", "prometheus-client", "jinja2"}
 OPTIONAL_PACKAGES = ("pyspark", "pyarrow", "pandas", "numpy", "redis", "psycopg")
 PROFILES = {"redis": {"redis"}, "postgres": {"psycopg"}, "spark": {"pyspark", "pyarrow", "pandas"}}
 

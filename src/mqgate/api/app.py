@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import logging
 import os
 import secrets
@@ -23,6 +22,7 @@ from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.api.routes_projects import ProjectRoutes
+from mqgate.console.app import build_console
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import StorageError
 from mqgate.health import Health
@@ -227,11 +227,7 @@ def build_app(settings: Settings) -> App:
         if status >= 400:
             metrics.child(metrics.errors, route, str(status)).inc()
 
-    console = None
-    if importlib.util.find_spec("jinja2") is not None:  # the console extra is installed
-        from mqgate.console.app import build_console
-
-        console = build_console(gateway, settings, sql.engine)
+    console = build_console(gateway, settings, sql.engine)
     return App(
         Router(routes),
         guard,
