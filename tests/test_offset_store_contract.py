@@ -329,3 +329,24 @@ def test_the_rate_limit_bucket_is_shared_and_refills(backend: Any, tmp_path: Pat
         assert (await s.take_tokens("other", 10.0, 3, NOW))[0] == 3
 
     run(backend, tmp_path, body)
+
+
+def test_dropping_a_group_removes_every_table_and_survives_a_restart(backend: Any, tmp_path: Path) -> None:
+    async def first(s: OffsetStore) -> None:
+        await s.ensure_table("gone", "", [0, 0], NOW)
+        await s.ensure_table("gone", "c1", [0], NOW)
+        await s.ensure_table("kept", "", [5], NOW)
+        lease = await s.lease("gone", "", bounds(3, 0), now_ms=NOW, **LEASE)
+        assert lease is not None and await s.ack(token(lease, "gone"), NOW) is None
+        await s.drop_group("gone")
+        assert await s.table("gone", "") is None and await s.clients("gone") == []
+        await s.drop_group("never-there")  # nothing to drop is not an error
+
+    async def second(s: OffsetStore) -> None:
+        assert await s.table("gone", "") is None and await s.table("gone", "c1") is None
+        kept = await s.table("kept", "")
+        assert kept is not None and [e.committed for e in kept] == [5]
+        assert await s.ensure_table("gone", "", [1, 1], NOW)  # a new group of the same name starts anew
+
+    run(backend, tmp_path, first)
+    run(backend, tmp_path, second)
