@@ -4,7 +4,7 @@ seconds), three topics in two projects, three gateways, and three injected fault
 - **failing gateway**: `gw-3` refuses produces (`failed`, `unavailable`) with probability
   0.6 between minutes 120 and 210;
 - **slow consumer**: client `stats-2@10.0.2.2` of consumer `stats` (topic `clicks`) takes
-  ~2 s a message; past the 5 s lock it expires (`lock_expired`), the message is redelivered,
+  ~3.5 s a message; past the 5 s lock it expires (`lock_expired`), the message is redelivered,
   and after 3 attempts it is dead-lettered (`max_attempts`);
 - **dead queue**: queue 2 of `payments` (project `pay`) stops delivering at minute 300; its
   messages expire 10 minutes after they were stored (`expired`, `ttl`, node `broker-a`).
@@ -66,7 +66,7 @@ BURST_MINUTES: Final = (330, 340)  # the load triples for these ten minutes
 STORE_LAT: Final = (2.0, 0.5)
 DELIVER_LAT: Final = (25.0, 1.0)
 PROCESS_LAT: Final = (12.0, 0.6)
-SLOW_PROCESS_LAT: Final = (2_000.0, 0.6)
+SLOW_PROCESS_LAT: Final = (3_500.0, 0.5)
 DEFAULT_START_MS: Final = int(dt.datetime(2026, 1, 5, 20, tzinfo=dt.UTC).timestamp() * 1000)
 
 
