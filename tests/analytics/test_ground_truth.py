@@ -30,16 +30,24 @@ def test_counts_are_exact_overall_and_per_project(loaded: Loaded, truth: truth_m
     assert counts["byProject"] == {p: v for p, v in truth.counts.items() if p != "all"}
     # The faults show in the counts: refused produces, expiries and dead letters happened.
     assert counts["total"]["produced"] == 40_000
-    assert counts["total"]["failed"] > 0 and counts["total"]["expired"] > 0 and counts["total"]["deadLettered"] > 0
+    assert (
+        counts["total"]["failed"] > 0
+        and counts["total"]["expired"] > 0
+        and counts["total"]["deadLettered"] > 0
+    )
 
 
 def test_rates_per_minute_and_per_hour_are_exact(loaded: Loaded, truth: truth_mod.Truth) -> None:
     rates = loaded.report["rates"]
-    per_hour = {p["t"]: {k: p[k] for k in ("accepted", "delivered", "acked", "errors")} for p in rates["perHour"]}
+    per_hour = {
+        p["t"]: {k: p[k] for k in ("accepted", "delivered", "acked", "errors")} for p in rates["perHour"]
+    }
     assert per_hour == truth.per_hour
     # Eight hours of load (20:00 to 04:00 UTC), and the events after the last produce.
     assert sorted(per_hour)[:8] == [DEFAULT_START_MS + h * 3_600_000 for h in range(8)]
-    per_minute = {p["t"]: {k: p[k] for k in ("accepted", "delivered", "acked", "errors")} for p in rates["perMinute"]}
+    per_minute = {
+        p["t"]: {k: p[k] for k in ("accepted", "delivered", "acked", "errors")} for p in rates["perMinute"]
+    }
     assert per_minute == truth.per_minute
     # The 3x burst of minutes 330-340 is the busiest stretch of accepted messages.
     busiest = max(per_minute, key=lambda t: per_minute[t]["accepted"])

@@ -39,7 +39,9 @@ def failures(df: DataFrame) -> DataFrame:
     )
 
 
-def _merge(groups: list[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[Any, ...]]) -> list[dict[str, Any]]:
+def _merge(
+    groups: list[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[Any, ...]]
+) -> list[dict[str, Any]]:
     merged: dict[tuple[Any, ...], dict[str, Any]] = {}
     for g in groups:
         k = key(g)
@@ -53,9 +55,7 @@ def _merge(groups: list[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[A
     return sorted(merged.values(), key=lambda m: (-m["count"], m["key"]))
 
 
-def _top(
-    groups: list[dict[str, Any]], names: tuple[str, ...], top_n: int
-) -> list[dict[str, Any]]:
+def _top(groups: list[dict[str, Any]], names: tuple[str, ...], top_n: int) -> list[dict[str, Any]]:
     rows = _merge(groups, lambda g: tuple(g[n] for n in names))
     out = []
     for m in rows[:top_n]:
@@ -68,7 +68,11 @@ def errors(df: DataFrame, top_n: int = 10) -> dict[str, Any]:
     f = failures(df)
     rows = (
         f.groupBy("type", "node", "service", "project", "topic", "queue")
-        .agg(F.count(F.lit(1)).alias("count"), F.min("timeMs").alias("firstMs"), F.max("timeMs").alias("lastMs"))
+        .agg(
+            F.count(F.lit(1)).alias("count"),
+            F.min("timeMs").alias("firstMs"),
+            F.max("timeMs").alias("lastMs"),
+        )
         .collect()
     )
     groups = [r.asDict() for r in rows]

@@ -154,7 +154,12 @@ class _Events:
 
     def add(self, msg: Ints, hop: str, time: Ints, gateway: Ints, **optional: Ints | int) -> None:
         n = len(msg)
-        part: dict[str, Ints] = {"msg": msg, "hop": np.full(n, hop_code(hop)), "time": time, "gateway": gateway}
+        part: dict[str, Ints] = {
+            "msg": msg,
+            "hop": np.full(n, hop_code(hop)),
+            "time": time,
+            "gateway": gateway,
+        }
         defaults = {"error_type": -1, "error_node": -1, "client": -1, "attempt": 0, "queue": -1, "offset": -1}
         for name, default in defaults.items():
             value = optional.get(name, default)
@@ -237,11 +242,17 @@ def generate(spec: LoadSpec) -> LoadTrace:
         client = rng.integers(0, CLIENTS_PER_CONSUMER, k)
         where = {"queue": queue_of[pending], "offset": offset_of[pending]}
         node = _CLIENT_NODE0 + topic[pending] * CLIENTS_PER_CONSUMER + client
-        ev.add(pending, "delivered", when, rng.integers(0, len(GATEWAYS), k), client=client, attempt=attempt, **where)
-        slow = (topic[pending] == SLOW_TOPIC) & (client == SLOW_CLIENT)
-        took = np.where(
-            slow, _lognormal(rng, k, SLOW_PROCESS_LAT), _lognormal(rng, k, PROCESS_LAT)
+        ev.add(
+            pending,
+            "delivered",
+            when,
+            rng.integers(0, len(GATEWAYS), k),
+            client=client,
+            attempt=attempt,
+            **where,
         )
+        slow = (topic[pending] == SLOW_TOPIC) & (client == SLOW_CLIENT)
+        took = np.where(slow, _lognormal(rng, k, SLOW_PROCESS_LAT), _lognormal(rng, k, PROCESS_LAT))
         lost = took > LOCK_MS
         ok = ~lost
         ev.add(
@@ -271,7 +282,12 @@ def generate(spec: LoadSpec) -> LoadTrace:
             when = expiry + _lognormal(rng, len(lost_msgs), DELIVER_LAT)
         else:
             ev.add(
-                lost_msgs, "dead_lettered", expiry, gws, error_type=ERROR_TYPES.index("max_attempts"), **common
+                lost_msgs,
+                "dead_lettered",
+                expiry,
+                gws,
+                error_type=ERROR_TYPES.index("max_attempts"),
+                **common,
             )
     consumer_hops = {"delivered", "acked", "expired", "lock_expired", "redelivered", "dead_lettered"}
     return LoadTrace(spec, topic, accepted, ev.arrays(topic, consumer_hops))

@@ -183,7 +183,9 @@ def compact(
             continue
         rows = sum(pq.read_metadata(str(f)).num_rows for f in files)
         tmp = target.parent / f".compact-{uuid.uuid4().hex}"
-        df = spark.read.parquet(*(str(f) for f in files)).dropDuplicates(["srcTopic", "srcQueue", "srcOffset"])
+        df = spark.read.parquet(*(str(f) for f in files)).dropDuplicates(
+            ["srcTopic", "srcQueue", "srcOffset"]
+        )
         n_files = max(1, math.ceil(rows / ROWS_PER_FILE))
         df.repartition(n_files).sortWithinPartitions("timeMs").write.parquet(str(tmp))
         old = target.parent / f".old-{uuid.uuid4().hex}"

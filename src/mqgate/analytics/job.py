@@ -61,7 +61,9 @@ def start_spark(master: str | None, conf: dict[str, str] | None = None) -> Spark
     if java_home and not Path(java_home, "bin", "java").exists():
         raise SparkUnavailable(f"Spark cannot start: JAVA_HOME={java_home} has no bin/java")
     if not java_home and shutil.which("java") is None:
-        raise SparkUnavailable("Spark cannot start: Java 17 is not installed (no java on PATH, JAVA_HOME unset)")
+        raise SparkUnavailable(
+            "Spark cannot start: Java 17 is not installed (no java on PATH, JAVA_HOME unset)"
+        )
     try:
         return mqgate.spark.session("mqgate-analytics", master, conf)
     except Exception as exc:  # py4j and PySpark raise several unrelated types
@@ -69,7 +71,9 @@ def start_spark(master: str | None, conf: dict[str, str] | None = None) -> Spark
         raise SparkUnavailable(f"Spark cannot start on {master or 'local[*]'}: {first}") from exc
 
 
-def build_report(spark: SparkSession, out: Path, window: Window, top_n: int = 10, slowest: int = 20) -> dict[str, Any]:
+def build_report(
+    spark: SparkSession, out: Path, window: Window, top_n: int = 10, slowest: int = 20
+) -> dict[str, Any]:
     """Every figure of the report (JSON-ready) from the dataset under `out`."""
     from mqgate.analytics import errors, latency, reports
 
@@ -81,7 +85,9 @@ def build_report(spark: SparkSession, out: Path, window: Window, top_n: int = 10
     }
     if window.project is not None and window.project not in reports.known_projects(out):
         known = ", ".join(reports.known_projects(out)) or "none"
-        raise NotFound(f"no trace events of project {window.project} in {out} (projects: {known})", field="project")
+        raise NotFound(
+            f"no trace events of project {window.project} in {out} (projects: {known})", field="project"
+        )
     df = reports.load_events(spark, out, window)
     if df is None:
         report["notes"].append("The dataset has no events yet.")
@@ -100,14 +106,19 @@ def build_report(spark: SparkSession, out: Path, window: Window, top_n: int = 10
 def _empty_schema(spark: SparkSession) -> Any:
     from pyspark.sql.types import StructType
 
-    from mqgate.analytics.columns import EVENT_JSON, EVENT_COLUMNS, SOURCE_COLUMNS
+    from mqgate.analytics.columns import EVENT_COLUMNS, EVENT_JSON, SOURCE_COLUMNS
 
     del spark
     types = {f.name: f.dataType for f in EVENT_JSON.fields}
     types.update({f.name: f.dataType for f in EVENT_JSON["resource"].dataType.fields})  # type: ignore[attr-defined]
     from pyspark.sql.types import IntegerType, LongType, StringType
 
-    src = {"srcTopic": StringType(), "srcQueue": IntegerType(), "srcOffset": LongType(), "storedMs": LongType()}
+    src = {
+        "srcTopic": StringType(),
+        "srcQueue": IntegerType(),
+        "srcOffset": LongType(),
+        "storedMs": LongType(),
+    }
     schema = StructType()
     for name in (*SOURCE_COLUMNS, *EVENT_COLUMNS, "date", "project"):
         schema = schema.add(name, src.get(name, types.get(name, StringType())))
@@ -133,11 +144,15 @@ def run_analytics(opts: AnalyticsOptions, spark: SparkSession | None = None) -> 
 
             started = time.perf_counter()
             try:
-                stats = ingest_topics(session, opts.gateway, opts.token, sources, opts.out, opts.max_per_trigger)
+                stats = ingest_topics(
+                    session, opts.gateway, opts.token, sources, opts.out, opts.max_per_trigger
+                )
             except MqgateError:
                 raise
             except Exception as exc:  # a failed streaming query: say which, not a JVM trace
-                raise Unavailable(f"reading the trace topics failed: {str(exc).strip().splitlines()[0]}") from exc
+                raise Unavailable(
+                    f"reading the trace topics failed: {str(exc).strip().splitlines()[0]}"
+                ) from exc
             summary.events_read, summary.malformed_read = stats.events, stats.malformed
             summary.ingest_s = time.perf_counter() - started
         started = time.perf_counter()

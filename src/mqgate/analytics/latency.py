@@ -67,7 +67,10 @@ def _figures(row: Any, hops: tuple[str, ...]) -> dict[str, Any]:
         n = int(row[f"{h}_n"])
         out[h] = {
             "count": n,
-            **{f"p{round(q * 100)}": (int(v) if v is not None else None) for q, v in zip(PERCENTILES, p or [None] * 3, strict=True)},
+            **{
+                f"p{round(q * 100)}": (int(v) if v is not None else None)
+                for q, v in zip(PERCENTILES, p or [None] * 3, strict=True)
+            },
             "max": int(row[f"{h}_max"]) if row[f"{h}_max"] is not None else None,
         }
     return out
@@ -104,7 +107,12 @@ def latency(df: DataFrame, slowest: int = 20) -> dict[str, Any]:
             for r in sorted(by_topic, key=lambda r: (r["project"], r["topic"], r["consumer"] or ""))
         ],
         "byClient": [
-            {"topic": r["topic"], "consumer": r["consumer"], "client": r["client"], **_figures(r, ("process",))}
+            {
+                "topic": r["topic"],
+                "consumer": r["consumer"],
+                "client": r["client"],
+                **_figures(r, ("process",)),
+            }
             for r in sorted(by_client, key=lambda r: (r["topic"], r["consumer"] or "", r["client"]))
         ],
         "slowest": [

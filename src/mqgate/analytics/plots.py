@@ -10,8 +10,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.figure import Figure  # noqa: E402
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
 
 COLORS = {"accepted": "#4477aa", "delivered": "#66ccee", "acked": "#228833", "errors": "#ee6677"}
 
@@ -24,7 +24,7 @@ def _svg(fig: Figure) -> str:
     return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline in HTML
 
 
-def _times(points: list[dict[str, Any]]) -> list[dt.datetime]:
+def _times(points: list[dict[str, Any]]) -> Any:  # datetimes: matplotlib's stubs want numbers
     return [dt.datetime.fromtimestamp(p["t"] / 1000, dt.UTC) for p in points]
 
 
@@ -49,7 +49,13 @@ def capacity_plot(services: list[dict[str, Any]]) -> str:
     fig, ax = plt.subplots(figsize=(10, 0.35 * len(shown) + 1.2))
     labels = [f"{s['role']} {s['name']}" for s in shown]
     ys = range(len(shown))
-    ax.barh([y + 0.2 for y in ys], [s["peakPerS"] for s in shown], height=0.4, color="#ee6677", label="peak (1 min)")
+    ax.barh(
+        [y + 0.2 for y in ys],
+        [s["peakPerS"] for s in shown],
+        height=0.4,
+        color="#ee6677",
+        label="peak (1 min)",
+    )
     ax.barh(
         [y - 0.2 for y in ys],
         [s["sustainedPerS"] for s in shown],

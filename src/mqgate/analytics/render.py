@@ -58,7 +58,8 @@ def _finding(f: dict[str, Any]) -> str:
         queues = ", ".join(f"{q['topic']}/{q['queue']}" for q in f["queues"]) or "none (before storing)"
         text = (
             f"{f['count']:,} failures ({f['share']:.1%}) of type {f['type']} at node {f['node']}, "
-            f"services {', '.join(f['services']) or '-'}, queues {queues}, from {f['started']} to {f['last']}."
+            f"services {', '.join(f['services']) or '-'}, queues {queues}, "
+            f"from {f['started']} to {f['last']}."
         )
     return f'<div class="finding">{html.escape(text)}</div>'
 
@@ -87,7 +88,11 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
     rows = [{"project": p, **v} for p, v in c["byProject"].items()] + [{"project": "all", **c["total"]}]
     parts.append(table(rows, cols))
     m = report["malformed"]
-    parts.append(f"<p>Malformed trace records: {m['count']:,}" + (f" ({html.escape(json.dumps(m['byReason']))})" if m["count"] else "") + "</p>")
+    parts.append(
+        f"<p>Malformed trace records: {m['count']:,}"
+        + (f" ({html.escape(json.dumps(m['byReason']))})" if m["count"] else "")
+        + "</p>"
+    )
     parts.append("<h2>Rates</h2>")
     for name in ("perMinute", "perHour"):
         if name in svgs:
@@ -96,7 +101,14 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
     parts.append(table(report["rates"]["perHour"], [("time", "hour (UTC)"), *((s, s) for s in ser)]))
     parts.append("<h2>Capacity (events per second)</h2>")
     parts.append(svgs.get("capacity", ""))
-    cap_cols = [("role", "role"), ("name", "name"), ("events", "events"), ("sustainedPerS", "sustained/s"), ("peakPerS", "peak/s"), ("peakAt", "peak at")]
+    cap_cols = [
+        ("role", "role"),
+        ("name", "name"),
+        ("events", "events"),
+        ("sustainedPerS", "sustained/s"),
+        ("peakPerS", "peak/s"),
+        ("peakAt", "peak at"),
+    ]
     parts.append(table(report["capacity"], cap_cols))
     lat = report["latency"]
     parts.append(f"<h2>Latency (ms; percentiles within ±{1 / lat['accuracy']:.2%} rank)</h2>")
@@ -105,14 +117,29 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
     lat_cols = [("topic", "topic"), ("consumer", "consumer")]
     lat_cols += [(f"{h}.{q}", f"{h} {q}") for h in hops for q in ("p50", "p99", "max")]
     parts.append(table(_latency_rows(lat["byTopicConsumer"], hops), lat_cols))
-    client_cols = [("topic", "topic"), ("client", "client"), *((f"process.{q}", f"process {q}") for q in ("count", "p50", "p90", "p99", "max"))]
+    client_cols = [
+        ("topic", "topic"),
+        ("client", "client"),
+        *((f"process.{q}", f"process {q}") for q in ("count", "p50", "p90", "p99", "max")),
+    ]
     parts.append(table(_latency_rows(lat["byClient"], ("process",)), client_cols))
     e = report["errors"]
     parts.append(f"<h2>Errors ({e['total']:,} failed hops)</h2>")
     parts.append(svgs.get("failures", ""))
     when = [("count", "failures"), ("first", "first"), ("last", "last")]
-    parts.append("<h3>Causes</h3>" + table(_causes(e["causes"]), [("type", "type"), ("node", "node"), ("services", "services"), ("queues", "queues"), *when]))
-    for key, cols_ in (("byNode", [("node", "node")]), ("byService", [("service", "service")]), ("byQueue", [("project", "project"), ("topic", "topic"), ("queue", "queue")]), ("byType", [("type", "type")])):
+    parts.append(
+        "<h3>Causes</h3>"
+        + table(
+            _causes(e["causes"]),
+            [("type", "type"), ("node", "node"), ("services", "services"), ("queues", "queues"), *when],
+        )
+    )
+    for key, cols_ in (
+        ("byNode", [("node", "node")]),
+        ("byService", [("service", "service")]),
+        ("byQueue", [("project", "project"), ("topic", "topic"), ("queue", "queue")]),
+        ("byType", [("type", "type")]),
+    ):
         parts.append(f"<h3>{key[2:]}</h3>" + table(e[key], [*cols_, *when]))
     parts.append(f"<h2>Slowest messages (end to end; {lat['unacked']:,} not acked in the window)</h2>")
     slow = []
@@ -120,7 +147,13 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
         ident = html.escape(s["msgId"])
         link = f'<a href="{html.escape(trace_link + quote(s["msgId"]))}">{ident}</a>' if trace_link else ident
         slow.append({**s, "msgId": link})
-    slow_cols = [("msgId", "message"), ("topic", "topic"), ("consumer", "consumer"), ("client", "client"), *((h, h) for h in hops)]
+    slow_cols = [
+        ("msgId", "message"),
+        ("topic", "topic"),
+        ("consumer", "consumer"),
+        ("client", "client"),
+        *((h, h) for h in hops),
+    ]
     rendered = table(slow, slow_cols)
     for s in slow:  # the links are markup, not text
         rendered = rendered.replace(html.escape(s["msgId"]), s["msgId"], 1)
@@ -129,7 +162,9 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
     return "\n".join(parts)
 
 
-def write_report(report: dict[str, Any], svgs: dict[str, str], out: Path, trace_link: str | None) -> tuple[Path, Path]:
+def write_report(
+    report: dict[str, Any], svgs: dict[str, str], out: Path, trace_link: str | None
+) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     html_path, json_path = out / "report.html", out / "report.json"
     html_path.write_text(render_html(report, svgs, trace_link), encoding="utf-8")

@@ -61,7 +61,9 @@ class Window:
 def iso(ms: int | None) -> str | None:
     if ms is None:
         return None
-    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return (
+        dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    )
 
 
 def _day(ms: int) -> str:
@@ -116,9 +118,8 @@ def counts(df: DataFrame) -> dict[str, Any]:
 
 
 def _series_column() -> Any:
-    return (
-        F.when(F.col("status") == "error", F.lit("errors"))
-        .when(F.col("hop").isin("accepted", "delivered", "acked"), F.col("hop"))
+    return F.when(F.col("status") == "error", F.lit("errors")).when(
+        F.col("hop").isin("accepted", "delivered", "acked"), F.col("hop")
     )
 
 
@@ -126,7 +127,9 @@ def rates(df: DataFrame) -> dict[str, Any]:
     """Events per minute and per hour of each series (accepted, delivered, acked, errors),
     overall and per project; minutes and hours are UTC, aligned to the epoch."""
     rows = (
-        df.select("project", F.floor(F.col("timeMs") / MINUTE_MS).alias("minute"), _series_column().alias("s"))
+        df.select(
+            "project", F.floor(F.col("timeMs") / MINUTE_MS).alias("minute"), _series_column().alias("s")
+        )
         .where(F.col("s").isNotNull())
         .groupBy("project", "minute", "s")
         .count()
@@ -159,9 +162,15 @@ def capacity(df: DataFrame) -> list[dict[str, Any]]:
     minute and sustained (busiest 10 minutes), in events per second."""
     minute = F.floor(F.col("timeMs") / MINUTE_MS).alias("minute")
     roles = [
-        df.where(F.col("hop") == "accepted").select(F.lit("producer").alias("role"), F.col("producer").alias("name"), minute),
-        df.where(F.col("hop") == "acked").select(F.lit("consumer").alias("role"), F.col("consumer").alias("name"), minute),
-        df.where(F.col("hop") == "acked").select(F.lit("client").alias("role"), F.col("clientId").alias("name"), minute),
+        df.where(F.col("hop") == "accepted").select(
+            F.lit("producer").alias("role"), F.col("producer").alias("name"), minute
+        ),
+        df.where(F.col("hop") == "acked").select(
+            F.lit("consumer").alias("role"), F.col("consumer").alias("name"), minute
+        ),
+        df.where(F.col("hop") == "acked").select(
+            F.lit("client").alias("role"), F.col("clientId").alias("name"), minute
+        ),
         df.where(F.col("hop").isin("accepted", "delivered", "acked")).select(
             F.lit("gateway").alias("role"), F.col("gatewayId").alias("name"), minute
         ),

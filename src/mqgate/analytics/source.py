@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 import mqgate.spark
 from mqgate.analytics.columns import RAW_COLUMNS, state_dir
-from mqgate.analytics.ingest import IngestStats, compact, write_parsed, parse_raw
+from mqgate.analytics.ingest import IngestStats, compact, parse_raw, write_parsed
 from mqgate.client import Client
 from mqgate.errors import AlreadyExists, NotFound
 from mqgate.tracing.events import TRACE_TOPIC_PREFIX, project_of_trace_topic, trace_topic
@@ -61,7 +61,9 @@ def trace_sources(gw: Client, project: str | None, topics: list[str] | None) -> 
         return [TopicSource(t, consumer_for(t)) for t in sorted(traced)]
     if trace_topic(project) not in listed:
         known = ", ".join(sorted(p for t in traced if (p := project_of_trace_topic(t)))) or "none"
-        raise UnknownProject(f"project {project} has no trace topic at {gw.url} (traced projects: {known})", field="project")
+        raise UnknownProject(
+            f"project {project} has no trace topic at {gw.url} (traced projects: {known})", field="project"
+        )
     return [TopicSource(trace_topic(project), consumer_for(trace_topic(project)))]
 
 
@@ -128,7 +130,9 @@ def ingest_topics(
             .option("maxMessagesPerTrigger", str(max_per_trigger))
             .load()
             .writeStream.queryName(f"mqgate-analytics-{_safe(source.topic)}")
-            .option("checkpointLocation", str((state_dir(out) / "checkpoints" / _safe(source.topic)).resolve()))
+            .option(
+                "checkpointLocation", str((state_dir(out) / "checkpoints" / _safe(source.topic)).resolve())
+            )
             .foreachBatch(handler)
             .trigger(availableNow=True)
             .start()

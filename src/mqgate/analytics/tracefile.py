@@ -159,9 +159,15 @@ def malformed_records(
         off = next_offset.get(g, 0)
         next_offset[g] = off + 1
         rows.append(
-            (trace_topic(PROJECTS[g // TRACE_QUEUES]), g % TRACE_QUEUES, off, trace.spec.end_ms, MALFORMED_BODIES[i % 7])
+            (
+                trace_topic(PROJECTS[g // TRACE_QUEUES]),
+                g % TRACE_QUEUES,
+                off,
+                trace.spec.end_ms,
+                MALFORMED_BODIES[i % 7],
+            )
         )
-    cols = list(zip(*rows, strict=True)) if rows else [[], [], [], [], []]
+    cols: list[tuple[object, ...]] = list(zip(*rows, strict=True)) if rows else [(), (), (), (), ()]
     return pa.record_batch(
         [pa.array(list(c), t) for c, t in zip(cols, RAW_SCHEMA.types, strict=True)], schema=RAW_SCHEMA
     )

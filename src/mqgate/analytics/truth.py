@@ -42,7 +42,9 @@ def _in_window(time: np.ndarray, from_ms: int | None, to_ms: int | None) -> np.n
     return keep
 
 
-def compute(trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = None, slowest: int = 20) -> Truth:
+def compute(
+    trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = None, slowest: int = 20
+) -> Truth:
     ev = trace.events
     keep = _in_window(ev.time, from_ms, to_ms)
     hop, time, topic = ev.hop[keep], ev.time[keep], ev.topic[keep]
@@ -76,8 +78,18 @@ def compute(trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = No
     roles: list[tuple[str, np.ndarray, np.ndarray, list[str]]] = [
         ("producer", hop == hop_code("accepted"), topic, [t[2] for t in TOPICS]),
         ("consumer", hop == hop_code("acked"), topic, [t[3] for t in TOPICS]),
-        ("client", hop == hop_code("acked"), topic * 2 + client, [client_name(t, c) for t in range(3) for c in range(2)]),
-        ("gateway", np.isin(hop, [hop_code(h) for h in ("accepted", "delivered", "acked")]), gw, list(GATEWAYS)),
+        (
+            "client",
+            hop == hop_code("acked"),
+            topic * 2 + client,
+            [client_name(t, c) for t in range(3) for c in range(2)],
+        ),
+        (
+            "gateway",
+            np.isin(hop, [hop_code(h) for h in ("accepted", "delivered", "acked")]),
+            gw,
+            list(GATEWAYS),
+        ),
     ]
     for role, mask, code, names in roles:
         for k, name in enumerate(names):
@@ -87,7 +99,7 @@ def compute(trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = No
             _, per = np.unique(mins, return_counts=True)
             _, per10 = np.unique(mins // SUSTAINED_MINUTES, return_counts=True)
             capacity[(role, name)] = {
-                "events": int(len(mins)),
+                "events": len(mins),
                 "peakPerS": round(int(per.max()) / 60, 3),
                 "sustainedPerS": round(int(per10.max()) / (SUSTAINED_MINUTES * 60), 3),
             }
@@ -102,7 +114,9 @@ def compute(trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = No
     )
 
 
-def _latency(trace: LoadTrace, keep: np.ndarray, top: int) -> tuple[dict[str, dict[str, np.ndarray]], list[tuple[int, str]]]:
+def _latency(
+    trace: LoadTrace, keep: np.ndarray, top: int
+) -> tuple[dict[str, dict[str, np.ndarray]], list[tuple[int, str]]]:
     ev = trace.events
     n = len(trace.topic)
     msg, hop, time = ev.msg[keep], ev.hop[keep], ev.time[keep]
@@ -113,7 +127,13 @@ def _latency(trace: LoadTrace, keep: np.ndarray, top: int) -> tuple[dict[str, di
         (np.minimum if first else np.maximum).at(out, msg[sel], time[sel])
         return np.where(out == np.iinfo(np.int64).max, -1, out)
 
-    a, s, d1, dn, k = at("accepted", True), at("stored", True), at("delivered", True), at("delivered", False), at("acked", False)
+    a, s, d1, dn, k = (
+        at("accepted", True),
+        at("stored", True),
+        at("delivered", True),
+        at("delivered", False),
+        at("acked", False),
+    )
     pairs = {"store": (s, a), "deliver": (d1, s), "process": (k, dn), "endToEnd": (k, a)}
     out: dict[str, dict[str, np.ndarray]] = {}
     for t, spec in enumerate(TOPICS):
@@ -133,7 +153,11 @@ def _faults(trace: LoadTrace, keep: np.ndarray) -> dict[str, dict[str, Any]]:
     failure count and the first failure's time."""
     ev = trace.events
     out: dict[str, dict[str, Any]] = {}
-    for name, etype in (("failing gateway", "unavailable"), ("dead queue", "ttl"), ("slow consumer", "lock_expired")):
+    for name, etype in (
+        ("failing gateway", "unavailable"),
+        ("dead queue", "ttl"),
+        ("slow consumer", "lock_expired"),
+    ):
         sel = keep & (ev.error_type == ERROR_TYPES.index(etype))
         if not sel.any():
             continue
@@ -154,4 +178,3 @@ def _faults(trace: LoadTrace, keep: np.ndarray) -> dict[str, dict[str, Any]]:
             "firstMs": int(ev.time[sel].min()),
         }
     return out
-
