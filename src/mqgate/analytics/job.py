@@ -135,7 +135,7 @@ def run_analytics(opts: AnalyticsOptions, spark: SparkSession | None = None) -> 
         from mqgate.analytics.source import trace_sources
         from mqgate.client import Client
 
-        with Client(opts.gateway, opts.token, retry_for_s=10.0) as gw:  # before Spark: fail fast
+        with Client(opts.gateway, opts.token, retry_for_s=2.0) as gw:  # before Spark: fail fast
             sources = trace_sources(gw, opts.window.project, opts.topics)
     session = spark or start_spark(opts.master, opts.spark_conf)
     try:
