@@ -1,0 +1,104 @@
+"""What the analytics dataset holds: the parsed event's columns, and the layout on disk.
+
+The dataset is `<out>/events/date=YYYY-MM-DD/project=NAME/*.parquet` (the date of the
+event's time, UTC), one row per trace event; `<out>/malformed/` keeps the records that did
+not parse (their source position and a sample), so they are counted, never lost or fatal.
+A row's source position (`srcTopic`, `srcQueue`, `srcOffset`) is unique: compaction drops
+duplicates by it, so a batch written twice (a replay after a crash) is counted once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from pyspark.sql.types import (
+    ArrayType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+_S: Final = StringType()
+
+# The JSON of mqgate.tracing.events.TraceEvent, as Spark parses it (body, keys and
+# traceparent are read but not kept: analytics needs no content).
+EVENT_JSON: Final = StructType(
+    [
+        StructField("msgId", _S),
+        StructField("hop", _S),
+        StructField("timeMs", LongType()),
+        StructField("project", _S),
+        StructField("topic", _S),
+        StructField(
+            "resource",
+            StructType(
+                [
+                    StructField("gatewayId", _S),
+                    StructField("host", _S),
+                    StructField("service", _S),
+                    StructField("port", IntegerType()),
+                ]
+            ),
+        ),
+        StructField("status", _S),
+        StructField("level", _S),
+        StructField("requestId", _S),
+        StructField("keys", ArrayType(_S)),
+        StructField("queue", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("producer", _S),
+        StructField("consumer", _S),
+        StructField("clientId", _S),
+        StructField("clientAddr", _S),
+        StructField("attempt", IntegerType()),
+        StructField("errorType", _S),
+        StructField("errorNode", _S),
+        StructField("detail", _S),
+    ]
+)
+
+# Columns of a dataset row, in order; `date` and `project` are also the partition folders.
+SOURCE_COLUMNS: Final = ("srcTopic", "srcQueue", "srcOffset", "storedMs")
+EVENT_COLUMNS: Final = (
+    "msgId",
+    "hop",
+    "timeMs",
+    "topic",
+    "gatewayId",
+    "host",
+    "service",
+    "port",
+    "status",
+    "level",
+    "requestId",
+    "queue",
+    "offset",
+    "producer",
+    "consumer",
+    "clientId",
+    "attempt",
+    "errorType",
+    "errorNode",
+    "detail",
+)
+PARTITIONS: Final = ("date", "project")
+MALFORMED_COLUMNS: Final = ("srcTopic", "srcQueue", "srcOffset", "storedMs", "project", "reason", "sample")
+# The raw input: what the `mqgate` source gives, reduced to what the input stage needs.
+RAW_COLUMNS: Final = ("topic", "queue", "offset", "timestamp", "body")
+SAMPLE_CHARS: Final = 200
+
+
+def events_dir(out: Path) -> Path:
+    return out / "events"
+
+
+def malformed_dir(out: Path) -> Path:
+    return out / "malformed"
+
+
+def state_dir(out: Path) -> Path:
+    """Checkpoints and bookkeeping; the leading underscore keeps Spark from reading it as data."""
+    return out / "_state"

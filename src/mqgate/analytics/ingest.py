@@ -1,0 +1,196 @@
+"""The input stage: raw trace records (a DataFrame of the `mqgate` source's rows, or any
+DataFrame with its `topic, queue, offset, timestamp, body` columns) parsed into the Parquet
+dataset of `mqgate.analytics.columns`, and the dataset's compaction.
+
+A record that does not parse, lacks a required field or names an unknown hop or status goes
+to `malformed/` with the reason: counted and reported, never fatal.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from mqgate.analytics.columns import (
+    EVENT_COLUMNS,
+    EVENT_JSON,
+    MALFORMED_COLUMNS,
+    PARTITIONS,
+    SAMPLE_CHARS,
+    SOURCE_COLUMNS,
+    events_dir,
+    malformed_dir,
+)
+from mqgate.tracing.events import HOPS, TRACE_TOPIC_PREFIX
+
+REQUIRED: Final = ("msgId", "hop", "timeMs", "project", "topic")
+# Compaction: a partition with more files than this is rewritten, in files of about this many rows.
+MAX_FILES_PER_PARTITION: Final = 8
+ROWS_PER_FILE: Final = 2_000_000
+
+
+@dataclass
+class IngestStats:
+    """What one ingest run (or micro-batch) added."""
+
+    events: int = 0
+    malformed: int = 0
+    partitions: set[tuple[str, str]] = field(default_factory=set)  # (date, project) written
+    ends: dict[int, int] = field(default_factory=dict)  # source queue -> max(offset) + 1
+    reasons: dict[str, int] = field(default_factory=dict)
+
+    def add(self, other: IngestStats) -> None:
+        self.events += other.events
+        self.malformed += other.malformed
+        self.partitions |= other.partitions
+        for q, o in other.ends.items():
+            self.ends[q] = max(self.ends.get(q, 0), o)
+        for r, n in other.reasons.items():
+            self.reasons[r] = self.reasons.get(r, 0) + n
+
+
+def _reason(e: Column) -> Column:
+    """Why a parsed record is not an event, or null when it is one."""
+    missing = F.concat_ws(", ", *(F.when(e[name].isNull(), F.lit(name)) for name in REQUIRED))
+    gateway = e["resource"]["gatewayId"]
+    nothing = F.lit(True)
+    for name in REQUIRED:
+        nothing = nothing & e[name].isNull()
+    return (
+        F.when(e.isNull() | nothing, F.lit("not a trace event (not JSON, or none of its fields)"))
+        .when(missing != "", F.concat(F.lit("missing or mistyped: "), missing))
+        .when(gateway.isNull(), F.lit("missing or mistyped: resource.gatewayId"))
+        .when(~e["hop"].isin(*sorted(HOPS)), F.lit("unknown hop"))
+        .when(~F.coalesce(e["status"], F.lit("ok")).isin("ok", "error"), F.lit("unknown status"))
+    )
+
+
+def parse_raw(raw: DataFrame) -> DataFrame:
+    """Raw records → one row per record: the dataset's columns plus `reason` (null for an
+    event) and `sample` (the record's start, kept for malformed ones)."""
+    e = F.col("e")
+    topic_project = F.when(
+        F.col("srcTopic").startswith(TRACE_TOPIC_PREFIX),
+        F.expr(f"substring(srcTopic, {len(TRACE_TOPIC_PREFIX) + 1})"),
+    )
+    parsed = raw.select(
+        F.col("topic").alias("srcTopic"),
+        F.col("queue").cast("int").alias("srcQueue"),
+        F.col("offset").cast("long").alias("srcOffset"),
+        F.unix_millis(F.col("timestamp")).alias("storedMs"),
+        F.from_json(F.col("body"), EVENT_JSON).alias("e"),
+        F.col("body"),
+    )
+    return parsed.select(
+        *SOURCE_COLUMNS,
+        e["msgId"].alias("msgId"),
+        e["hop"].alias("hop"),
+        e["timeMs"].alias("timeMs"),
+        e["topic"].alias("topic"),
+        e["resource"]["gatewayId"].alias("gatewayId"),
+        e["resource"]["host"].alias("host"),
+        e["resource"]["service"].alias("service"),
+        e["resource"]["port"].alias("port"),
+        # Defaults are not encoded (omit_defaults): an absent status is ok, level info.
+        F.coalesce(e["status"], F.lit("ok")).alias("status"),
+        F.coalesce(e["level"], F.lit("info")).alias("level"),
+        *(e[c].alias(c) for c in EVENT_COLUMNS[10:]),
+        F.date_format(F.timestamp_millis(e["timeMs"]), "yyyy-MM-dd").alias("date"),
+        F.coalesce(e["project"], topic_project, F.lit("unknown")).alias("project"),
+        _reason(e).alias("reason"),
+        F.substring(F.col("body"), 1, SAMPLE_CHARS).alias("sample"),
+    )
+
+
+def write_parsed(parsed: DataFrame, out: Path) -> IngestStats:
+    """Append the parsed records to the dataset (events) and to `malformed/`; the counts, the
+    partitions written and the source end offsets, from one pass over the (cached) rows."""
+    parsed = parsed.persist()
+    try:
+        summary = (
+            parsed.groupBy(F.col("reason"), "date", "project", "srcQueue")
+            .agg(F.count(F.lit(1)).alias("n"), F.max("srcOffset").alias("last"))
+            .collect()
+        )
+        stats = IngestStats()
+        for row in summary:
+            n = int(row["n"])
+            if row["last"] is not None:
+                q = int(row["srcQueue"])
+                stats.ends[q] = max(stats.ends.get(q, 0), int(row["last"]) + 1)
+            if row["reason"] is None:
+                stats.events += n
+                stats.partitions.add((str(row["date"]), str(row["project"])))
+            else:
+                stats.malformed += n
+                stats.reasons[str(row["reason"])] = stats.reasons.get(str(row["reason"]), 0) + n
+        if stats.events:
+            good = parsed.where(F.col("reason").isNull()).select(*SOURCE_COLUMNS, *EVENT_COLUMNS, *PARTITIONS)
+            good.write.mode("append").partitionBy(*PARTITIONS).parquet(str(events_dir(out)))
+        if stats.malformed:
+            bad = parsed.where(F.col("reason").isNotNull()).select(*MALFORMED_COLUMNS)
+            bad.write.mode("append").parquet(str(malformed_dir(out)))
+        return stats
+    finally:
+        parsed.unpersist()
+
+
+def ingest_frame(raw: DataFrame, out: Path, compact_after: bool = True) -> IngestStats:
+    """The whole input stage for a DataFrame of raw records: parse, append, compact the
+    partitions written."""
+    stats = write_parsed(parse_raw(raw), out)
+    if compact_after:
+        compact(raw.sparkSession, out, stats.partitions)
+    return stats
+
+
+def partition_dir(out: Path, date: str, project: str) -> Path:
+    return events_dir(out) / f"date={date}" / f"project={project}"
+
+
+def data_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.parquet") if p.is_file())
+
+
+def compact(
+    spark: SparkSession,
+    out: Path,
+    partitions: Iterable[tuple[str, str]],
+    max_files: int = MAX_FILES_PER_PARTITION,
+    force: bool = False,
+) -> int:
+    """Rewrite each named partition that has more than `max_files` files (or every one, with
+    `force`) as few files without duplicate source positions; the number rewritten.
+
+    The new files are written beside the partition (a dot folder Spark does not read), then
+    swapped in: a crash leaves the old partition or the new one, plus a folder to delete.
+    """
+    import pyarrow.parquet as pq
+
+    rewritten = 0
+    for date, project in sorted(set(partitions)):
+        target = partition_dir(out, date, project)
+        files = data_files(target)
+        if not files or (len(files) <= max_files and not force):
+            continue
+        rows = sum(pq.read_metadata(str(f)).num_rows for f in files)
+        tmp = target.parent / f".compact-{uuid.uuid4().hex}"
+        df = spark.read.parquet(*(str(f) for f in files)).dropDuplicates(
+            ["srcTopic", "srcQueue", "srcOffset"]
+        )
+        n_files = max(1, math.ceil(rows / ROWS_PER_FILE))
+        df.repartition(n_files).sortWithinPartitions("timeMs").write.parquet(str(tmp))
+        old = target.parent / f".old-{uuid.uuid4().hex}"
+        target.rename(old)
+        tmp.rename(target)
+        shutil.rmtree(old, ignore_errors=True)
+        rewritten += 1
+    return rewritten

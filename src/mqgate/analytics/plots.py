@@ -1,0 +1,115 @@
+"""The report's plots, drawn with matplotlib (Agg, no display) as SVG text to embed inline."""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+
+COLORS = {"accepted": "#4477aa", "delivered": "#66ccee", "acked": "#228833", "errors": "#ee6677"}
+
+
+def _svg(fig: Figure) -> str:
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    plt.close(fig)
+    text = buf.getvalue()
+    return text[text.index("<svg") :]  # drop the XML prolog and doctype: inline in HTML
+
+
+def _times(points: list[dict[str, Any]]) -> Any:  # datetimes: matplotlib's stubs want numbers
+    return [dt.datetime.fromtimestamp(p["t"] / 1000, dt.UTC) for p in points]
+
+
+def rate_plot(points: list[dict[str, Any]], unit: str) -> str:
+    fig, ax = plt.subplots(figsize=(10, 3.2))
+    times = _times(points)
+    for series, color in COLORS.items():
+        values = [p[series] for p in points]
+        if unit == "hour":
+            ax.plot(times, values, marker="o", color=color, label=series)
+        else:
+            ax.plot(times, values, linewidth=0.8, color=color, label=series)
+    ax.set_ylabel(f"events per {unit}")
+    ax.legend(loc="upper left", fontsize=8, ncol=4)
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
+def capacity_plot(services: list[dict[str, Any]]) -> str:
+    shown = [s for s in services if s["role"] != "client"]
+    fig, ax = plt.subplots(figsize=(10, 0.35 * len(shown) + 1.2))
+    labels = [f"{s['role']} {s['name']}" for s in shown]
+    ys = range(len(shown))
+    ax.barh(
+        [y + 0.2 for y in ys],
+        [s["peakPerS"] for s in shown],
+        height=0.4,
+        color="#ee6677",
+        label="peak (1 min)",
+    )
+    ax.barh(
+        [y - 0.2 for y in ys],
+        [s["sustainedPerS"] for s in shown],
+        height=0.4,
+        color="#4477aa",
+        label="sustained (10 min)",
+    )
+    ax.set_yticks(list(ys), labels, fontsize=8)
+    ax.set_xlabel("events per second")
+    ax.legend(fontsize=8)
+    ax.grid(axis="x", alpha=0.3)
+    return _svg(fig)
+
+
+def latency_plot(groups: list[dict[str, Any]]) -> str:
+    hops = ("store", "deliver", "process", "endToEnd")
+    fig, axes = plt.subplots(1, len(hops), figsize=(12, 0.4 * max(1, len(groups)) + 1.6), sharey=True)
+    labels = [f"{g['topic']} / {g['consumer'] or '-'}" for g in groups]
+    ys = range(len(groups))
+    for ax, hop in zip(axes, hops, strict=True):
+        for q, color, shift in (("p50", "#4477aa", -0.2), ("p99", "#ee6677", 0.2)):
+            values = [max(g[hop][q] or 0, 0.5) for g in groups]
+            ax.barh([y + shift for y in ys], values, height=0.4, color=color, label=q)
+        ax.set_xscale("log")
+        ax.set_title(hop, fontsize=9)
+        ax.grid(axis="x", alpha=0.3)
+    axes[0].set_yticks(list(ys), labels, fontsize=8)
+    axes[0].legend(fontsize=7)
+    fig.supxlabel("milliseconds (log)", fontsize=9)
+    return _svg(fig)
+
+
+def failures_plot(over_time: dict[str, Any]) -> str:
+    fig, ax = plt.subplots(figsize=(10, 3))
+    for node, points in over_time["nodes"].items():
+        ax.plot(_times(points), [p["count"] for p in points], marker=".", label=node)
+    ax.set_ylabel(f"failures per {over_time['bucketMs'] // 60_000} min")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
+def plots(report: dict[str, Any]) -> dict[str, str]:
+    """Every plot of a report that has data, by name."""
+    out: dict[str, str] = {}
+    r = report["rates"]
+    if r["perMinute"]:
+        out["perMinute"] = rate_plot(r["perMinute"], "minute")
+        out["perHour"] = rate_plot(r["perHour"], "hour")
+    if report["capacity"]:
+        out["capacity"] = capacity_plot(report["capacity"])
+    if report["latency"]["byTopicConsumer"]:
+        out["latency"] = latency_plot(report["latency"]["byTopicConsumer"])
+    if report["errors"]["overTime"]["nodes"]:
+        out["failures"] = failures_plot(report["errors"]["overTime"])
+    return out

@@ -1,0 +1,172 @@
+"""The report as one self-contained HTML page (plots inline as SVG, no external file) and
+as JSON (every figure the page shows, and the data behind each plot)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}th,td{padding:3px 10px;border-bottom:1px solid #ddd}
+th{text-align:left;background:#f4f4f4}td.n{text-align:right;font-variant-numeric:tabular-nums}
+h2{border-bottom:2px solid #4477aa;padding-bottom:3px;margin-top:1.6em}.note{color:#666}
+.finding{background:#fff4e5;border-left:4px solid #ee6677;padding:6px 10px;margin:6px 0}
+"""
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "<td>-</td>"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f'<td class="n">{value:,}</td>'
+    return f"<td>{html.escape(str(value))}</td>"
+
+
+def table(rows: Sequence[dict[str, Any]], columns: Sequence[tuple[str, str]], empty: str = "none") -> str:
+    if not rows:
+        return f'<p class="note">{html.escape(empty)}</p>'
+    head = "".join(f"<th>{html.escape(title)}</th>" for _, title in columns)
+    body = "".join("<tr>" + "".join(_cell(r.get(k)) for k, _ in columns) + "</tr>" for r in rows)
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _latency_rows(groups: list[dict[str, Any]], hops: Sequence[str]) -> list[dict[str, Any]]:
+    rows = []
+    for g in groups:
+        row = {k: g.get(k) for k in ("topic", "consumer", "client")}
+        for h in hops:
+            for q in ("p50", "p90", "p99", "max"):
+                row[f"{h}.{q}"] = g[h][q]
+            row[f"{h}.count"] = g[h]["count"]
+        rows.append(row)
+    return rows
+
+
+def _finding(f: dict[str, Any]) -> str:
+    if f["kind"] == "slow consumer":
+        text = (
+            f"Slow consumer: client {f['node']} of {f['service']} (topic {f['topic']}) processes in "
+            f"{f['processP50Ms']:,} ms (median; p99 {f['processP99Ms']:,} ms) against {f['peersP50Ms']:,} ms "
+            "for its peers."
+        )
+    else:
+        queues = ", ".join(f"{q['topic']}/{q['queue']}" for q in f["queues"]) or "none (before storing)"
+        text = (
+            f"{f['count']:,} failures ({f['share']:.1%}) of type {f['type']} at node {f['node']}, "
+            f"services {', '.join(f['services']) or '-'}, queues {queues}, "
+            f"from {f['started']} to {f['last']}."
+        )
+    return f'<div class="finding">{html.escape(text)}</div>'
+
+
+def _causes(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{**c, "queues": [f"{q['topic']}/{q['queue']}" for q in c["queues"]]} for c in causes]
+
+
+def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | None) -> str:
+    w = report["window"]
+    title = f"mqgate trace analytics: {w['project'] or 'all projects'}"
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"]
+    parts.append(f"<style>{STYLE}</style></head><body><h1>{html.escape(title)}</h1>")
+    parts.append(
+        f"<p>Window: {html.escape(str(w['from'] or 'start'))} to {html.escape(str(w['to'] or 'end'))}. "
+        f"Generated {html.escape(report['generated'])}; {report['counts']['total']['events']:,} events.</p>"
+    )
+    for note in report["notes"]:
+        parts.append(f'<p class="note">{html.escape(note)}</p>')
+    parts.append("<h2>Findings</h2>")
+    parts += [_finding(f) for f in report["findings"]] or ['<p class="note">no fault found</p>']
+    c = report["counts"]
+    parts.append("<h2>Messages</h2>")
+    cols = [(k, k) for k in ("produced", "stored", "delivered", "redelivered", "acked", "failed", "expired")]
+    cols = [("project", "project"), *cols, ("deadLettered", "dead-lettered"), ("events", "events")]
+    rows = [{"project": p, **v} for p, v in c["byProject"].items()] + [{"project": "all", **c["total"]}]
+    parts.append(table(rows, cols))
+    m = report["malformed"]
+    parts.append(
+        f"<p>Malformed trace records: {m['count']:,}"
+        + (f" ({html.escape(json.dumps(m['byReason']))})" if m["count"] else "")
+        + "</p>"
+    )
+    parts.append("<h2>Rates</h2>")
+    for name in ("perMinute", "perHour"):
+        if name in svgs:
+            parts.append(svgs[name])
+    ser = ("accepted", "delivered", "acked", "errors")
+    parts.append(table(report["rates"]["perHour"], [("time", "hour (UTC)"), *((s, s) for s in ser)]))
+    parts.append("<h2>Capacity (events per second)</h2>")
+    parts.append(svgs.get("capacity", ""))
+    cap_cols = [
+        ("role", "role"),
+        ("name", "name"),
+        ("events", "events"),
+        ("sustainedPerS", "sustained/s"),
+        ("peakPerS", "peak/s"),
+        ("peakAt", "peak at"),
+    ]
+    parts.append(table(report["capacity"], cap_cols))
+    lat = report["latency"]
+    parts.append(f"<h2>Latency (ms; percentiles within ±{1 / lat['accuracy']:.2%} rank)</h2>")
+    parts.append(svgs.get("latency", ""))
+    hops = ("store", "deliver", "process", "endToEnd")
+    lat_cols = [("topic", "topic"), ("consumer", "consumer")]
+    lat_cols += [(f"{h}.{q}", f"{h} {q}") for h in hops for q in ("p50", "p99", "max")]
+    parts.append(table(_latency_rows(lat["byTopicConsumer"], hops), lat_cols))
+    client_cols = [
+        ("topic", "topic"),
+        ("client", "client"),
+        *((f"process.{q}", f"process {q}") for q in ("count", "p50", "p90", "p99", "max")),
+    ]
+    parts.append(table(_latency_rows(lat["byClient"], ("process",)), client_cols))
+    e = report["errors"]
+    parts.append(f"<h2>Errors ({e['total']:,} failed hops)</h2>")
+    parts.append(svgs.get("failures", ""))
+    when = [("count", "failures"), ("first", "first"), ("last", "last")]
+    parts.append(
+        "<h3>Causes</h3>"
+        + table(
+            _causes(e["causes"]),
+            [("type", "type"), ("node", "node"), ("services", "services"), ("queues", "queues"), *when],
+        )
+    )
+    for key, cols_ in (
+        ("byNode", [("node", "node")]),
+        ("byService", [("service", "service")]),
+        ("byQueue", [("project", "project"), ("topic", "topic"), ("queue", "queue")]),
+        ("byType", [("type", "type")]),
+    ):
+        parts.append(f"<h3>{key[2:]}</h3>" + table(e[key], [*cols_, *when]))
+    parts.append(f"<h2>Slowest messages (end to end; {lat['unacked']:,} not acked in the window)</h2>")
+    slow = []
+    for s in lat["slowest"]:
+        ident = html.escape(s["msgId"])
+        link = f'<a href="{html.escape(trace_link + quote(s["msgId"]))}">{ident}</a>' if trace_link else ident
+        slow.append({**s, "msgId": link})
+    slow_cols = [
+        ("msgId", "message"),
+        ("topic", "topic"),
+        ("consumer", "consumer"),
+        ("client", "client"),
+        *((h, h) for h in hops),
+    ]
+    rendered = table(slow, slow_cols)
+    for s in slow:  # the links are markup, not text
+        rendered = rendered.replace(html.escape(s["msgId"]), s["msgId"], 1)
+    parts.append(rendered)
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def write_report(
+    report: dict[str, Any], svgs: dict[str, str], out: Path, trace_link: str | None
+) -> tuple[Path, Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    html_path, json_path = out / "report.html", out / "report.json"
+    html_path.write_text(render_html(report, svgs, trace_link), encoding="utf-8")
+    json_path.write_text(json.dumps(report, indent=1, default=str), encoding="utf-8")
+    return html_path, json_path
