@@ -21,9 +21,10 @@ SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
 # What `make test-fast` leaves out: crash and restart cycles, load, Spark, the pipeline on Spark,
-# schemathesis over the whole API. `make test` (and CI) runs everything.
+# schemathesis over the whole API, trace analytics on Spark, cluster failovers, the browser. `make test` (and CI) runs everything.
 SLOW_TESTS = $(wildcard tests/test_*crash*.py tests/test_*restart*.py tests/test_*_load*.py) \
-	tests/spark tests/pipeline/test_end_to_end.py tests/test_schemathesis.py
+	tests/spark tests/pipeline/test_end_to_end.py tests/test_schemathesis.py tests/analytics \
+	tests/test_redis_cluster_failover.py tests/test_redis_sentinel.py tests/console/test_browser.py
 
 .PHONY: install install-gateway run test test-fast lint bench lock clean
 
