@@ -264,3 +264,27 @@ def test_reads_refused_acks_and_redrives_are_hops(server: Server) -> None:
     hops = wait_until(lambda: hops_of("redriven"), 10, "the redrive")
     assert [x["hop"] for x in hops].index("dead_lettered") < [x["hop"] for x in hops].index("redriven")
     client.close()
+
+
+def test_queue_state_is_recorded_per_project_and_interval(tmp_path: Any) -> None:
+    srv = Server(
+        tmp_path / "data",
+        env={"MQGATE_QUEUE_STATE_INTERVAL_S": "1", "MQGATE_QUEUE_STATE_SAMPLE_S": "0.1"},
+    )
+    srv.start()
+    try:
+        client = setup(srv, "qs", "qt")
+        for i in range(7):
+            assert client.produce("qt-p", f"m{i}").status_code == 200
+
+        def recorded() -> list[dict[str, Any]]:
+            rows = srv.admin("GET", "/admin/projects/qs/queues?topic=qt")["intervals"]
+            return [r for r in rows if r.get("maxLength") == 7 and r["avgLength"] > 0]
+
+        rows = wait_until(recorded, 15, "a closed interval with the backlog")
+        assert rows[0]["topic"] == "qt" and rows[0]["queue"] == 0 and rows[0]["intervalMs"] == 1000
+        health = srv.admin("GET", "/admin/projects/qs/health")
+        assert health["project"] == "qs" and health["verdict"] in ("healthy", "consumer_fault", "no_data")
+        client.close()
+    finally:
+        srv.stop()
