@@ -11,13 +11,14 @@ import shutil
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import IN_CI, kill9, terminate, wait_until
+from tests.conftest import IN_CI, Server, kill9, terminate, wait_until
 
 CLUSTER_NODE_TIMEOUT_MS = 1000
 SENTINEL_DOWN_AFTER_MS = 1000
@@ -506,3 +507,16 @@ def primary_lost_under_load(
 
 def _key(message: str) -> str:
     return message.partition("|")[0]
+
+
+def gateway_on(url: str, tmp_path: Path, wait_replicas: int) -> Iterator[Server]:
+    """A gateway on a cluster or Sentinel URL; with `wait_replicas`, produces and acks wait for
+    that many replicas (at most 500 ms)."""
+    srv = Server(
+        tmp_path / "gw" / "data",
+        extra_args=["--store", url],
+        env={"MQGATE_REDIS_WAIT_REPLICAS": str(wait_replicas), "MQGATE_REDIS_WAIT_TIMEOUT_MS": "500"},
+    )
+    srv.data_dir.parent.mkdir(parents=True)
+    yield srv.start()
+    srv.stop()

@@ -14,7 +14,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import pytest
@@ -258,12 +258,13 @@ class RedisServer:
     directory: Path
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    extra_args: list[str] = field(default_factory=list)
 
     @property
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
-    def start(self, timeout_s: float = 10.0) -> RedisServer:
+    def start(self, timeout_s: float = 10.0) -> Self:
         binary = shutil.which("redis-server")
         if binary is None:
             if IN_CI:
@@ -281,6 +282,7 @@ class RedisServer:
                 "--appendfsync", "always",
                 "--save", "",
                 "--protected-mode", "yes",
+                *self.extra_args,
             ],
             stdout=log,
             stderr=subprocess.STDOUT,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusters import Load, Node, RedisClusterProcs, primary_lost_under_load
+from tests.clusters import Load, Node, RedisClusterProcs, gateway_on, primary_lost_under_load
 from tests.conftest import Server, wait_until
 
 LOAD_BEFORE = 300  # acknowledged produces before the change
@@ -28,15 +28,7 @@ def cluster(tmp_path: Path) -> Iterator[RedisClusterProcs]:
 
 @pytest.fixture
 def gateway(cluster: RedisClusterProcs, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    replicas = getattr(request, "param", 0)
-    srv = Server(
-        tmp_path / "gw" / "data",
-        extra_args=["--store", cluster.url],
-        env={"MQGATE_REDIS_WAIT_REPLICAS": str(replicas), "MQGATE_REDIS_WAIT_TIMEOUT_MS": "500"},
-    )
-    srv.data_dir.parent.mkdir(parents=True)
-    yield srv.start()
-    srv.stop()
+    yield from gateway_on(cluster.url, tmp_path, getattr(request, "param", 0))
 
 
 def names_on_one_master(cluster: RedisClusterProcs) -> tuple[str, Node]:

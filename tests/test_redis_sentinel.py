@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.clusters import Load, Node, SentinelProcs, primary_lost_under_load
+from tests.clusters import Load, Node, SentinelProcs, gateway_on, primary_lost_under_load
 from tests.conftest import Client, Server, wait_until
 
 LOAD_BEFORE = 300
@@ -25,15 +25,7 @@ def sentinels(tmp_path: Path) -> Iterator[SentinelProcs]:
 
 @pytest.fixture
 def gateway(sentinels: SentinelProcs, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Server]:
-    replicas = getattr(request, "param", 0)
-    srv = Server(
-        tmp_path / "gw" / "data",
-        extra_args=["--store", sentinels.url],
-        env={"MQGATE_REDIS_WAIT_REPLICAS": str(replicas), "MQGATE_REDIS_WAIT_TIMEOUT_MS": "500"},
-    )
-    srv.data_dir.parent.mkdir(parents=True)
-    yield srv.start()
-    srv.stop()
+    yield from gateway_on(sentinels.url, tmp_path, getattr(request, "param", 0))
 
 
 def test_a_gateway_finds_the_primary_through_the_sentinels(sentinels: SentinelProcs, gateway: Server) -> None:

@@ -8,68 +8,21 @@ pause/resume by SIGSTOP/SIGCONT and a restart on the same port and files.
 
 from __future__ import annotations
 
-import shutil
 import signal
-import socket
-import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import IN_CI, free_port, kill9, terminate, wait_until
+from tests.conftest import RedisServer, kill9, terminate
 
 
 @dataclass
-class FailoverRedis:
-    directory: Path
-    port: int = field(default_factory=free_port)
-    extra_args: list[str] = field(default_factory=list)
-    proc: subprocess.Popen[bytes] | None = None
+class FailoverRedis(RedisServer):
+    """A Redis of the test's own that can also hang (SIGSTOP) and come back."""
+
     paused: bool = False
-
-    @property
-    def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
-
-    def start(self, timeout_s: float = 10.0) -> FailoverRedis:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            if IN_CI:
-                pytest.fail("redis-server is not installed (required in CI)")
-            pytest.skip("SKIPPED LOUDLY: redis-server is not installed")
-        self.directory.mkdir(parents=True, exist_ok=True)
-        log = open(self.directory / "redis.log", "ab")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port", str(self.port),
-                "--bind", "127.0.0.1",
-                "--dir", str(self.directory),
-                "--appendonly", "yes",
-                "--appendfsync", "always",
-                "--save", "",
-                "--protected-mode", "yes",
-                *self.extra_args,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        log.close()
-        wait_until(self.answers, timeout_s, "redis-server to answer PING")
-        return self
-
-    def answers(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"redis-server exited with {self.proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
-                s.sendall(b"PING\r\n")
-                return s.recv(64).startswith(b"+PONG")
-        except OSError:
-            return False
 
     def kill9(self) -> None:
         if self.paused:

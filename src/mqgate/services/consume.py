@@ -158,13 +158,11 @@ class Consuming:
         attempt: int,
     ) -> None:
         msgs = [(o, decode_stored(r)) for o, r in raw]
-        events = self.tracing.message_events(
+        events = self.tracing.batch_events(
             "delivered",
-            self.tracing.topic_of(c.topic),
-            slot.queue if slot.topic == c.topic else None,
+            c,
+            slot,
             msgs,
-            (c.name,),
-            consumer=c.name,
             client_id=client or None,
             client_addr=owner.split("/", 1)[0],
             request_id=request_id,
@@ -180,13 +178,11 @@ class Consuming:
         slot = (await self.topology.layout(c)).slot(token.queue)
         count = token.next_offset - token.offset
         msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
-        events = self.tracing.message_events(
+        events = self.tracing.batch_events(
             hop,
-            self.tracing.topic_of(c.topic),
-            slot.queue if slot.topic == c.topic else None,
+            c,
+            slot,
             msgs,
-            (c.name,),
-            consumer=c.name,
             client_id=token.client_id or None,
             request_id=encode_token(token, self.ctx.secret),
             **({"status": "error", "error_type": refusal, "error_node": c.name} if refusal else {}),

@@ -51,17 +51,7 @@ class Redelivery:
         """A hop of a consumer's batch that is not an answer to anyone (buffered, see Tracing)."""
         if not self.tracing.active:
             return
-        events = self.tracing.message_events(
-            hop,
-            self.tracing.topic_of(c.topic),
-            slot.queue if slot.topic == c.topic else None,
-            msgs,
-            (c.name,),
-            consumer=c.name,
-            attempt=attempt,
-            **fields,
-        )
-        self.tracing.record_later(events)
+        self.tracing.record_later(self.tracing.batch_events(hop, c, slot, msgs, attempt=attempt, **fields))
 
     async def later(
         self,

@@ -19,9 +19,10 @@ from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
 from mqgate.model import StoredMessage
-from mqgate.registry.records import PolicyRecord, TopicRecord
+from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields
 from mqgate.tracing.index import TraceIndex
@@ -188,6 +189,21 @@ class Tracing:
                 )
             )
         return out
+
+    def batch_events(
+        self,
+        hop: Hop,
+        c: ConsumerRecord,
+        slot: Slot,
+        msgs: Iterable[tuple[int, StoredMessage]],
+        **fields: Any,
+    ) -> list[TraceEvent]:
+        """The `hop` events of a consumer's batch from one queue (its topic's, its retry queue
+        or its inbox: those are traced under its topic, without a queue)."""
+        queue = slot.queue if slot.topic == c.topic else None
+        return self.message_events(
+            hop, self.topic_of(c.topic), queue, msgs, (c.name,), consumer=c.name, **fields
+        )
 
     async def record(self, events: list[TraceEvent]) -> None:
         """Durable before the caller answers (produce, ack)."""
