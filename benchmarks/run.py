@@ -955,6 +955,39 @@ def preflight(ctx: Ctx) -> None:
     ctx.preflight = "all passed" if bad == 0 else f"{bad} failed (see Problems seen)"
 
 
+def trace_index_catch_up(ctx: Ctx, limit_s: float = 300.0) -> None:
+    """With --trace: the trace index's lag when the load stopped, and how long it took to catch
+    up (the indexer keeps up when this stays small)."""
+
+    def lag() -> tuple[float, float]:
+        conn = http.client.HTTPConnection("127.0.0.1", ctx.gw.port, timeout=30)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        found = dict(re.findall(r"^(mqgate_trace_[a-z_]+?)(?:_total)? ([0-9.e+]+)$", text, re.M))
+        return float(found.get("mqgate_trace_index_lag_events", 0)), float(
+            found.get("mqgate_trace_events_indexed", 0)
+        )
+
+    start = time.monotonic()
+    first, indexed0 = lag()
+    events = first
+    while events > 0 and time.monotonic() - start < limit_s:
+        time.sleep(0.5)
+        events, indexed = lag()
+    took = time.monotonic() - start
+    _, indexed = lag()
+    log(
+        f"  trace index: {first:,.0f} events behind when the load stopped; caught up in {took:.1f} s "
+        f"({indexed:,.0f} events indexed in all; "
+        f"{(indexed - indexed0) / max(took, 0.001):,.0f} events/s meanwhile)"
+    )
+    ctx.problems.append(
+        f"trace index lag at the end of the load: {first:,.0f} events, caught up in {took:.1f} s"
+        + ("" if events == 0 else f" (still {events:,.0f} behind after {limit_s:.0f} s)")
+    )
+
+
 def bench_produce(ctx: Ctx) -> None:
     gw = ctx.gw
     # one request by hand first, to report a protocol problem in words rather than as a count
@@ -2087,6 +2120,8 @@ def main() -> int:
                         log(f"  FAILED: {exc}")
             if REDIS is not None:
                 ctx.record_bytes = stored_record_bytes(ctx)
+            if a.trace:
+                trace_index_catch_up(ctx)
             if ctx.gw.proc is not None and ctx.gw.proc.poll() is not None:
                 ctx.problems.append(
                     f"gateway exited during the run with {ctx.gw.proc.returncode}: "
