@@ -21,6 +21,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
+from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
@@ -206,9 +207,16 @@ class Tracing:
         )
 
     async def record(self, events: list[TraceEvent]) -> None:
-        """Durable before the caller answers (produce, ack)."""
-        if events:
+        """Durable before the caller answers (produce, ack). Tracing never fails the data path:
+        events the store refuses now are buffered and retried (counted in the metrics), so the
+        caller's message, already stored, is answered as stored."""
+        if not events:
+            return
+        try:
             await self.recorder.record(events)
+        except MqgateError as exc:
+            log.warning("trace events not stored (%s): buffered for a retry", exc.message)
+            self.recorder.record_nowait(events)
 
     def record_later(self, events: list[TraceEvent]) -> None:
         if events:
