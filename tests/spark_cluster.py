@@ -196,7 +196,11 @@ class SparkCluster:
         """The master's record of a completed application (by id or name), once it is FINISHED."""
 
         def find() -> dict[str, Any] | None:
-            for app in self.state()["completedapps"]:
+            try:
+                apps = self.state()["completedapps"]
+            except OSError:  # the master busy for a moment: ask again
+                return None
+            for app in apps:
                 if (app["id"] == app_id or app["name"] == name) and app["state"] == "FINISHED":
                     return app  # type: ignore[no-any-return]
             return None
@@ -278,11 +282,11 @@ def read_topic(spark: Any, gateway: str, token: str, topic: str) -> dict[str, An
 def copy_topic(
     spark: Any, gateway: str, token: str, source: str, producer: str, consumer: str, workdir: str
 ) -> dict[str, Any]:
-    """Streaming copy of `source` to `producer`'s topic (Trigger.AvailableNow, 500 messages per
+    """Streaming copy of `source` to `producer`'s topic (Trigger.AvailableNow, 700 messages per
     micro-batch), committing `consumer`'s progress after each batch; the batch sizes."""
     q = (
         spark.readStream.format("mqgate").option("gateway", gateway).option("token", token)
-        .option("topic", source).option("maxMessagesPerTrigger", 500).load()
+        .option("topic", source).option("maxMessagesPerTrigger", 700).load()
         .writeStream.format("mqgate").option("gateway", gateway).option("token", token)
         .option("producer", producer).option("progressConsumer", consumer)
         .option("progressStateDir", f"{workdir}/progress")

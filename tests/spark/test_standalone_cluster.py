@@ -65,7 +65,7 @@ def assert_ran_on_workers(cluster: SparkCluster, app_id: str) -> set[Path]:
     app = cluster.finished_app(app_id=app_id)
     assert app["cores"] == 2, app
     per_worker = cluster.executor_dirs(app_id)
-    assert all(len(dirs) == 1 for dirs in per_worker.values()), per_worker
+    assert all(dirs for dirs in per_worker.values()), per_worker
     executor_dirs = {d.resolve() for dirs in per_worker.values() for d in dirs}
     for d in executor_dirs:
         assert (d / "mqgate.zip").is_file(), f"{d} has no shipped mqgate.zip"
@@ -182,9 +182,9 @@ def test_streaming_copy_on_the_cluster_gives_the_copy_of_local(
     spark_jobs: SparkJobs, gateway: Server
 ) -> None:
     local, remote = spark_jobs.local["results"][1], spark_jobs.remote["results"][1]
-    # Same micro-batches (500 messages each, cut per queue by backlog), every message once.
+    # Same micro-batches (700 messages, cut over the queues by backlog), every message once.
     assert remote["batches"] == local["batches"] and sum(remote["batches"]) == len(spark_jobs.copy_sent)
-    assert len(remote["batches"]) == 4
+    assert remote["batches"] == [700, 700, 600]
 
     def copied(where: str) -> list[tuple[str, list[str], list[str], dict[str, str]]]:
         stored = read_all(gateway, spark_jobs.targets[where])
