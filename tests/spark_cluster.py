@@ -95,18 +95,18 @@ def executor_python(directory: Path) -> Path:
 
 
 def stop_group(proc: subprocess.Popen[bytes], grace_s: float) -> None:
-    """SIGTERM to the process group (a JVM and what it started), SIGKILL after `grace_s`."""
-    if proc.poll() is None:
+    """SIGTERM to the process group of `proc` (a JVM and what it started: executors, Python
+    workers), SIGKILL after `grace_s`. Nothing if it ended already: its id may be reused."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
         try:
-            os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(grace_s)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(10)
-        except ProcessLookupError:
-            pass
-    # Executors and Python workers of a worker that died first may outlive it in its group.
-    with contextlib.suppress(ProcessLookupError):
+        # The leader is gone; members that did not follow it yet go now.
         os.killpg(proc.pid, signal.SIGKILL)
 
 
@@ -127,11 +127,11 @@ class SparkCluster:
     def work_dir(self, i: int) -> Path:
         return self.directory / f"worker-{i}"
 
-    def _spawn(self, name: str, *args: str) -> None:
+    def _spawn(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         log = open(self.directory / f"{name}.log", "ab")  # noqa: SIM115
         self.procs[name] = subprocess.Popen(
             [str(spark_home() / "bin" / "spark-class"), *args],
-            env=cluster_env(),
+            env={**cluster_env(), **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -160,10 +160,20 @@ class SparkCluster:
         return sum(1 for w in state["workers"] if w["state"] == "ALIVE")
 
     def start(self) -> SparkCluster:
+        """Start the master, then the workers; stops what it started if they do not come up."""
+        try:
+            return self._start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self) -> SparkCluster:
         self.directory.mkdir(parents=True, exist_ok=True)
         master = "org.apache.spark.deploy.master.Master"
+        # No REST submission server: it would take the fixed port 6066.
+        no_rest = {"SPARK_MASTER_OPTS": "-Dspark.master.rest.enabled=false"}
         self._spawn("master", master, "--host", "127.0.0.1", "--port", str(self.port),
-                    "--webui-port", str(self.ui_port))  # fmt: skip
+                    "--webui-port", str(self.ui_port), env=no_rest)  # fmt: skip
         # Workers started before the master listens retry only after 5-15 s: wait for it first.
         wait_until(
             lambda: self._answering(lambda s: s["status"] == "ALIVE"),
