@@ -10,8 +10,11 @@ def all_routes(c: Console) -> list[Route]:
     from mqgate.console.pages.auth import AuthPages
     from mqgate.console.pages.messages import MessagePages
     from mqgate.console.pages.operations import OperationsPages
+    from mqgate.console.pages.projects import ProjectPages
     from mqgate.console.pages.selfservice import SelfServicePages
     from mqgate.console.pages.topology import TopologyPages
+    from mqgate.console.pages.traces import TracePages
 
-    groups = (AuthPages, OperationsPages, TopologyPages, MessagePages, SelfServicePages, AdminPages)
+    groups = (AuthPages, OperationsPages, TopologyPages, MessagePages, SelfServicePages, AdminPages,
+              ProjectPages, TracePages)  # fmt: skip
     return [route for group in groups for route in group(c).routes()]

@@ -96,6 +96,5 @@ class AdminPages:
             Route("POST", "/users/{name}/grant", self.grant),
             Route("POST", "/users/{name}/delete", self.delete_user),
             Route("POST", "/projects/{project}/auto-approve", self.auto_approve),
-            Route("GET", "/traces", self.later),
             Route("GET", "/charts", self.later),
         ]
