@@ -43,6 +43,7 @@ def main(argv: list[str]) -> None:
         settings.resolved_registry_url(),
         limits=Limits(per_user=per_user, per_ip=per_ip, window_ms=10 * 60 * 1000),
     )
+    gateway.metrics_history.sample_every_s = 1.0  # charts fill within seconds
     api.router = Router(audited_routes(api.router.routes, gateway, console.console.engine))
     uvicorn.run(
         with_console(api, console),
