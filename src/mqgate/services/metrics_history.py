@@ -204,7 +204,21 @@ class MetricsHistory:
         step = step_s * 1000
         last = now - now % step
         first = last - (span_s // step_s - 1) * step
-        q = sa.select(history).where(history.c.resolution_s == resolution, history.c.bucket_ms >= first)
+        c = history.c
+        point = (c.bucket_ms - c.bucket_ms % step).label("bucket_ms")
+        q = (  # added up per point and gateway in the database: a day is 1,440 rows a gateway
+            sa.select(
+                point,
+                c.source,
+                sa.func.sum(c.produced).label("produced"),
+                sa.func.sum(c.consumed).label("consumed"),
+                sa.func.sum(c.lag_area).label("lag_area"),
+                sa.func.max(c.lag_max).label("lag_max"),
+                sa.func.sum(c.covered_ms).label("covered_ms"),
+            )
+            .where(c.resolution_s == resolution, c.bucket_ms >= first)
+            .group_by(point, c.source)
+        )
         with self.engine.connect() as conn:
             rows = conn.execute(q).all()
         return points(rows, first, last, step)
