@@ -42,6 +42,7 @@ class ConsoleServer:
     per_ip: int = 1000
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] = field(default_factory=dict)  # settings (MQGATE_...) of this server
 
     @property
     def url(self) -> str:
@@ -55,7 +56,12 @@ class ConsoleServer:
     def start(self) -> ConsoleServer:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         log = open(self.data_dir.parent / f"console-{self.port}.log", "ab")  # noqa: SIM115
-        env = {**os.environ, "MQGATE_ADMIN_TOKEN": ADMIN_TOKEN, "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+        env = {
+            **os.environ,
+            "MQGATE_ADMIN_TOKEN": ADMIN_TOKEN,
+            "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}",
+            **self.env,
+        }
         args = [str(self.port), str(self.data_dir), str(self.per_user), str(self.per_ip)]
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.console.serve", *args],

@@ -1,5 +1,6 @@
-"""A gateway with the console mounted, as the lead will mount it in build_app: the real
-`build_app`, and `/console` dispatched to the console (test-only until api/app.py mounts it).
+"""A gateway with the console mounted: the real `build_app`, `/console` dispatched to a console
+with the test's sign-in limits, and the admin API's changes audited as the lead's one line in
+build_app will audit them (`audited_routes`; wrapping twice is harmless).
 
 Usage: python -m tests.console.serve PORT DATA_DIR [PER_USER PER_IP]
 """
@@ -12,6 +13,8 @@ from typing import Any
 import uvicorn
 
 from mqgate.api.app import build_app, prepare
+from mqgate.api.http import Router
+from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console, with_console
 from mqgate.console.throttle import Limits
 from mqgate.services.gateway import Gateway
@@ -33,12 +36,15 @@ def main(argv: list[str]) -> None:
     settings = load_settings(host="127.0.0.1", port=port, data_dir=data_dir)
     prepare(settings)
     api = build_app(settings)
+    gateway = gateway_of(api)
     console = build_console(
-        gateway_of(api),
+        gateway,
         settings,
         settings.resolved_registry_url(),
         limits=Limits(per_user=per_user, per_ip=per_ip, window_ms=10 * 60 * 1000),
     )
+    gateway.metrics_history.sample_every_s = 1.0  # charts fill within seconds
+    api.router = Router(audited_routes(api.router.routes, gateway, console.console.engine))
     uvicorn.run(
         with_console(api, console),
         host="127.0.0.1",

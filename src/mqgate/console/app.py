@@ -110,7 +110,7 @@ class Console:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.templates.globals.update(url=self.url, when=when, mount=mount)
+        self.templates.globals.update(url=self.url, when=when, when_ms=when_ms, mount=mount)
 
     def url(self, path: str) -> str:
         return self.mount + path
@@ -148,6 +148,14 @@ def when(ms: int | None) -> str:
     if not ms:
         return "—"
     return datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def when_ms(ms: int | None) -> str:
+    """A moment to the millisecond (trace hops are milliseconds apart)."""
+    if not ms:
+        return "—"
+    moment = datetime.fromtimestamp(ms / 1000, UTC)
+    return moment.strftime("%Y-%m-%d %H:%M:%S.") + f"{ms % 1000:03d} UTC"
 
 
 def now_ms() -> int:

@@ -1,24 +1,20 @@
 """Which project a topic, producer or consumer belongs to (SPEC P1).
 
-Topics carry a `project` in the registry; a producer or consumer belongs to its topic's
-project. A registry from before projects has none: everything is in the default project.
+Every topic carries its `project` in the registry (`default` for topics made before projects
+existed); a producer or consumer belongs to its topic's project.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from typing import Final
-
 from mqgate.names import INTERNAL_PREFIXES
-from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
 from mqgate.services.gateway import Gateway
 
-DEFAULT_PROJECT: Final = "default"
-TOPICS_HAVE_PROJECTS: Final = "project" in {f.name for f in dataclasses.fields(TopicRecord)}
+__all__ = ["DEFAULT_PROJECT", "all_projects", "create_topic_in", "project_of", "topic_project", "user_topics"]
 
 
 def topic_project(t: TopicRecord) -> str:
-    return str(getattr(t, "project", DEFAULT_PROJECT) or DEFAULT_PROJECT)
+    return t.project or DEFAULT_PROJECT
 
 
 def project_of(snapshot: Snapshot, rec: TopicRecord | ProducerRecord | ConsumerRecord) -> str:
@@ -29,13 +25,14 @@ def project_of(snapshot: Snapshot, rec: TopicRecord | ProducerRecord | ConsumerR
 
 
 def all_projects(snapshot: Snapshot) -> list[str]:
-    names = {DEFAULT_PROJECT, *getattr(snapshot, "projects", {})}
+    names = {DEFAULT_PROJECT, *snapshot.projects}
     names.update(topic_project(t) for t in snapshot.topics.values())
     return sorted(names)
 
 
 def user_topics(snapshot: Snapshot) -> list[TopicRecord]:
-    """Topics people made (not a consumer's dead letters, retry queue or inbox), by name."""
+    """Topics people made (not a consumer's dead letters, retry queue or inbox, nor a project's
+    trace topic), by name."""
     return sorted(
         (t for t in snapshot.topics.values() if not t.name.startswith(INTERNAL_PREFIXES)),
         key=lambda t: t.name,
@@ -45,9 +42,7 @@ def user_topics(snapshot: Snapshot) -> list[TopicRecord]:
 async def create_topic_in(
     gateway: Gateway, name: str, project: str, queues: int, retention_ms: int, max_priority: int
 ) -> TopicRecord:
-    """Create a topic in `project` (the default project when the registry has none)."""
-    rec = await gateway.topology.create_topic(name, queues, retention_ms, None, max_priority)
-    if TOPICS_HAVE_PROJECTS and project != topic_project(rec):
-        await gateway.ctx.registry.change("update_topic", name, project=project)
-        rec = await gateway.topology.topic(name)
-    return rec
+    """Create a topic in `project` (which must exist: 404 naming `project` otherwise)."""
+    return await gateway.topology.create_topic(
+        name, queues, retention_ms, None, max_priority, project=project or DEFAULT_PROJECT
+    )

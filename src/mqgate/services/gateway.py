@@ -20,6 +20,7 @@ from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
+from mqgate.services.metrics_history import MetricsHistory
 from mqgate.services.operations import Operations
 from mqgate.services.produce import Producing
 from mqgate.services.projects import Projects
@@ -49,6 +50,7 @@ class Gateway:
         self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
         self.browsing = Browsing(ctx, self.log_reading)
         self.trace_lookup = TraceLookup(ctx, self.topology, self.tracing)
+        self.metrics_history = MetricsHistory(ctx)
         self._tasks: list[asyncio.Task[None]] = []
         self._chained: list[tuple[int, Any, Any]] = []  # (signal, our handler, the one before)
 
@@ -64,6 +66,7 @@ class Gateway:
         self.tracing.policies_changed(ctx.registry.snapshot.policies.values())
         await self.tracing.start()
         await self.queue_state.start()
+        await self.metrics_history.start()
         ctx.registry.on_change = self._registry_changed
         delivery = DeliveryLoop(
             ctx.scheduler,
@@ -135,6 +138,7 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         ctx = self.ctx
+        await self.metrics_history.stop()
         await self.queue_state.stop()
         await self.tracing.stop()
         ctx.registry.on_change = None

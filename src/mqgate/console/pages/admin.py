@@ -84,10 +84,6 @@ class AdminPages:
         await self.c.audit_change(v, "project.auto_approve", project, project, before, on)
         return redirect(self.c.url(f"/applications?note={project}: auto-approve {'on' if on else 'off'}"))
 
-    async def later(self, v: Visit) -> WebResponse:
-        """A nav slot for pages that come later (traces, charts)."""
-        return self.c.page(v, "later.html", what=v.req.path.strip("/"))
-
     def routes(self) -> list[Route]:
         return [
             Route("GET", "/audit", self.audit),
@@ -96,6 +92,4 @@ class AdminPages:
             Route("POST", "/users/{name}/grant", self.grant),
             Route("POST", "/users/{name}/delete", self.delete_user),
             Route("POST", "/projects/{project}/auto-approve", self.auto_approve),
-            Route("GET", "/traces", self.later),
-            Route("GET", "/charts", self.later),
         ]

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Any
 
 from mqgate.console.app import Console, Route, Visit
+from mqgate.console.pages.charts import SPANS, charts
 from mqgate.console.pages.common import plain, require_change, require_view, snapshot, visible_consumers
 from mqgate.console.pages.common import visible_topics as topics_of
 from mqgate.console.projects import project_of
@@ -66,9 +67,13 @@ class OperationsPages:
         rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
         names = {x.name for x in consumers}
         alerts = [a for a in await ops.alerts() if a.consumer in names]
+        span = v.req.arg("range", "hour")
         return self.c.page(
             v,
             "overview.html",
+            charts=await charts(self.c, span),
+            span=span,
+            spans=SPANS,
             topics=topics_of(self.c, v),
             rows=rows,
             more=len(consumers) - len(shown),

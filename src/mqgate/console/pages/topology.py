@@ -50,7 +50,8 @@ class TopologyPages:
             self.c.gateway, name, project, queues, retention_ms, v.req.int_arg("max_priority", 0) or 0
         )
         await self.c.audit_change(v, "topic.create", name, project, after=plain(rec))
-        return redirect(self.c.url(f"/topics?note=topic {name} created"))
+        back = f"/projects/{project}" if v.req.arg("back") == "project" else "/topics"
+        return redirect(self.c.url(f"{back}?note=topic {name} created in project {project}"))
 
     async def grow_topic(self, v: Visit) -> WebResponse:
         name = v.params["name"]

@@ -1,0 +1,88 @@
+"""Projects (SPEC P1): list, create and delete them, their topics, their health verdict with
+its findings (a queue fault told from a consumer fault), and their queue state over time."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Final
+
+from mqgate.console.app import Console, Route, Visit, now_ms
+from mqgate.console.pages.common import plain, require_admin, require_view, required, snapshot
+from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import BadRequest
+
+HOUR_MS: Final = 3_600_000
+QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
+VERDICT_CLASS: Final = {"healthy": "ok", "no_data": "muted", "consumer_fault": "bad", "queue_fault": "bad",
+                        "queue_and_consumer_fault": "bad"}  # fmt: skip
+
+
+class ProjectPages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    async def listing(self, v: Visit) -> WebResponse:
+        me = v.principal
+        snap = snapshot(self.c)
+        topics = user_topics(snap)
+        rows = []
+        for name in sorted(snap.projects):
+            if not me.can_view(name):
+                continue
+            rec = snap.projects[name]
+            mine = [t.name for t in topics if topic_project(t) == name]
+            policies = [p for p in snap.policies.values() if name in self.c.gateway.projects.projects_of(p)]
+            rows.append({"p": rec, "topics": mine, "policies": len(policies)})
+        return self.c.page(v, "projects.html", rows=rows, default=DEFAULT_PROJECT)
+
+    async def create(self, v: Visit) -> WebResponse:
+        require_admin(v)
+        name = required(v, "name")
+        rec = await self.c.gateway.projects.create(name, v.req.arg("description"))
+        await self.c.audit_change(v, "project.create", name, name, after=plain(rec))
+        return redirect(self.c.url(f"/projects/{name}?note=project {name} created"))
+
+    async def delete(self, v: Visit) -> WebResponse:
+        require_admin(v)
+        name = v.params["name"]
+        rec = await self.c.gateway.projects.project(name)
+        await self.c.gateway.projects.delete(name)
+        await self.c.audit_change(v, "project.delete", name, name, before=plain(rec))
+        return redirect(self.c.url(f"/projects?note=project {name} deleted"))
+
+    async def show(self, v: Visit) -> WebResponse:
+        name = v.params["name"]
+        rec = await self.c.gateway.projects.project(name)
+        require_view(v, name)
+        hours = v.req.float_arg("hours", 1.0) or 1.0
+        if not 0 < hours <= 24 * 90:
+            raise BadRequest("hours is more than 0 and at most 2160 (90 days)", field="hours")
+        topic, queue = v.req.arg("topic") or None, v.req.int_arg("queue")
+        qs = self.c.gateway.queue_state
+        health, intervals = await asyncio.gather(
+            qs.health(name), qs.queues(name, topic, queue, now_ms() - int(hours * HOUR_MS), None)
+        )
+        newest = sorted(intervals, key=lambda r: (r.start_ms, r.topic, r.queue), reverse=True)
+        topics = sorted(self.c.gateway.projects.topics_of(name), key=lambda t: t.name)
+        return self.c.page(
+            v,
+            "project.html",
+            p=rec,
+            health=health,
+            verdict_class=VERDICT_CLASS,
+            intervals=newest[:QUEUE_ROWS],
+            more=max(len(newest) - QUEUE_ROWS, 0),
+            topics=[t for t in topics if not t.name.startswith("%")],
+            q={"topic": topic or "", "queue": "" if queue is None else queue, "hours": hours},
+            can_change=v.principal.can_change(name),
+            settings=self.c.settings,
+        )
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/projects", self.listing),
+            Route("POST", "/projects", self.create),
+            Route("GET", "/projects/{name}", self.show),
+            Route("POST", "/projects/{name}/delete", self.delete),
+        ]

@@ -1,0 +1,144 @@
+"""Traces (SPEC P2-P6): find a message's path by message id, request id or key and show it as
+a timeline with the failing hop marked, and the trace policies that decide what is traced."""
+
+from __future__ import annotations
+
+from typing import Final
+
+from mqgate.console.app import Console, Route, Visit
+from mqgate.console.pages.common import snapshot
+from mqgate.console.projects import all_projects, project_of, topic_project, user_topics
+from mqgate.console.web import WebResponse, redirect
+from mqgate.errors import BadRequest, Forbidden
+from mqgate.registry.records import PolicyRecord
+
+# What the search form offers, as (form value, label, keyword of TraceLookup.find).
+FIND_BY: Final = (("msgId", "Message id", "msg_id"), ("requestId", "Request id", "request_id"),
+                  ("key", "Key", "key"))  # fmt: skip
+MODES: Final = ("project", "route", "queue", "service")
+LEVELS: Final = ("info", "error", "debug")
+# Consumer states a reader should notice first.
+STATE_CLASS: Final = {"dead_lettered": "bad", "in_retry": "warn", "in_delivery": "warn", "consumed": "ok"}
+
+
+class TracePages:
+    def __init__(self, c: Console) -> None:
+        self.c = c
+
+    async def search(self, v: Visit) -> WebResponse:
+        by, value = v.req.arg("by", "msgId"), v.req.arg("value")
+        keyword = next((k for form, _, k in FIND_BY if form == by), None)
+        if keyword is None:
+            raise BadRequest("find by msgId, requestId or key", field="by")
+        found = None
+        hidden = 0
+        paths = []
+        if value:
+            found = await self.c.gateway.trace_lookup.find(**{
+                "msg_id": None, "request_id": None, "key": None, keyword: value
+            })  # fmt: skip
+            # A path is shown to whoever may see its project.
+            paths = [p for p in found.paths if v.principal.can_view(p.path.project)]
+            hidden = len(found.paths) - len(paths)
+        return self.c.page(
+            v,
+            "traces.html",
+            find_by=FIND_BY,
+            by=by,
+            value=value,
+            found=found,
+            paths=paths,
+            hidden=hidden,
+            state_class=STATE_CLASS,
+        )
+
+    # --- policies ---------------------------------------------------------------------------
+
+    def _projects_of(self, rec: PolicyRecord) -> set[str]:
+        return self.c.gateway.projects.projects_of(rec)
+
+    def _require_policy_change(self, v: Visit, rec: PolicyRecord) -> None:
+        """An admin, or an owner of every project the policy can select."""
+        if v.principal.is_admin:
+            return
+        projects = self._projects_of(rec)
+        if not projects:
+            raise Forbidden("only an admin may name what no project of yours holds", field="selector")
+        refused = sorted(p for p in projects if not v.principal.can_change(p))
+        if refused:
+            shown = ", ".join(refused)
+            raise Forbidden(f"a trace policy on {shown} needs the owner or admin role", field="project")
+
+    async def policies(self, v: Visit) -> WebResponse:
+        me = v.principal
+        snap = snapshot(self.c)
+        rows = []
+        for rec in self.c.gateway.projects.policies():
+            projects = self._projects_of(rec)
+            if me.is_admin or any(me.can_view(p) for p in projects):
+                can_delete = me.is_admin or (bool(projects) and all(me.can_change(p) for p in projects))
+                rows.append({"p": rec, "projects": sorted(projects), "can_delete": can_delete})
+        changeable = me.changeable(all_projects(snap))
+        topics = [t for t in user_topics(snap) if topic_project(t) in changeable]
+        services = sorted(
+            {p.name for p in snap.producers.values() if project_of(snap, p) in changeable}
+            | {x.name for x in snap.consumers.values() if project_of(snap, x) in changeable}
+        )
+        return self.c.page(
+            v,
+            "policies.html",
+            rows=rows,
+            modes=MODES,
+            levels=LEVELS,
+            projects=changeable,
+            topics=topics,
+            services=services,
+        )
+
+    async def add_policy(self, v: Visit) -> WebResponse:
+        mode, level = v.req.arg("mode"), v.req.arg("level", "info")
+        if mode not in MODES:
+            raise BadRequest(f"mode must be one of {', '.join(MODES)}", field="mode")
+        # Only the selector of the chosen mode is sent on (the form shows them all).
+        project = (v.req.arg("project") or None) if mode == "project" else None
+        topic = (v.req.arg("topic") or None) if mode in ("route", "queue") else None
+        queue = v.req.int_arg("queue") if mode == "queue" else None
+        service = (v.req.arg("service") or None) if mode == "service" else None
+        draft = PolicyRecord("", mode, level, project, topic, queue, service, 0)
+        self._require_policy_change(v, draft)
+        rec = await self.c.gateway.projects.add_policy(
+            mode, level, project=project, topic=topic, queue=queue, service=service
+        )
+        project_name = _one(self._projects_of(rec))
+        await self.c.audit_change(v, "trace_policy.add", rec.id, project_name, after=_plain(rec))
+        return redirect(self.c.url(f"/traces/policies?note=trace policy {rec.id} added"))
+
+    async def delete_policy(self, v: Visit) -> WebResponse:
+        policy_id = v.params["id"]
+        rec = self.c.gateway.ctx.registry.snapshot.policies.get(policy_id)
+        if rec is None:
+            await self.c.gateway.projects.delete_policy(policy_id)  # 404 naming the id
+            return redirect(self.c.url("/traces/policies"))
+        self._require_policy_change(v, rec)
+        await self.c.gateway.projects.delete_policy(policy_id)
+        await self.c.audit_change(
+            v, "trace_policy.delete", policy_id, _one(self._projects_of(rec)), before=_plain(rec)
+        )
+        return redirect(self.c.url(f"/traces/policies?note=trace policy {policy_id} deleted"))
+
+    def routes(self) -> list[Route]:
+        return [
+            Route("GET", "/traces", self.search),
+            Route("GET", "/traces/policies", self.policies),
+            Route("POST", "/traces/policies", self.add_policy),
+            Route("POST", "/traces/policies/{id}/delete", self.delete_policy),
+        ]
+
+
+def _one(projects: set[str]) -> str:
+    """The project an audit entry is filed under: the policy's one project, else none."""
+    return next(iter(projects)) if len(projects) == 1 else ""
+
+
+def _plain(rec: PolicyRecord) -> dict[str, object]:
+    return {k: getattr(rec, k) for k in ("id", "mode", "level", "project", "topic", "queue", "service")}
