@@ -22,6 +22,7 @@ from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.api.routes_projects import ProjectRoutes
+from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import StorageError
@@ -210,6 +211,7 @@ def build_app(settings: Settings) -> App:
         *DeadLetterRoutes(gateway).routes(),
         *ProjectRoutes(gateway).routes(),
     ]
+    routes = audited_routes(routes, gateway, sql.engine)  # every admin change in the audit log
     log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
     guard = RoleGuard(admin_token, gateway.topology, gateway.consuming)
 

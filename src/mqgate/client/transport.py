@@ -79,7 +79,7 @@ class Transport:
         """(status, body, Retry-After) of one request on an idle or new connection. A kept-alive
         connection the server closed meanwhile fails at once: then the request goes again on
         another (a timeout is not that, and is not repeated)."""
-        headers = {"Authorization": self._auth}
+        headers = {"Authorization": self._auth, "User-Agent": "mqgate-cli"}
         if body is not None:
             headers["Content-Type"] = "application/json"
         while True:
