@@ -5,7 +5,7 @@ CPU per message, and the cost of the replica wait (docs/CLUSTERS.md has the figu
 
 Every server is started here on free ports (tests/clusters.py) and stopped at the end:
 one redis-server with one replica (so WAIT 1 can be met), and a 3-master + 3-replica
-cluster. Each row: `mqgate serve --workers N` on that store, a client process with `--conns`
+cluster. Each row: `mqgate serve --workers N` on that store, wrk with `--conns`
 HTTP/1.1 connections posting one message per /mq/produce for `--duration` seconds. CPU is read
 from /proc (gateway processes, client) and from INFO cpu (every Redis node), in core-seconds
 per 1,000 messages. On a 2-core machine the client, the gateways and Redis share 2 cores: the
@@ -15,9 +15,7 @@ ceiling is the machine, not the cluster; the per-core figures are what scale.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
-import multiprocessing as mp
 import os
 import subprocess
 import sys
@@ -64,28 +62,25 @@ def redis_cpu(ports: list[int]) -> float:
     return total
 
 
-def client_main(url: str, token: str, conns: int, duration: float, out: Any) -> None:
-    async def worker(http: httpx.AsyncClient, stop: float, counts: list[int]) -> None:
-        n = 0
-        while time.monotonic() < stop:
-            r = await http.post("/mq/produce", json={"producer": "bench-p", "message": f"m{n}"})
-            if r.status_code == 200:
-                counts[0] += 1
-            else:
-                counts[1] += 1
-            n += 1
+LUA_DIR = Path(__file__).resolve().parent / "lua"
 
-    async def main() -> None:
-        counts = [0, 0]
-        limits = httpx.Limits(max_connections=conns)
-        headers = {"Authorization": f"Bearer {token}"}
-        async with httpx.AsyncClient(base_url=url, limits=limits, headers=headers, timeout=30) as http:
-            stop = time.monotonic() + duration
-            await asyncio.gather(*(worker(http, stop, counts) for _ in range(conns)))
-        t = os.times()
-        out.send((counts[0], counts[1], t.user + t.system))
 
-    asyncio.run(main())
+def client_main(url: str, token: str, conns: int, duration: float) -> tuple[int, int, float]:
+    """wrk posting one message per /mq/produce on `conns` connections (2 threads): (ok, failed,
+    the client's CPU seconds)."""
+    env = {**os.environ, "MQB_LUA_DIR": str(LUA_DIR), "MQB_TOKEN": token, "MQB_PRODUCER": "bench-p"}
+    cmd = ["wrk", "-t2", f"-c{conns}", f"-d{max(1, round(duration))}s", "--timeout", "10s"]
+    before = os.times()
+    done = subprocess.run(
+        [*cmd, "-s", str(LUA_DIR / "produce.lua"), url + "/mq/produce"],
+        env=env, capture_output=True, text=True, timeout=duration + 60, check=True,
+    )  # fmt: skip
+    after = os.times()
+    line = next(ln for ln in done.stdout.splitlines() if ln.startswith("MQBENCH "))
+    res = json.loads(line[len("MQBENCH ") :])
+    failed = res["err_status"] + res["err_connect"] + res["err_read"] + res["err_write"] + res["err_timeout"]
+    cpu = (after.children_user + after.children_system) - (before.children_user + before.children_system)
+    return res["requests"] - res["err_status"], failed, cpu
 
 
 def run_row(store: str, workers: int, wait: int, redis_ports: list[int], args: Any) -> dict[str, Any]:
@@ -119,12 +114,8 @@ def run_row(store: str, workers: int, wait: int, redis_ports: list[int], args: A
             for i in range(200):
                 c.post("/mq/produce", json={"producer": "bench-p", "message": f"w{i}"})
         gw0, rd0 = proc_cpu(proc.pid), redis_cpu(redis_ports)
-        parent, child = mp.Pipe()
-        client = mp.Process(target=client_main, args=(url, token, args.conns, args.duration, child))
         started = time.monotonic()
-        client.start()
-        ok, failed, client_cpu = parent.recv()
-        client.join()
+        ok, failed, client_cpu = client_main(url, token, args.conns, args.duration)
         seconds = time.monotonic() - started
         gw, rd = proc_cpu(proc.pid) - gw0, redis_cpu(redis_ports) - rd0
     finally:
