@@ -242,7 +242,7 @@ def test_a_change_reads_only_the_rows_it_changed(registry_url: str) -> None:
         assert len(here.snapshot.consumers) == REGISTERED
         changed: list[set[str]] = []
 
-        async def on_change(snapshot: Any) -> None:
+        async def on_change(snapshot: Any, removed: Any) -> None:
             changed.append(set(snapshot.consumers))
 
         there.on_change = on_change

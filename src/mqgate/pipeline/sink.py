@@ -9,6 +9,7 @@ savepoints; the rest of the chunk still commits. Anything else fails the whole c
 
 from __future__ import annotations
 
+import atexit
 import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
@@ -80,8 +81,17 @@ class _Pool:
             with self._lock:
                 self._idle[url].append(conn)
 
+    def close_idle(self) -> None:
+        """Close the kept sessions (at exit, and between tests that drop their database)."""
+        with self._lock:
+            idle = [c for conns in self._idle.values() for c in conns]
+            self._idle.clear()
+        for conn in idle:
+            conn.close()
+
 
 POOL: Final = _Pool()
+atexit.register(POOL.close_idle)
 
 
 class Sink:
