@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import secrets
@@ -42,12 +43,11 @@ class TopicRecord:
 
     @property
     def shapes(self) -> tuple[Shape, ...]:
-        earlier = [tuple(map(int, s.split("x"))) for s in self.grown_from.split(",") if s]
-        return (*[(q, lanes) for q, lanes in earlier], (self.queues, self.max_priority + 1))
+        return _shapes(self.grown_from, self.queues, self.max_priority + 1)
 
     @property
     def grid(self) -> QueueGrid:
-        """How its (lane, queue) cells are numbered as store queues."""
+        """How its (lane, queue) cells are numbered as store queues (cached: on every produce)."""
         return grid_for(self.shapes)
 
     @property
@@ -76,6 +76,12 @@ class PolicyRecord:
     queue: int | None
     service: str | None
     created_ms: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _shapes(grown_from: str, queues: int, lanes: int) -> tuple[Shape, ...]:
+    earlier = [tuple(map(int, s.split("x"))) for s in grown_from.split(",") if s]
+    return (*[(q, n) for q, n in earlier], (queues, lanes))
 
 
 @dataclass(slots=True, frozen=True)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 import logging
 import zlib
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 
@@ -31,7 +31,7 @@ from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
 from mqgate.services.tracing import TRACEPARENT, Tracing
 from mqgate.store.interface import Encoded
-from mqgate.tracing.events import TraceEvent, parse_traceparent, traceparent_for
+from mqgate.tracing.events import Hop, TraceEvent, parse_traceparent, traceparent_for
 
 log = logging.getLogger(__name__)
 
@@ -146,13 +146,15 @@ class Producing:
         accepted_ms: int | None,
     ) -> list[TraceEvent]:
         """accepted (when `accepted_ms`) and stored hops of the traced messages just appended."""
+        if topic is None:
+            return []
         events: list[TraceEvent] = []
+        hops: tuple[Hop, ...] = ("accepted", "stored") if accepted_ms is not None else ("stored",)
         for q, batch in by_queue.items():
-            if accepted_ms is not None:
-                fresh = [(None, m) for m in batch]
-                events += self.tracing.message_events("accepted", topic, q, fresh, (), time_ms=accepted_ms)
-            placed = [(firsts[q] + i, m) for i, m in enumerate(batch)]
-            events += self.tracing.message_events("stored", topic, q, placed, ())
+            placed: list[tuple[int | None, StoredMessage, dict[str, Any]]] = [
+                (firsts[q] + i, m, {}) for i, m in enumerate(batch)
+            ]
+            events += self.tracing.hops_of(hops, topic, q, placed, (), accepted_ms)
         return events
 
     async def _produce_with_qos(

@@ -167,28 +167,46 @@ class Tracing:
         """The `hop` events of the traced ones among `messages` (offset, message) of a queue."""
         if not self.policies or topic is None:
             return []
+        return self.hops_of((hop,), topic, queue, [(offset, m, fields) for offset, m in messages], services)
+
+    def hops_of(
+        self,
+        hops: Sequence[Hop],
+        topic: TopicRecord,
+        queue: int | None,
+        messages: Iterable[tuple[int | None, StoredMessage, dict[str, Any]]],
+        services: Sequence[str],
+        first_ms: int | None = None,
+    ) -> list[TraceEvent]:
+        """Events of several hops of each traced message, matched once per message; `fields`
+        per message. Of several hops, the first happened at `first_ms` and has no offset yet
+        (a produce's accepted hop precedes its stored one)."""
         out = []
-        for offset, m in messages:
+        for offset, m, given in messages:
+            fields = dict(given)
+            at = fields.pop("time_ms", None)
             matched = self.policies.match(
                 project=topic.project, topic=topic.name, queue=queue, services=(m.producer, *services)
             )
             if matched is None:
                 continue
-            out.append(
-                self.event(
-                    matched,
-                    topic,
-                    hop,
-                    msg_id=m.msg_id,
-                    keys=m.keys,
-                    queue=queue,
-                    offset=offset,
-                    producer=m.producer,
-                    body=m.body,
-                    traceparent=m.properties.get(TRACEPARENT),
-                    **fields,
+            for i, hop in enumerate(hops):
+                out.append(
+                    self.event(
+                        matched,
+                        topic,
+                        hop,
+                        msg_id=m.msg_id,
+                        keys=m.keys,
+                        queue=queue,
+                        offset=offset if i or len(hops) == 1 else None,
+                        time_ms=first_ms if i == 0 and first_ms else at,
+                        producer=m.producer,
+                        body=m.body,
+                        traceparent=m.properties.get(TRACEPARENT),
+                        **fields,
+                    )
                 )
-            )
         return out
 
     def batch_events(
