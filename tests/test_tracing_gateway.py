@@ -288,3 +288,19 @@ def test_queue_state_is_recorded_per_project_and_interval(tmp_path: Any) -> None
         client.close()
     finally:
         srv.stop()
+
+
+def test_a_trace_topic_reads_like_any_topic(server: Server) -> None:
+    client = setup(server, "rd", "rdt")
+    server.admin("POST", "/admin/trace-policies", mode="project", project="rd")
+    msg_id = client.produce("rdt-p", "x").json()["result"]["msgId"]
+    bounds = server.admin("GET", "/mq/bounds?topic=%25TRACE%25rd")
+    assert bounds["queues"][0]["max"] >= 2, bounds  # accepted and stored
+    read = server.admin("GET", "/mq/read?topic=%25TRACE%25rd&queue=0&offset=0&max=10")["msgList"]
+    assert msg_id in read[0]["message"] and read[0]["tags"] == ["accepted"]
+    token = server.admin("POST", "/admin/consumers", name="trace-reader", topic="%TRACE%rd")["token"]
+    reader = Client(server, None, token)
+    res = reader.pull("%TRACE%rd", "trace-reader", max=10).json()["result"]
+    assert res["status"] == "FOUND" and len(res["msgList"]) >= 2
+    reader.close()
+    client.close()

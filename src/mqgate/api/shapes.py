@@ -11,6 +11,7 @@ import msgspec
 from msgspec import Meta
 
 from mqgate.core.scheduling import MAX_PRIORITY
+from mqgate.names import INTERNAL_PREFIXES
 
 MAX_QUEUES: Final = 256
 MAX_DESTINATIONS: Final = 16  # per message
@@ -30,8 +31,8 @@ MAX_TTL_MS: Final = 10 * 365 * DAY_MS
 MAX_EPOCH_MS: Final = 2**47 - 1
 MAX_OFFSET: Final = 2**62
 NAME_PATTERN: Final = r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
-# A topic name, or one of a consumer's own topics (dead letters, retry, inbox).
-TOPIC_PATTERN: Final = r"^(%DLQ%|%RETRY%|%INBOX%)?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
+# A topic name, or one of the gateway's own topics (a consumer's `%DLQ%…`, a project's `%TRACE%…`).
+TOPIC_PATTERN: Final = "^(" + "|".join(INTERNAL_PREFIXES) + r")?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
 
 Name = Annotated[str, Meta(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-'; 1-128")]
 RetentionBytes = Annotated[int, Meta(ge=0, le=2**62, description="per queue; 0 = unlimited")]
