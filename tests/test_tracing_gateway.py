@@ -302,5 +302,9 @@ def test_a_trace_topic_reads_like_any_topic(server: Server) -> None:
     reader = Client(server, None, token)
     res = reader.pull("%TRACE%rd", "trace-reader", max=10).json()["result"]
     assert res["status"] == "FOUND" and len(res["msgList"]) >= 2
+    reader.call("/mq/ack", requestId=res["requestId"])
+    # Reading and consuming the trace topic traced nothing more (it would trace itself).
+    after = server.admin("GET", "/mq/bounds?topic=%25TRACE%25rd")["queues"][0]["max"]
+    assert after == bounds["queues"][0]["max"], (after, bounds)
     reader.close()
     client.close()

@@ -165,8 +165,8 @@ class Tracing:
         **fields: Any,
     ) -> list[TraceEvent]:
         """The `hop` events of the traced ones among `messages` (offset, message) of a queue."""
-        if not self.policies or topic is None:
-            return []
+        if not self.policies or topic is None or topic.name.startswith(TRACE_TOPIC_PREFIX):
+            return []  # a trace topic's own reads are not traced (they would trace themselves)
         return self.hops_of((hop,), topic, queue, [(offset, m, fields) for offset, m in messages], services)
 
     def hops_of(
@@ -181,7 +181,9 @@ class Tracing:
         """Events of several hops of each traced message, matched once per message; `fields`
         per message. Of several hops, the first happened at `first_ms` and has no offset yet
         (a produce's accepted hop precedes its stored one)."""
-        out = []
+        out: list[TraceEvent] = []
+        if topic.name.startswith(TRACE_TOPIC_PREFIX):
+            return out
         for offset, m, given in messages:
             fields = dict(given)
             at = fields.pop("time_ms", None)
