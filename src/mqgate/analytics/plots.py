@@ -145,8 +145,8 @@ def fault_timeline_plot(tl: dict[str, Any]) -> str:
         handles=[Patch(color=c, label=s.replace("_", " ")) for s, c in STATE_COLORS.items()],
         fontsize=7,
         ncol=5,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
     )
     ax.grid(axis="x", alpha=0.3)
     fig.autofmt_xdate()
