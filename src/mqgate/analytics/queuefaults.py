@@ -13,7 +13,10 @@ not copied here: only how their findings are placed in time):
   need a run of intervals (5 silent minutes, 3 intervals of growth), so they are run with the
   thresholds as given, and a finding marks the intervals from its `since` (the first interval
   starting at or after it: a consumer found down after 5 silent minutes is down from the
-  interval after its last pull) to the interval judged.
+  interval after its last pull; one not acking from the first of the intervals it was
+  delivered messages in and acked none) to the interval judged. `consumers_too_slow` marks the
+  interval judged only: its `since` is the start of the run of non-falling backlog, which
+  reaches back over any flat stretch (a backlog of 0, 0, 16 "grew" from the first 0).
 
 An interval's `state` is `healthy`, `queue_fault`, `consumer_fault`, `queue_and_consumer_fault`
 (the diagnosis's verdict words, from the sides of the findings marking it) or `no_data` (no
@@ -54,6 +57,9 @@ TOTAL_NAMES: Final = {
 _R = TypeVar("_R", QueueInterval, ConsumerInterval, ProduceInterval)
 # A finding's place: rule, side, topic, queue, consumer.
 FindingKey = tuple[str, str, str, int | None, str | None]
+# Consumer rules whose `since` says little about when the fault began: too slow's run of
+# non-falling backlog reaches back over a flat one (0, 0, 16 is growth from the first 0).
+JUDGED_ONLY: Final = frozenset({"consumers_too_slow"})
 _KEY_NAMES: Final = ("rule", "side", "topic", "queue", "consumer")
 # A timeline lane: the queue side of a topic (consumer None) or a consumer group on a topic.
 Lane = tuple[str, str, str | None]
@@ -145,7 +151,9 @@ def timeline(window: ProjectWindow, from_ms: int | None, to_ms: int | None, t: T
         )
         health[s] = diagnose(seen, e, t).verdict
         for f in diagnose(seen, e, per_interval).findings:
-            begin = s if f.side == QUEUE_SIDE else max(first, _ceil(f.since_ms, step))
+            begin = (
+                s if f.side == QUEUE_SIDE or f.rule in JUDGED_ONLY else max(first, _ceil(f.since_ms, step))
+            )
             for x in range(begin, e, step):
                 marks[x].setdefault(_key(f), f)
 

@@ -2,13 +2,16 @@
 topics, queues and consumers, one-minute intervals), with faults whose intervals are known:
 the ground truth of the queue fault timeline.
 
-| fault | rows | found as |
-|---|---|---|
-| failing gateway (the trace's gw-3, minutes 120-210) | `unavailable` produce errors on every topic | `store_fault` per topic, intervals 120-209 |
-| full queue | orders/1 at 96-100% of its 10,000 limit, minutes 250-260 | `queue_full` orders/1, 250-259 |
-| unread messages dropped | retention removes 25 unread messages of clicks/0 a minute, 270-275 | `queue_full` clicks/0, 270-274 |
-| consumer down | `ledger` pulls nothing in minutes 420-450 (its last pull 419:59.9); its backlog grows | `consumer_down` ledger on payments, 420-449 |
-| ... and its queue overflows | retention drops unread payments/2 messages, 440-450 | `queue_full` payments/2, 440-449: queue and consumer fault |
+- failing gateway (the trace's gw-3, minutes 120-210): `unavailable` produce errors on every
+  topic -> `store_fault` per topic, intervals 120-209;
+- full queue: orders/1 at 96-100% of its 10,000 limit in minutes 250-260 -> `queue_full`
+  orders/1, 250-259;
+- unread messages dropped: retention removes 25 unread messages of clicks/0 a minute in
+  270-275 -> `queue_full` clicks/0, 270-274;
+- consumer down: `ledger` pulls nothing in minutes 420-450 (its last pull at 419:59.9) and its
+  backlog grows -> `consumer_down` ledger on payments, 420-449;
+- ... and its queue overflows: retention drops unread payments/2 messages in 440-450 ->
+  `queue_full` payments/2, 440-449, so those intervals are queue and consumer faults.
 
 Elsewhere every group pulls and acks each minute with a backlog of 0-5 (never growing by the
 10 messages `consumers_too_slow` needs), queues stay far below their limits, and a client
