@@ -66,7 +66,8 @@ def test_the_job_reads_trace_records_through_the_gateway_incrementally(
     with Client(gateway.url, gateway.admin_token) as gw:
         assert gw.progress("analytics-trace-e2e")["lag"] == 0
     html = (out / "report.html").read_text()
-    assert html.count("<svg") == 5
+    # Five plots, and a queue state timeline once the gateway closed a 60 s interval.
+    assert html.count("<svg") == 5 + len(two.report["queueFaults"]["projects"])
     slowest = two.report["latency"]["slowest"][0]["msgId"]
     assert f'href="{gateway.url}/admin/traces?msgId={slowest}"' in html
 
