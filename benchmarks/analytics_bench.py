@@ -13,7 +13,11 @@ incremental, against DuckDB computing the same aggregates over the same Parquet.
    then the report again over everything.
 4. Baseline: DuckDB over the same Parquet dataset computing the same aggregates (counts,
    rates per minute, capacity per minute, per-message latency with percentiles, error groups).
-5. The report's rendering (plots + HTML + JSON) and the sizes of its files.
+5. The report's rendering (plots + HTML + JSON, with the queue fault timeline of the load's
+   queue state) and the sizes of its files.
+6. The queue fault timeline alone (mqgate.analytics.queuefaults, no Spark) over the load's
+   queue state history for `--queue-state-hours` (default 168: a week of 1-minute intervals),
+   written to SQLite and read back as the job reads it.
 
 Reading through a gateway is not part of this run: its speed is benchmarks/spark_read_bench.py's.
 """
@@ -134,6 +138,40 @@ def duckdb_baseline(events_root: Path, threads: int) -> tuple[dict[str, float], 
     return times, answers
 
 
+def queue_fault_figures(work: Path, hours: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The timeline over `hours` of the load's queue state: (the section, its timings)."""
+    from mqgate.analytics import queuefaults
+    from mqgate.analytics.generator import LoadSpec
+    from mqgate.analytics.queuestate_load import queue_state_rows
+    from mqgate.analytics.queuestate_source import HistorySource
+    from mqgate.core.diagnosis import Thresholds
+    from mqgate.queuestate.history import QueueStateHistory
+
+    spec = LoadSpec(hours=hours)
+    rows = queue_state_rows(spec)
+    history = QueueStateHistory(work / "queue-state.sqlite")
+    history.create_schema()
+    t = time.perf_counter()
+    history.write(rows)
+    write_s = time.perf_counter() - t
+    history.dispose()
+    source = HistorySource(str(work / "queue-state.sqlite"))
+    t = time.perf_counter()
+    section = queuefaults.section(source, None, spec.start_ms, spec.end_ms, Thresholds())
+    judge_s = time.perf_counter() - t
+    source.close()
+    intervals = sum(len(tl["intervals"]) for tl in section["projects"].values())
+    figures = {
+        "rows": len(rows),
+        "intervals": intervals,
+        "writeS": round(write_s, 2),
+        "readAndJudgeS": round(judge_s, 2),
+        "intervalsPerS": round(intervals / judge_s),
+    }
+    print("queue faults", json.dumps(figures), flush=True)
+    return section, figures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -143,6 +181,7 @@ def main() -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/mqgate-analytics-bench"))
     parser.add_argument("--master", default="local[*]")
     parser.add_argument("--driver-memory", default="6g")
+    parser.add_argument("--queue-state-hours", type=int, default=168)
     args = parser.parse_args()
     incremental = args.incremental if args.incremental is not None else args.events // 10
     shutil.rmtree(args.work, ignore_errors=True)
@@ -204,6 +243,7 @@ def main() -> int:
         "eventsPerS": round(results["incremental"]["datasetEvents"] / duck_s),
         "sparkOverDuckdb": round(spark_same / duck_s, 2),
     }
+    report["queueFaults"], results["queueFaults"] = queue_fault_figures(args.work, args.queue_state_hours)
     t = time.perf_counter()
     svgs = plots(report)
     html_path, json_path = write_report(report, svgs, out, "http://127.0.0.1:8080/admin/traces?msgId=")

@@ -52,6 +52,10 @@ def test_an_empty_dataset_gives_a_report_that_says_so(spark: Any, tmp_path: Path
         (["--from", "yesterday"], "--from 'yesterday' is neither epoch milliseconds nor an ISO 8601 time"),
         (["--from", "2026-01-05T22:00Z", "--to", "2026-01-05T21:00Z"], "--to must be after --from"),
         (["--top", "0"], "--top must be between 1 and 1000"),
+        (["--threshold", "silent_after=5"], "--threshold 'silent_after=5': give NAME=VALUE, NAME one of"),
+        (["--threshold", "silent_after_ms=soon"], "--threshold silent_after_ms: 'soon' is not a number"),
+        (["--threshold", "full_ratio=0"], "--threshold full_ratio must be positive"),
+        (["--queue-state-url", "/nonexistent/queue-state.sqlite"], "no queue state history at /nonexistent/"),
     ],
 )
 def test_bad_options_are_refused_before_spark_starts(
@@ -59,6 +63,17 @@ def test_bad_options_are_refused_before_spark_starts(
 ) -> None:
     assert main(["--out", str(tmp_path), "--report-only", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_thresholds_are_read_over_the_gateway_s_defaults() -> None:
+    from mqgate.cli.analytics import parse_thresholds
+    from mqgate.core.diagnosis import Thresholds
+
+    given = ["silent_after_ms=2000", "full_ratio=0.9", "store_error_types=storage, disk_full"]
+    assert parse_thresholds(given) == Thresholds(
+        silent_after_ms=2000, full_ratio=0.9, store_error_types=frozenset({"storage", "disk_full"})
+    )
+    assert parse_thresholds(None) == Thresholds()
 
 
 def test_an_unreachable_gateway_is_reported_before_spark_starts(

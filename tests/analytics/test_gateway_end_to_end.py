@@ -1,7 +1,7 @@
 """The whole job against a real gateway: trace records produced to a topic, read with
 format("mqgate") (Trigger.AvailableNow, its own consumer group), reported; a rerun reads
-only what was produced since. The gateway does not write trace topics of its own yet, so
-the generated records go to an ordinary topic named with --topic."""
+only what was produced since. The generated records go to an ordinary topic named with
+--topic (the gateway's own trace topics: test_trace_topics.py)."""
 
 from __future__ import annotations
 
@@ -66,9 +66,14 @@ def test_the_job_reads_trace_records_through_the_gateway_incrementally(
     with Client(gateway.url, gateway.admin_token) as gw:
         assert gw.progress("analytics-trace-e2e")["lag"] == 0
     html = (out / "report.html").read_text()
-    assert html.count("<svg") == 5
+    # Five plots, and a queue state timeline once the gateway closed a 60 s interval.
+    assert html.count("<svg") == 5 + len(two.report["queueFaults"]["projects"])
     slowest = two.report["latency"]["slowest"][0]["msgId"]
     assert f'href="{gateway.url}/admin/traces?msgId={slowest}"' in html
+
+    faults = two.report["queueFaults"]  # through the gateway's API: queue intervals only
+    assert faults["source"]["kind"] == "gateway" and faults["complete"] is False
+    assert "Queue fault vs consumer fault over time" in html
 
     three = run_analytics(opts, spark)  # nothing new: nothing read, same figures
     assert (three.events_read, three.malformed_read) == (0, 0)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqgate.analytics.reports import Window
+from mqgate.core.diagnosis import Thresholds
 from mqgate.errors import MqgateError, NotFound, Unavailable
 
 if TYPE_CHECKING:
@@ -32,6 +33,10 @@ class AnalyticsOptions:
     slowest: int = 20
     max_per_trigger: int = 1_000_000
     spark_conf: dict[str, str] = field(default_factory=dict)
+    # The queue state history's database (SQLite file or PostgreSQL URL); None: the gateway's API.
+    queue_state_url: str | None = None
+    queue_state_prefix: str = "mqgate_qstate_"
+    thresholds: Thresholds = field(default_factory=Thresholds)
 
 
 @dataclass
@@ -125,18 +130,40 @@ def _empty_schema(spark: SparkSession) -> Any:
     return schema
 
 
+def queue_fault_report(opts: AnalyticsOptions, gateway: Any = None) -> dict[str, Any] | None:
+    """The queue fault section (mqgate.analytics.queuefaults) from the history's database when
+    given, else from the gateway's API (`gateway`, a Client), else None (nothing to read)."""
+    from mqgate.analytics import queuefaults
+    from mqgate.analytics.queuestate_source import GatewaySource, HistorySource
+
+    w = opts.window
+    if opts.queue_state_url is not None:
+        history = HistorySource(opts.queue_state_url, opts.queue_state_prefix)
+        try:
+            return queuefaults.section(history, w.project, w.from_ms, w.to_ms, opts.thresholds)
+        finally:
+            history.close()
+    if gateway is None:
+        return None
+    return queuefaults.section(GatewaySource(gateway), w.project, w.from_ms, w.to_ms, opts.thresholds)
+
+
 def run_analytics(opts: AnalyticsOptions, spark: SparkSession | None = None) -> AnalyticsSummary:
     from mqgate.analytics.plots import plots
     from mqgate.analytics.render import write_report
 
     own = spark is None
     summary = AnalyticsSummary()
+    # Before Spark starts: a gateway or a history that cannot be read fails fast.
     if opts.gateway is not None:
         from mqgate.analytics.source import trace_sources
         from mqgate.client import Client
 
-        with Client(opts.gateway, opts.token, retry_for_s=2.0) as gw:  # before Spark: fail fast
+        with Client(opts.gateway, opts.token, retry_for_s=2.0) as gw:
             sources = trace_sources(gw, opts.window.project, opts.topics)
+            queue_faults = queue_fault_report(opts, gw)
+    else:
+        queue_faults = queue_fault_report(opts)
     session = spark or start_spark(opts.master, opts.spark_conf)
     try:
         if opts.gateway is not None:
@@ -159,6 +186,7 @@ def run_analytics(opts: AnalyticsOptions, spark: SparkSession | None = None) -> 
         report = build_report(session, opts.out, opts.window, opts.top_n, opts.slowest)
         summary.report_s = time.perf_counter() - started
         report["run"] = {"eventsRead": summary.events_read, "malformedRead": summary.malformed_read}
+        report["queueFaults"] = queue_faults
         started = time.perf_counter()
         link = f"{opts.gateway.rstrip('/')}/admin/traces?msgId=" if opts.gateway else None
         summary.html, summary.json = write_report(report, plots(report), opts.out, link)

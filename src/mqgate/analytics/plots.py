@@ -99,6 +99,60 @@ def failures_plot(over_time: dict[str, Any]) -> str:
     return _svg(fig)
 
 
+STATE_COLORS = {
+    "healthy": "#a6d8a6",
+    "queue_fault": "#ee6677",
+    "consumer_fault": "#ccbb44",
+    "queue_and_consumer_fault": "#aa3377",
+    "no_data": "#dddddd",
+}
+MAX_LANES = 40
+
+
+def _project_runs(tl: dict[str, Any]) -> list[tuple[int, int, str]]:
+    runs: list[tuple[int, int, str]] = []
+    step = tl["intervalMs"]
+    for i in tl["intervals"]:
+        if runs and runs[-1][2] == i["state"] and runs[-1][1] == i["t"]:
+            runs[-1] = (runs[-1][0], i["t"] + step, i["state"])
+        else:
+            runs.append((i["t"], i["t"] + step, i["state"]))
+    return runs
+
+
+def fault_timeline_plot(tl: dict[str, Any]) -> str:
+    """One lane for the project, then one per topic's queues and per consumer group on a
+    topic (the most faulty MAX_LANES): each interval coloured by what it was."""
+    import matplotlib.dates as mdates
+    from matplotlib.patches import Patch
+
+    lanes = sorted(tl["lanes"], key=lambda lane: -lane["faultIntervals"])[:MAX_LANES]
+    lanes.sort(key=lambda lane: (lane["side"] != "queue", lane["topic"], lane["consumer"] or ""))
+    rows = [("project " + tl["project"], _project_runs(tl))]
+    rows += [
+        (lane["label"], [(r["fromMs"], r["toMs"], r["state"]) for r in lane["states"]]) for lane in lanes
+    ]
+    fig, ax = plt.subplots(figsize=(10, 0.32 * len(rows) + 1.3))
+    day_ms = 86_400_000
+    epoch_day = float(mdates.date2num(dt.datetime(1970, 1, 1, tzinfo=dt.UTC)))  # type: ignore[no-untyped-call]
+    for y, (_, runs) in enumerate(rows):
+        spans = [(epoch_day + a / day_ms, (b - a) / day_ms) for a, b, _ in runs]
+        ax.broken_barh(spans, (y - 0.4, 0.8), facecolors=[STATE_COLORS[s] for _, _, s in runs])
+    ax.set_yticks(list(range(len(rows))), [label for label, _ in rows], fontsize=8)
+    ax.invert_yaxis()
+    ax.xaxis_date()
+    ax.legend(
+        handles=[Patch(color=c, label=s.replace("_", " ")) for s, c in STATE_COLORS.items()],
+        fontsize=7,
+        ncol=5,
+        loc="lower center",
+        bbox_to_anchor=(0.5, 1.0),
+    )
+    ax.grid(axis="x", alpha=0.3)
+    fig.autofmt_xdate()
+    return _svg(fig)
+
+
 def plots(report: dict[str, Any]) -> dict[str, str]:
     """Every plot of a report that has data, by name."""
     out: dict[str, str] = {}
@@ -112,4 +166,7 @@ def plots(report: dict[str, Any]) -> dict[str, str]:
         out["latency"] = latency_plot(report["latency"]["byTopicConsumer"])
     if report["errors"]["overTime"]["nodes"]:
         out["failures"] = failures_plot(report["errors"]["overTime"])
+    for project, tl in report.get("queueFaults", {}).get("projects", {}).items():
+        if tl["intervals"]:
+            out[f"queueFaults:{project}"] = fault_timeline_plot(tl)
     return out

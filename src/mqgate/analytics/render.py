@@ -68,6 +68,36 @@ def _causes(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{**c, "queues": [f"{q['topic']}/{q['queue']}" for q in c["queues"]]} for c in causes]
 
 
+def _queue_faults(section: dict[str, Any] | None, svgs: dict[str, str]) -> list[str]:
+    parts = ["<h2>Queue fault vs consumer fault over time (queue state)</h2>"]
+    if section is None:
+        return [*parts, '<p class="note">not read: no gateway (--report-only) and no --queue-state-url</p>']
+    src = section["source"]
+    parts.append(
+        f"<p>From the {'history at ' if src['kind'] == 'history' else 'gateway at '}"
+        f"{html.escape(src['url'])}, judged interval by interval with the gateway's health rules "
+        "(queue-side rules on each interval alone; a consumer-side finding marks the intervals from "
+        "its start).</p>"
+    )
+    parts += [f'<p class="note">{html.escape(n)}</p>' for n in section["notes"]]
+    if not section["projects"]:
+        parts.append('<p class="note">no queue state recorded in this window</p>')
+    state_cols = [("project", "project"), ("intervals", "intervals"), ("healthy", "healthy"),
+                  ("queueFault", "queue fault"), ("consumerFault", "consumer fault"),
+                  ("queueAndConsumerFault", "both"), ("noData", "no data")]  # fmt: skip
+    rows = [{"project": p, **tl["totals"]} for p, tl in section["projects"].items()]
+    if rows:
+        parts.append(table(rows, state_cols))
+    run_cols = [("side", "side"), ("rule", "rule"), ("topic", "topic"), ("queue", "queue"),
+                ("consumer", "consumer"), ("from", "from"), ("to", "to"), ("intervals", "intervals"),
+                ("summary", "first finding")]  # fmt: skip
+    for project, tl in section["projects"].items():
+        parts.append(f"<h3>{html.escape(project)} (intervals of {tl['intervalMs'] / 1000:g} s)</h3>")
+        parts.append(svgs.get(f"queueFaults:{project}", ""))
+        parts.append(table(tl["runs"], run_cols, "no fault in this window"))
+    return parts
+
+
 def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | None) -> str:
     w = report["window"]
     title = f"mqgate trace analytics: {w['project'] or 'all projects'}"
@@ -83,8 +113,10 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
     parts += [_finding(f) for f in report["findings"]] or ['<p class="note">no fault found</p>']
     c = report["counts"]
     parts.append("<h2>Messages</h2>")
-    cols = [(k, k) for k in ("produced", "stored", "delivered", "redelivered", "acked", "failed", "expired")]
-    cols = [("project", "project"), *cols, ("deadLettered", "dead-lettered"), ("events", "events")]
+    counted = ("produced", "stored", "delivered", "redelivered", "acked", "released", "failed", "expired")
+    cols = [(k, k) for k in counted]
+    cols = [("project", "project"), *cols, ("lockExpired", "lock expired"), ("deadLettered", "dead-lettered"),
+            ("events", "events")]  # fmt: skip
     rows = [{"project": p, **v} for p, v in c["byProject"].items()] + [{"project": "all", **c["total"]}]
     parts.append(table(rows, cols))
     m = report["malformed"]
@@ -141,6 +173,7 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
         ("byType", [("type", "type")]),
     ):
         parts.append(f"<h3>{key[2:]}</h3>" + table(e[key], [*cols_, *when]))
+    parts += _queue_faults(report.get("queueFaults"), svgs)
     parts.append(f"<h2>Slowest messages (end to end; {lat['unacked']:,} not acked in the window)</h2>")
     slow = []
     for s in lat["slowest"]:

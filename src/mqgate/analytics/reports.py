@@ -5,7 +5,7 @@ mqgate.analytics.latency, error localisation in mqgate.analytics.errors.
 Definitions (docs/ANALYTICS.md):
 - counts are events of each hop: `produced` = accepted, `delivered` = deliveries (a
   redelivered message counts again; `redelivered` says how often), `failed` = events with
-  status error (any hop), `expired` and `deadLettered` = those hops;
+  status error (any hop), `released`, `lockExpired`, `expired` and `deadLettered` = those hops;
 - capacity of a service = what it handled per second: producers their `accepted` hops,
   consumers (and each consumer client) their `acked` hops, gateways every `accepted`,
   `delivered` and `acked` hop they served; `peakPerS` is the busiest minute,
@@ -35,6 +35,8 @@ COUNTED_HOPS: Final = {
     "delivered": "delivered",
     "redelivered": "redelivered",
     "acked": "acked",
+    "released": "released",
+    "lockExpired": "lock_expired",
     "expired": "expired",
     "deadLettered": "dead_lettered",
 }

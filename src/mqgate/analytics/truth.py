@@ -12,6 +12,7 @@ import numpy as np
 from mqgate.analytics.generator import (
     ERROR_TYPES,
     GATEWAYS,
+    HOPS,
     NODES,
     TOPICS,
     LoadTrace,
@@ -42,6 +43,12 @@ def _in_window(time: np.ndarray, from_ms: int | None, to_ms: int | None) -> np.n
     return keep
 
 
+def _count(hop: np.ndarray, name: str, mine: np.ndarray) -> int:
+    if name not in HOPS:  # a hop the generator never writes (released)
+        return 0
+    return int(((hop == hop_code(name)) & mine).sum())
+
+
 def compute(
     trace: LoadTrace, from_ms: int | None = None, to_ms: int | None = None, slowest: int = 20
 ) -> Truth:
@@ -53,7 +60,7 @@ def compute(
     counts: dict[str, dict[str, int]] = {}
     for project in ("all", *sorted({t[0] for t in TOPICS})):
         mine = np.ones(len(hop), dtype=bool) if project == "all" else project_of_topic[topic] == project
-        figures = {name: int(((hop == hop_code(h)) & mine).sum()) for name, h in COUNTED_HOPS.items()}
+        figures = {name: _count(hop, h, mine) for name, h in COUNTED_HOPS.items()}
         figures["failed"] = int((error & mine).sum())
         figures["events"] = int(mine.sum())
         counts[project] = figures

@@ -60,7 +60,51 @@ def add_parser(commands: Any) -> None:
     p.add_argument(
         "--report-only", action="store_true", help="read nothing new: report from the dataset in --out"
     )
+    p.add_argument(
+        "--queue-state-url",
+        help="the queue state history for the queue fault timeline: the gateway's "
+        "<data_dir>/queue-state.sqlite or the registry's PostgreSQL URL (default: the gateway's API, "
+        "which gives queue intervals only)",
+    )
+    p.add_argument("--queue-state-prefix", default="mqgate_qstate_", help="its table prefix")
+    p.add_argument(
+        "--threshold",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a health rule threshold for the timeline (docs/QUEUE_STATE.md), e.g. silent_after_ms=60000",
+    )
     p.set_defaults(func=run)
+
+
+def parse_thresholds(items: list[str] | None) -> Any:
+    """`NAME=VALUE` items over the health rules' defaults (mqgate.core.diagnosis.Thresholds)."""
+    import dataclasses
+
+    from mqgate.core.diagnosis import Thresholds
+
+    defaults = Thresholds()
+    known = {f.name for f in dataclasses.fields(Thresholds)}
+    changes: dict[str, Any] = {}
+    for item in items or []:
+        name, sep, text = item.partition("=")
+        name = name.strip()
+        if not sep or name not in known:
+            raise BadRequest(
+                f"--threshold {item!r}: give NAME=VALUE, NAME one of {', '.join(sorted(known))}",
+                field="--threshold",
+            )
+        default = getattr(defaults, name)
+        try:
+            if isinstance(default, frozenset):
+                value: Any = frozenset(v.strip() for v in text.split(",") if v.strip())
+            else:
+                value = type(default)(text)
+        except ValueError:
+            raise BadRequest(f"--threshold {name}: {text!r} is not a number", field="--threshold") from None
+        if not isinstance(value, frozenset) and value <= 0:
+            raise BadRequest(f"--threshold {name} must be positive", field="--threshold")
+        changes[name] = value
+    return dataclasses.replace(defaults, **changes)
 
 
 def options(args: argparse.Namespace) -> Any:
@@ -84,6 +128,9 @@ def options(args: argparse.Namespace) -> Any:
         topics=args.topic,
         top_n=args.top,
         slowest=args.slowest,
+        queue_state_url=args.queue_state_url,
+        queue_state_prefix=args.queue_state_prefix,
+        thresholds=parse_thresholds(args.threshold),
     )
 
 
@@ -103,7 +150,16 @@ def run(args: argparse.Namespace) -> int:
         f"findings {len(summary.report['findings'])}",
         file=sys.stderr,
     )
-    for note in summary.report["notes"]:
+    faults = summary.report.get("queueFaults")
+    for project, tl in (faults or {}).get("projects", {}).items():
+        t = tl["totals"]
+        print(
+            f"analytics: queue state of {project}: {t['intervals']} intervals, {t['queueFault']} queue "
+            f"fault, {t['consumerFault']} consumer fault, {t['queueAndConsumerFault']} both, "
+            f"{t['noData']} no data",
+            file=sys.stderr,
+        )
+    for note in [*summary.report["notes"], *(faults or {}).get("notes", [])]:
         print(f"analytics: {note}", file=sys.stderr)
     print(summary.html)
     print(summary.json)
