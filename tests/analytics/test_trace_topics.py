@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from mqgate.analytics.job import run_analytics
 from mqgate.cli.analytics import add_parser, options
@@ -29,13 +28,6 @@ class TracedItsOwnReads(AssertionError):
     """The gateway wrote trace events about the job's own reads of the trace topic into it."""
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TracedItsOwnReads,
-    reason="the gateway traces a `read` hop for every record /mq/read returns (services/logread.py) "
-    "into the trace topic of the topic's project: for %TRACE%<project>, itself, so every run of the "
-    "job writes as many events as it read and its group never catches up",
-)
 def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -> None:
     srv = Server(tmp_path / "data").start()
     try:
