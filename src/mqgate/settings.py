@@ -85,6 +85,9 @@ class Settings:
     queue_state_sample_s: float = 5.0
     queue_state_interval_s: float = 60.0
     queue_state_retention_s: float = 7 * 86400.0
+    # Where `mqgate analytics --out <reports_dir>/<project>` reports are shown from in the
+    # console's project page; empty = <data_dir>/reports.
+    reports_dir: str = ""
 
     @property
     def fsync_interval_ms(self) -> int | None:
@@ -97,6 +100,10 @@ class Settings:
 
     def resolved_registry_url(self) -> str:
         return self.registry or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
+
+    def project_report_dir(self, project: str) -> Path:
+        """Where the console looks for a project's trace analytics report (issue 14)."""
+        return Path(self.reports_dir or Path(self.data_dir) / "reports") / project
 
     def index_url(self, name: str) -> str:
         """Where a derived index lives (trace index, queue-state history): the registry's

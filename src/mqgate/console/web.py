@@ -140,7 +140,13 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
+# A generated report (mqgate analytics): its own inline styles and embedded plots, no script.
+REPORT_CSP: Final = b"default-src 'none'; style-src 'unsafe-inline'; img-src data:; frame-ancestors 'none'"
+
+
 async def send_response(send: Send, response: WebResponse) -> None:
-    headers = [(b"content-type", response.content_type), *SECURITY_HEADERS, *response.headers]
+    own = {name for name, _ in response.headers}
+    kept = [(name, value) for name, value in SECURITY_HEADERS if name not in own]
+    headers = [(b"content-type", response.content_type), *kept, *response.headers]
     await send({"type": "http.response.start", "status": response.status, "headers": headers})
     await send({"type": "http.response.body", "body": response.body})

@@ -9,13 +9,22 @@ from typing import Final
 from mqgate.console.app import Console, Route, Visit, now_ms
 from mqgate.console.pages.common import plain, require_admin, require_view, required, snapshot
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
-from mqgate.console.web import WebResponse, redirect
-from mqgate.errors import BadRequest
+from mqgate.console.web import REPORT_CSP, WebResponse, redirect
+from mqgate.errors import BadRequest, NotFound
 
 HOUR_MS: Final = 3_600_000
 QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
 VERDICT_CLASS: Final = {"healthy": "ok", "no_data": "muted", "consumer_fault": "bad", "queue_fault": "bad",
                         "queue_and_consumer_fault": "bad"}  # fmt: skip
+
+
+def _report_of(c: Console, project: str) -> dict[str, object]:
+    """Whether the project has a trace analytics report, and when it was written."""
+    path = c.settings.project_report_dir(project) / "report.html"
+    try:
+        return {"at_ms": int(path.stat().st_mtime * 1000), "dir": str(path.parent)}
+    except OSError:
+        return {"at_ms": None, "dir": str(path.parent)}
 
 
 class ProjectPages:
@@ -77,12 +86,29 @@ class ProjectPages:
             q={"topic": topic or "", "queue": "" if queue is None else queue, "hours": hours},
             can_change=v.principal.can_change(name),
             settings=self.c.settings,
+            report=_report_of(self.c, name),
         )
+
+    async def report(self, v: Visit) -> WebResponse:
+        """The project's trace analytics report (`mqgate analytics --out <reports_dir>/<name>`),
+        as the job wrote it: self-contained HTML (or its JSON with every figure)."""
+        name = v.params["name"]
+        await self.c.gateway.projects.project(name)
+        require_view(v, name)
+        wanted = "report.json" if v.req.arg("format") == "json" else "report.html"
+        path = self.c.settings.project_report_dir(name) / wanted
+        try:
+            body = await asyncio.to_thread(path.read_bytes)
+        except FileNotFoundError:
+            raise NotFound(f"project {name} has no trace analytics report yet", field="name") from None
+        kind = b"application/json" if wanted.endswith(".json") else b"text/html; charset=utf-8"
+        return WebResponse(body, 200, kind, [(b"content-security-policy", REPORT_CSP)])
 
     def routes(self) -> list[Route]:
         return [
             Route("GET", "/projects", self.listing),
             Route("POST", "/projects", self.create),
             Route("GET", "/projects/{name}", self.show),
+            Route("GET", "/projects/{name}/report", self.report),
             Route("POST", "/projects/{name}/delete", self.delete),
         ]
