@@ -35,82 +35,31 @@ import itertools
 import os
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
 
-import msgspec
-
+# The records and figures live in spool_records.py; their names are this module's too.
+from mqgate.clusters.spool_records import (
+    ENCODE,
+    MARK_DECODER,
+    MARK_SENT,
+    MARK_TRY,
+    MARKS,
+    RECORD_DECODER,
+    SEGMENT_SUFFIX,
+    Entry,
+    Mark,
+    QueueKey,
+    Segment,
+    SpoolFull,
+    SpoolRecord,
+    SpoolStats,
+)
 from mqgate.durable import framing
 from mqgate.durable.append_file import AppendFile, fsync_dir, install, write_new
 from mqgate.durable.group_commit import GroupCommitter
-from mqgate.errors import InsufficientStorage, StorageError, Unavailable
+from mqgate.errors import InsufficientStorage, StorageError
 
-SEGMENT_SUFFIX: Final = ".spool"
-MARKS: Final = "marks.log"
-MARK_TRY: Final = 0
-MARK_SENT: Final = 1
-QueueKey = tuple[str, str, str]  # (project, topic, queue or order key)
-
-
-class SpoolFull(Unavailable):
-    """The spool is at its byte bound: the produce was not taken (503 + Retry-After)."""
-
-    code = "spool_full"
-    retry_after_s = 5.0
-
-
-class SpoolRecord(msgspec.Struct, array_like=True, frozen=True):
-    seq: int
-    project: str
-    topic: str
-    key: str
-    msg_id: str
-    spooled_ms: int
-    payload: bytes  # what the produce path needs to send it again; opaque here
-
-
-class Mark(msgspec.Struct, array_like=True, frozen=True):
-    kind: int
-    seqs: list[int]
-
-
-_record_decoder: Final = msgspec.msgpack.Decoder(SpoolRecord)
-_mark_decoder: Final = msgspec.msgpack.Decoder(Mark)
-_encode: Final = msgspec.msgpack.Encoder().encode
-
-
-@dataclass(slots=True)
-class _Entry:
-    seq: int
-    key: QueueKey
-    msg_id: str
-    spooled_ms: int
-    segment: int  # the first seq of its segment
-    pos: int
-    end: int
-
-
-@dataclass(slots=True)
-class _Segment:
-    first_seq: int
-    path: Path
-    size: int
-    pending: int = 0
-
-
-@dataclass(slots=True, frozen=True)
-class SpoolStats:
-    pending: int
-    pending_bytes: int
-    disk_bytes: int
-    max_bytes: int
-    spooled_total: int  # appended by this process
-    resent_total: int  # marked sent by this process
-    oldest_age_ms: int  # of the oldest pending record (0 when empty)
-    possible_duplicates: int
-    torn_tails_cut: int
-    corrupt_skipped: int
+__all__ = ["MARKS", "QueueKey", "Spool", "SpoolFull", "SpoolRecord", "SpoolStats"]
 
 
 class Spool:
@@ -131,12 +80,12 @@ class Spool:
         self.segment_bytes = segment_bytes
         self._own_committer = committer is None
         self.committer = committer or GroupCommitter(None)
-        self._segments: OrderedDict[int, _Segment] = OrderedDict()
+        self._segments: OrderedDict[int, Segment] = OrderedDict()
         self._active: AppendFile | None = None
         self._marks: AppendFile | None = None
         self._readers: dict[int, int] = {}
-        self._queues: dict[QueueKey, deque[_Entry]] = {}
-        self._entries: dict[int, _Entry] = {}
+        self._queues: dict[QueueKey, deque[Entry]] = {}
+        self._entries: dict[int, Entry] = {}
         self._tried: set[int] = set()
         self._next_seq = 1
         self._pending_bytes = 0
@@ -181,7 +130,7 @@ class Spool:
             if payload is None:
                 self.corrupt_skipped += 1
                 continue
-            mark = _mark_decoder.decode(payload)
+            mark = MARK_DECODER.decode(payload)
             (sent if mark.kind == MARK_SENT else tried).update(mark.seqs)
         if end < len(data):
             self.torn_tails_cut += 1
@@ -190,7 +139,7 @@ class Spool:
     def _load_segment(self, path: Path, sent: set[int], sent_in: dict[int, int], last: bool) -> None:
         first_seq = int(path.name[: -len(SEGMENT_SUFFIX)])
         data = path.read_bytes()
-        seg = _Segment(first_seq, path, len(data))
+        seg = Segment(first_seq, path, len(data))
         self._segments[first_seq] = seg
         intact = 0
         for pos, end, payload in framing.scan(data):
@@ -198,13 +147,13 @@ class Spool:
             if payload is None:
                 self.corrupt_skipped += 1
                 continue
-            rec = _record_decoder.decode(payload)
+            rec = RECORD_DECODER.decode(payload)
             self._next_seq = max(self._next_seq, rec.seq + 1)
             if rec.seq in sent:
                 sent_in[rec.seq] = first_seq
             else:
                 self._index(
-                    _Entry(
+                    Entry(
                         rec.seq,
                         (rec.project, rec.topic, rec.key),
                         rec.msg_id,
@@ -221,7 +170,7 @@ class Spool:
             self._active = AppendFile.reopen(path, intact)
             seg.size = intact
 
-    def _index(self, entry: _Entry) -> None:
+    def _index(self, entry: Entry) -> None:
         self._entries[entry.seq] = entry
         self._queues.setdefault(entry.key, deque()).append(entry)
         self._segments[entry.segment].pending += 1
@@ -232,9 +181,9 @@ class Spool:
         stay (else they would be resent) and the tries of pending records."""
         path = self.directory / MARKS
         tmp = self.directory / f".{MARKS}.new"
-        pieces = [framing.frame(_encode(Mark(MARK_SENT, sent)))] if sent else []
+        pieces = [framing.frame(ENCODE(Mark(MARK_SENT, sent)))] if sent else []
         if self._tried:
-            pieces.append(framing.frame(_encode(Mark(MARK_TRY, sorted(self._tried)))))
+            pieces.append(framing.frame(ENCODE(Mark(MARK_TRY, sorted(self._tried)))))
         old, self._marks = self._marks, None
         if old is not None:
             old.sync()
@@ -293,7 +242,7 @@ class Spool:
         connection lost mid-call), so its resend is a possible duplicate."""
         seq = self._next_seq
         spooled_ms = int(time.time() * 1000)
-        data = framing.frame(_encode(SpoolRecord(seq, project, topic, key, msg_id, spooled_ms, payload)))
+        data = framing.frame(ENCODE(SpoolRecord(seq, project, topic, key, msg_id, spooled_ms, payload)))
         if self._disk_bytes() + len(data) > self.max_bytes:
             raise SpoolFull(
                 f"the producer spool is full ({self._disk_bytes()} of {self.max_bytes} bytes, "
@@ -311,7 +260,7 @@ class Spool:
             raise _write_error(exc, "spooling a produce") from exc
         self._next_seq = seq + 1
         seg.size = active.size
-        self._index(_Entry(seq, (project, topic, key), msg_id, spooled_ms, seg.first_seq, pos, active.size))
+        self._index(Entry(seq, (project, topic, key), msg_id, spooled_ms, seg.first_seq, pos, active.size))
         self.spooled_total += 1
         if tried:
             self.begin([seq])  # the mark rides the same fsync
@@ -324,7 +273,7 @@ class Spool:
         old = self._active
         path = self.directory / f"{self._next_seq:020d}{SEGMENT_SUFFIX}"
         self._active = AppendFile.create(path)
-        self._segments[self._next_seq] = _Segment(self._next_seq, path, 0)
+        self._segments[self._next_seq] = Segment(self._next_seq, path, 0)
         fsync_dir(self.directory)
         if old is not None:
             old.sync()
@@ -353,7 +302,7 @@ class Spool:
             payload = framing.payload_at(raw, 0, len(raw))
             if payload is None:
                 raise StorageError(f"spool record {entry.seq} no longer passes its check")
-            found.append(_record_decoder.decode(payload))
+            found.append(RECORD_DECODER.decode(payload))
         return found
 
     def _reader(self, segment: int) -> int:
@@ -370,7 +319,7 @@ class Spool:
         self._tried.update(seqs)
         if self._marks is not None:
             with contextlib.suppress(OSError):  # only the duplicate count depends on it
-                self._marks.append(framing.frame(_encode(Mark(MARK_TRY, seqs))))
+                self._marks.append(framing.frame(ENCODE(Mark(MARK_TRY, seqs))))
 
     async def mark_sent(self, seqs: list[int]) -> None:
         """The active cluster acknowledged these records: durably never resend them."""
@@ -378,7 +327,7 @@ class Spool:
             return
         assert self._marks is not None
         try:
-            self._marks.append(framing.frame(_encode(Mark(MARK_SENT, seqs))))
+            self._marks.append(framing.frame(ENCODE(Mark(MARK_SENT, seqs))))
         except OSError as exc:
             raise _write_error(exc, "marking spooled records sent") from exc
         await self._durable(self._marks)
@@ -402,7 +351,7 @@ class Spool:
         if not self._entries and self._marks.size > self.segment_bytes:
             self._rewrite_marks([])  # every segment left is empty: no sent mark matters
 
-    def _drop_if_done(self, seg: _Segment) -> None:
+    def _drop_if_done(self, seg: Segment) -> None:
         """Delete a segment none of whose records is pending; the active one is rolled first."""
         if seg.pending > 0:
             return

@@ -21,8 +21,9 @@ from mqgate.errors import BadRequest, NotFound
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
+from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
 from mqgate.store.interface import Encoded, TopicConfig
-from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
+from mqgate.store.waiters import ANY_READER, Reader
 
 log = logging.getLogger(__name__)
 
@@ -38,19 +39,7 @@ _encode = msgspec.json.Encoder().encode
 
 # What the current task last looked at (topic, wake epoch), taken before each bounds/read
 # round trip: a wake that lands while the answer is on its way must not be lost.
-_looked: ContextVar[tuple[_Topic, int] | None] = ContextVar("mqgate_redis_store_looked", default=None)
-
-
-def _unparsed(response: Any, **options: Any) -> Any:
-    return response
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
-
-
-def _glob_escape(text: str) -> str:
-    return "".join("\\" + c if c in "*?[]\\" else c for c in text)
+_looked: ContextVar[tuple[StoreTopic, int] | None] = ContextVar("mqgate_redis_store_looked", default=None)
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -64,31 +53,6 @@ async def _stop(task: asyncio.Task[None]) -> None:
         log.warning("redis store task %s failed: %s", task.get_name(), task.exception())
 
 
-class _Topic:
-    __slots__ = ("channel", "config", "meta", "name", "streams", "waiters")
-
-    def __init__(self, prefix: str, config: TopicConfig) -> None:
-        self.name = config.name
-        self.config = config
-        tag = f"{prefix}:{{t:{config.name}}}"
-        self.meta = f"{tag}:meta".encode()
-        self.channel = f"{prefix}:wake:{config.name}".encode()
-        self.streams = [f"{tag}:q:{q}".encode() for q in range(config.queues)]
-        self.waiters = TopicWaiters()
-
-    def resize(self, config: TopicConfig) -> None:
-        tag = self.meta[: -len(b":meta")]
-        self.config = config
-        self.streams += [b"%s:q:%d" % (tag, q) for q in range(len(self.streams), config.queues)]
-
-    @property
-    def epoch(self) -> int:
-        return self.waiters.epoch
-
-    def notify(self, count: int | None = None, consumer: str | None = None) -> None:
-        self.waiters.wake(count, consumer)
-
-
 class RedisStore:
     def __init__(
         self, client: RedisClient, *, broker: str, prefix: str = "mq", wait: ReplicaWait | None = None
@@ -98,10 +62,10 @@ class RedisStore:
         self.prefix = prefix
         self._client = client
         self._topics_key = f"{prefix}:topics"
-        self._wake_pattern = _glob_escape(f"{prefix}:wake:") + "*"
+        self._wake_pattern = glob_escape(f"{prefix}:wake:") + "*"
         self._channel_prefix = len(f"{prefix}:wake:".encode())
         self._origin = os.urandom(8).hex().encode()  # tells this store's wakes from others'
-        self._topics: dict[str, _Topic] = {}
+        self._topics: dict[str, StoreTopic] = {}
         self._create = register(client, SCRIPTS, "create_topic.lua")
         self._append_script = register(client, SCRIPTS, "append.lua")
         # Reads skip redis-py's XRANGE reply parsing (a dict per entry): a client of its own
@@ -110,7 +74,7 @@ class RedisStore:
         self._reader: aioredis.Redis | None = None
         if isinstance(client, aioredis.Redis):
             self._reader = aioredis.Redis(connection_pool=client.connection_pool)
-            self._reader.set_response_callback("XRANGE", _unparsed)
+            self._reader.set_response_callback("XRANGE", unparsed)
         self._offset_for_time = register(client, SCRIPTS, "offset_for_time.lua")
         self._retention = register(client, SCRIPTS, "retention.lua")
         self._listener: asyncio.Task[None] | None = None
@@ -137,7 +101,7 @@ class RedisStore:
 
     async def _load_all(self) -> None:
         with translated("loading topics"):
-            names = sorted(_text(n) for n in await self._client.smembers(self._topics_key))
+            names = sorted(text(n) for n in await self._client.smembers(self._topics_key))
             async with self._client.pipeline(transaction=False) as pipe:
                 for name in names:
                     pipe.hmget(self._meta_key(name), "queues", "retention_ms", "retention_bytes")
@@ -145,12 +109,12 @@ class RedisStore:
         for name, row in zip(names, rows, strict=True):
             self._remember(name, row)
 
-    async def _load(self, name: str) -> _Topic | None:
+    async def _load(self, name: str) -> StoreTopic | None:
         with translated("loading a topic"):
             row = await self._client.hmget(self._meta_key(name), "queues", "retention_ms", "retention_bytes")
         return self._remember(name, row)
 
-    def _remember(self, name: str, row: list[Any]) -> _Topic | None:
+    def _remember(self, name: str, row: list[Any]) -> StoreTopic | None:
         queues, retention_ms, retention_bytes = row
         if queues is None:
             return None
@@ -163,10 +127,10 @@ class RedisStore:
             )
         )
 
-    def _cache(self, config: TopicConfig) -> _Topic:
+    def _cache(self, config: TopicConfig) -> StoreTopic:
         t = self._topics.get(config.name)
         if t is None:
-            t = self._topics[config.name] = _Topic(self.prefix, config)
+            t = self._topics[config.name] = StoreTopic(self.prefix, config)
         elif config.queues >= len(t.streams):  # topics only grow: an older answer is ignored
             t.resize(config)
         return t
@@ -211,13 +175,13 @@ class RedisStore:
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics
 
-    async def _topic(self, topic: str) -> _Topic:
+    async def _topic(self, topic: str) -> StoreTopic:
         t = self._topics.get(topic) or await self._load(topic)
         if t is None:
             raise NotFound(f"topic {topic} does not exist", field="topic")
         return t
 
-    async def _queue(self, topic: str, queue: int) -> tuple[_Topic, bytes]:
+    async def _queue(self, topic: str, queue: int) -> tuple[StoreTopic, bytes]:
         t = await self._topic(topic)
         if not 0 <= queue < len(t.streams):
             await self._load(topic)  # another gateway may have grown it
