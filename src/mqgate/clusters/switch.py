@@ -31,6 +31,7 @@ import sqlalchemy as sa
 
 from mqgate.core.failover import ClusterState, choose_active
 from mqgate.errors import BadRequest, NotFound, Unavailable
+from mqgate.sqlschema import create_all_shared
 
 log = logging.getLogger("mqgate.clusters")
 
@@ -74,7 +75,7 @@ class SqlSwitchRecords:
         self.engine = sa.create_engine(url, pool_pre_ping=True)
 
     def create_schema(self) -> None:
-        metadata.create_all(self.engine, checkfirst=True)
+        create_all_shared(metadata, self.engine)
 
     def dispose(self) -> None:
         self.engine.dispose()

@@ -7,6 +7,8 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
+from mqgate.sqlschema import create_all_shared
+
 meta: Final = sa.MetaData()
 
 users = sa.Table(
@@ -93,4 +95,4 @@ def engine_for(engine_or_url: sa.Engine | str) -> sa.Engine:
 
 
 def create_tables(engine: sa.Engine) -> None:
-    meta.create_all(engine)
+    create_all_shared(meta, engine)

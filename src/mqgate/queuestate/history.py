@@ -24,6 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mqgate.errors import BadRequest, Unavailable
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval, Rollup
 from mqgate.queuestate.tables import make_tables
+from mqgate.sqlschema import create_all_shared
 
 DEFAULT_RETENTION_S: Final = 7 * 24 * 3600.0
 DEFAULT_TABLE_PREFIX: Final = "mqgate_qstate_"
@@ -108,7 +109,7 @@ class QueueStateHistory:
         self._greatest = sa.func.max if self._sqlite else sa.func.greatest
 
     def create_schema(self) -> None:
-        self._run(lambda: self._meta.create_all(self.engine))
+        self._run(lambda: create_all_shared(self._meta, self.engine))
 
     def drop_schema(self) -> None:
         """Remove this history's tables (tests, or a deployment turning the feature off)."""

@@ -23,6 +23,7 @@ from mqgate.registry.records import (
     Snapshot,
     TopicRecord,
 )
+from mqgate.sqlschema import create_all_shared
 
 _meta: Final = sa.MetaData()
 
@@ -142,7 +143,7 @@ class SqlRegistry:
 
     def create_schema(self) -> None:
         try:
-            _meta.create_all(self.engine)
+            create_all_shared(_meta, self.engine)
             self._add_new_columns()
             with self.engine.begin() as conn:
                 if conn.execute(sa.select(version.c.version)).first() is None:

@@ -28,6 +28,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from mqgate.services.context import Context
+from mqgate.sqlschema import create_all_shared
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +109,7 @@ class MetricsHistory:
         self._lock = asyncio.Lock()
 
     async def start(self) -> None:
-        await asyncio.to_thread(meta.create_all, self.engine)
+        await asyncio.to_thread(create_all_shared, meta, self.engine)
         self._last, self._last_ms = self.read(), _now_ms()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="metrics-history")
 

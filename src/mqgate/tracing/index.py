@@ -20,6 +20,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from mqgate.errors import Unavailable
+from mqgate.sqlschema import create_all_shared
 from mqgate.tracing.events import decode_event
 from mqgate.tracing.paths import MessagePath, build_path
 
@@ -110,7 +111,7 @@ class TraceIndex:
 
     def create_schema(self) -> None:
         try:
-            _meta.create_all(self.engine)
+            create_all_shared(_meta, self.engine)
         except IntegrityError:
             pass  # another process created them at the same moment
         except SQLAlchemyError as exc:
