@@ -53,6 +53,20 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("mqgate_errors", "Error answers", ["route", "status"], registry=r)
+        self.alerts_active = Gauge("mqgate_alerts_active", "Active alerts", ["kind"], registry=r)
+        self.alert_notifications = Counter(
+            "mqgate_alert_notifications",
+            "Alert notifications by status (firing, resolved) and outcome (sent; failed: every "
+            "attempt failed; dropped: too many waiting)",
+            ["status", "outcome"],
+            registry=r,
+        )
+        self.alert_webhook_errors = Counter(
+            "mqgate_alert_webhook_errors",
+            "Failed alert webhook attempts by reason (timeout, connection, http_<status>)",
+            ["reason"],
+            registry=r,
+        )
 
         self._children: dict[tuple[int, tuple[str, ...]], Any] = {}
 

@@ -88,6 +88,19 @@ class Settings:
     # Where `mqgate analytics --out <reports_dir>/<project>` reports are shown from in the
     # console's project page; empty = <data_dir>/reports.
     reports_dir: str = ""
+    # Alerts (SPEC G9, docs/CONSOLE.md "Alerts"): every gateway checks the rules this often; an
+    # alert that fires or resolves is POSTed as JSON to the webhook (empty: no notifications),
+    # each attempt within the timeout, at most this many attempts. With a secret, each POST
+    # carries X-Mqgate-Signature: sha256=<HMAC-SHA256 of the body under the secret>.
+    alert_check_interval_s: float = 10.0
+    alert_webhook_url: str = ""
+    alert_webhook_timeout_s: float = 5.0
+    alert_webhook_attempts: int = 3
+    alert_webhook_secret: str = ""
+    # A consumer alerts when at least this many of its messages were dead-lettered within the
+    # window (0: no dead-letter alerts).
+    alert_dead_letters: int = 1
+    alert_dead_letter_window_s: float = 300.0
 
     @property
     def fsync_interval_ms(self) -> int | None:

@@ -17,6 +17,7 @@ from mqgate.api.http import Router
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console, with_console
 from mqgate.console.throttle import Limits
+from mqgate.services.alerts import Alerts
 from mqgate.services.gateway import Gateway
 from mqgate.settings import load_settings
 
@@ -28,6 +29,15 @@ def gateway_of(app: Any) -> Gateway:
         if isinstance(gateway, Gateway):
             return gateway
     raise RuntimeError("no gateway found in the app's routes")
+
+
+def alerts_of(app: Any) -> Alerts:
+    """The alert checks build_app made (the alerts route holds them)."""
+    for route in app.router.routes:
+        alerts = getattr(getattr(route.handler, "__self__", None), "alerts", None)
+        if isinstance(alerts, Alerts):
+            return alerts
+    raise RuntimeError("no alerts found in the app's routes")
 
 
 def main(argv: list[str]) -> None:
@@ -42,6 +52,7 @@ def main(argv: list[str]) -> None:
         settings,
         settings.resolved_registry_url(),
         limits=Limits(per_user=per_user, per_ip=per_ip, window_ms=10 * 60 * 1000),
+        alerts=alerts_of(api),
     )
     gateway.metrics_history.sample_every_s = 1.0  # charts fill within seconds
     api.router = Router(audited_routes(api.router.routes, gateway, console.console.engine))

@@ -18,6 +18,7 @@ from mqgate.api.http import App, Router
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import build_openapi
 from mqgate.api.routes_admin import AdminRoutes
+from mqgate.api.routes_alerts import AlertRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
@@ -34,6 +35,7 @@ from mqgate.registry.cache import Notices, RegistryCache
 from mqgate.registry.sql import SqlRegistry
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Scheduler
+from mqgate.services.alerts import Alerts
 from mqgate.services.context import Context
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
@@ -203,6 +205,7 @@ def build_app(settings: Settings) -> App:
         )
     )
     limits = SettingsLimits(settings)
+    alerts = Alerts(gateway, sql.engine)
     log_routes = LogRoutes(gateway)
     routes = [
         *DataRoutes(gateway).routes(),
@@ -210,6 +213,7 @@ def build_app(settings: Settings) -> App:
         *AdminRoutes(gateway, limits).routes(),
         *DeadLetterRoutes(gateway).routes(),
         *ProjectRoutes(gateway).routes(),
+        *AlertRoutes(alerts).routes(),
     ]
     routes = audited_routes(routes, gateway, sql.engine)  # every admin change in the audit log
     log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
@@ -218,9 +222,11 @@ def build_app(settings: Settings) -> App:
     async def startup() -> None:
         await backends.start()
         await gateway.start()
+        await alerts.start()
         log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
     async def shutdown() -> None:
+        await alerts.stop()
         await gateway.stop()
         await backends.stop()
 
@@ -229,7 +235,7 @@ def build_app(settings: Settings) -> App:
         if status >= 400:
             metrics.child(metrics.errors, route, str(status)).inc()
 
-    console = build_console(gateway, settings, sql.engine)
+    console = build_console(gateway, settings, sql.engine, alerts=alerts)
     return App(
         Router(routes),
         guard,

@@ -188,10 +188,6 @@ class AdminRoutes:
         c = await self.gw.topology.update_consumer(inp.name, alert_backlog=inp.backlog)
         return Response(a.AlertSetOut(name=c.name, backlog=c.alert_backlog))
 
-    async def alerts(self, req: Request) -> Response:
-        alerts = await self.gw.operations.alerts()
-        return Response(a.AlertsOut(alerts=[out(alert, a.AlertOut) for alert in alerts]))
-
     def routes(self) -> list[Route]:
         consumer = "/admin/consumers/{name}"
         return [
@@ -382,14 +378,4 @@ class AdminRoutes:
             ),
             *self._token_routes("producer"),
             *self._token_routes("consumer"),
-            Route(
-                "GET",
-                "/admin/alerts",
-                self.alerts,
-                "admin",
-                "Active backlog alerts",
-                None,
-                a.AlertsOut,
-                body="none",
-            ),
-        ]
+        ]  # GET /admin/alerts: routes_alerts.py

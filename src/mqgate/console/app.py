@@ -42,6 +42,7 @@ from mqgate.console.web import (
     send_response,
 )
 from mqgate.errors import Forbidden, MqgateError, NotFound
+from mqgate.services.alerts import Alerts
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
 
@@ -79,6 +80,9 @@ class Route:
     path: str  # "{name}" segments are parameters
     handler: Handler
     public: bool = False  # reachable without signing in (sign-in itself, static files)
+    # A part of a page its script fetches again (live figures): without a session it answers
+    # 403 instead of sending the browser to the sign-in page.
+    fragment: bool = False
 
 
 class Console:
@@ -94,8 +98,10 @@ class Console:
         limits: Limits,
         providers: list[IdentityProvider],
         mount: str,
+        alerts: Alerts | None = None,
     ) -> None:
         self.gateway = gateway
+        self.alerts = alerts  # the gateway's alert checks (None: a console without them)
         self.settings = settings
         self.engine = engine
         self.mount = mount
@@ -192,13 +198,14 @@ class ConsoleApp:
         if not (path == c.mount or path.startswith(c.mount + "/")):  # "/" of the gateway: here
             return await send_response(send, redirect(c.url("/")))
         v = Visit(WebRequest(scope["method"], "/", {}, {}, "", False))
+        started = time.perf_counter()
         try:
             v.req = await read_request(scope, receive, c.mount)
             route, v.params = self._match(v.req.method, v.req.path)
             if not route.public:
                 await self._identify(v)
                 if v.user is None:
-                    if v.req.method == "GET":
+                    if v.req.method == "GET" and not route.fragment:
                         return await send_response(send, redirect(c.url("/signin?next=") + c.url(v.req.path)))
                     raise Forbidden("sign in first (no session)")
                 if v.req.method == "POST":
@@ -209,6 +216,8 @@ class ConsoleApp:
         except Exception:
             log.exception("console error on %s %s", scope["method"], scope["path"])
             response = self._error(v, 500, "internal error", None)
+        took_ms = (time.perf_counter() - started) * 1000  # the page's server time, for benchmarks
+        response.headers.append((b"server-timing", b"app;dur=%.2f" % took_ms))
         await send_response(send, response)
 
     async def _identify(self, v: Visit) -> None:
@@ -270,6 +279,7 @@ def build_console(
     limits: Limits | None = None,
     providers: list[IdentityProvider] | None = None,
     mount: str = MOUNT,
+    alerts: Alerts | None = None,
 ) -> ConsoleApp:
     """The console for one gateway process, as an ASGI app answering under `mount`. Its tables
     are made in the registry's database if they are not there yet."""
@@ -285,6 +295,7 @@ def build_console(
         limits=limits or Limits(),
         providers=providers or [],
         mount=mount,
+        alerts=alerts,
     )
     routes = [Route("GET", "/static/{file}", static_file, public=True), *all_routes(console)]
     return ConsoleApp(console, routes)

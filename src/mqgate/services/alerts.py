@@ -1,0 +1,385 @@
+"""Alerts with webhook notifications (SPEC G9, issue 13).
+
+Every `alert_check_interval_s` each gateway evaluates the rules of mqgate.core.alerts (a
+consumer's lag over its threshold; dead letters growing) and applies what changed to the table
+`mqgate_alerts` in the registry's database, which every gateway shares. A transition is claimed
+there by a conditional UPDATE (or the INSERT of a new key): of several gateways seeing the same
+alert fire or resolve, exactly one wins, and only the winner notifies. So an alert that stays
+active is never notified twice, across gateways and restarts.
+
+A notification is a JSON POST (mqgate.core.alerts.notification) to `alert_webhook_url`, sent by
+a task of its own from a bounded queue: each attempt within `alert_webhook_timeout_s`, at most
+`alert_webhook_attempts` attempts with a doubling pause between them (a 4xx other than 408 and
+429 is not tried again). A failed attempt is logged and counted (`mqgate_alert_webhook_errors`),
+a notification given up is counted (`mqgate_alert_notifications{outcome="failed"}`); nothing of
+it waits in a request's path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import hmac
+import json
+import logging
+import socket
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any, Final
+
+import sqlalchemy as sa
+from sqlalchemy.exc import IntegrityError
+
+from mqgate.core.alerts import (
+    CONSUMER_GONE,
+    DEAD_LETTERS,
+    FIRING,
+    KINDS,
+    LAG,
+    RESOLVED,
+    UNSURE,
+    Clear,
+    Condition,
+    DeadLetterWatch,
+    Decision,
+    Verdict,
+    alert_key,
+    decide,
+    lag_verdict,
+    notification,
+)
+from mqgate.errors import BadRequest, MqgateError, NotFound
+from mqgate.metrics import Metrics
+from mqgate.names import dlq_topic
+from mqgate.registry.records import DEFAULT_PROJECT
+from mqgate.services.context import now_ms
+from mqgate.services.gateway import Gateway
+from mqgate.settings import Settings
+from mqgate.sqlschema import create_all_shared
+
+log = logging.getLogger(__name__)
+
+QUEUE_SIZE: Final = 1000  # notifications waiting for the webhook; more are dropped (and counted)
+FIRST_PAUSE_S: Final = 0.5  # between attempts: 0.5 s, 1 s, 2 s, ...
+READ_CHUNK: Final = 200  # dead-letter counts read at once
+
+meta: Final = sa.MetaData()
+table = sa.Table(
+    "mqgate_alerts",
+    meta,
+    sa.Column("key", sa.String(300), primary_key=True),  # "<kind>:<consumer>"
+    sa.Column("kind", sa.String(32), nullable=False),
+    sa.Column("consumer", sa.String(200), nullable=False),
+    sa.Column("topic", sa.String(200), nullable=False),
+    sa.Column("project", sa.String(128), nullable=False),
+    sa.Column("state", sa.String(16), nullable=False),  # firing, resolved
+    sa.Column("value", sa.BigInteger, nullable=False),
+    sa.Column("peak", sa.BigInteger, nullable=False),
+    sa.Column("threshold", sa.BigInteger, nullable=False),
+    sa.Column("window_s", sa.Float, nullable=False),
+    sa.Column("summary", sa.Text, nullable=False),
+    sa.Column("since_ms", sa.BigInteger, nullable=False),
+    sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    sa.Column("resolved_ms", sa.BigInteger, nullable=True),
+    sa.Column("reason", sa.String(64), nullable=True),
+)
+
+
+Row = dict[str, Any]  # an alert's row, as a notification is made from it
+
+
+@dataclass(slots=True, frozen=True)
+class ActiveAlert:
+    key: str
+    kind: str
+    consumer: str
+    topic: str
+    project: str
+    value: int
+    peak: int
+    threshold: int
+    window_s: float
+    summary: str
+    since_ms: int
+    updated_ms: int
+
+
+def check_settings(s: Settings) -> None:
+    """The alert settings, refused at start-up naming the one that is wrong."""
+    if s.alert_check_interval_s <= 0:
+        raise BadRequest("alert_check_interval_s must be more than 0", field="alert_check_interval_s")
+    if s.alert_webhook_url and not s.alert_webhook_url.startswith(("http://", "https://")):
+        raise BadRequest("alert_webhook_url must be an http:// or https:// URL", field="alert_webhook_url")
+    if s.alert_webhook_timeout_s <= 0:
+        raise BadRequest("alert_webhook_timeout_s must be more than 0", field="alert_webhook_timeout_s")
+    if s.alert_webhook_attempts < 1:
+        raise BadRequest("alert_webhook_attempts must be 1 or more", field="alert_webhook_attempts")
+    if s.alert_dead_letters < 0:
+        raise BadRequest("alert_dead_letters must be 0 (off) or more", field="alert_dead_letters")
+    if s.alert_dead_letter_window_s <= 0:
+        raise BadRequest("alert_dead_letter_window_s must be more than 0", field="alert_dead_letter_window_s")
+
+
+class AlertTable:
+    """The shared active alerts, in SQL (called off the event loop)."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+
+    def create(self) -> None:
+        create_all_shared(meta, self.engine)
+
+    def active(self) -> list[ActiveAlert]:
+        c = table.c
+        cols = [getattr(c, f) for f in ActiveAlert.__dataclass_fields__]
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(*cols).where(c.state == FIRING).order_by(c.since_ms, c.key)).all()
+        return [ActiveAlert(*r) for r in rows]
+
+    def apply(
+        self, d: Decision, active: list[ActiveAlert], now: int
+    ) -> tuple[list[Row], list[tuple[Row, str]]]:
+        """Make the decision's changes; the rows of the transitions this call won: (fired,
+        [(row, reason)] resolved)."""
+        fired = [row for cond in d.fire if (row := self._fire(cond, now)) is not None]
+        resolved = [(row, clear.reason) for key, clear in d.resolve
+                    if (row := self._resolve(key, clear, now)) is not None]  # fmt: skip
+        known = {a.key: a for a in active}
+        changed = [k for k in d.keep if k.key in known and known[k.key].value != k.value]
+        if changed:
+            c = table.c
+            stmt = (
+                sa.update(table)
+                .where(c.key == sa.bindparam("k"), c.state == FIRING)
+                .values(value=sa.bindparam("v"), summary=sa.bindparam("s"), updated_ms=now,
+                        peak=sa.case((c.peak < sa.bindparam("v"), sa.bindparam("v")), else_=c.peak))
+            )  # fmt: skip
+            with self.engine.begin() as conn:
+                conn.execute(stmt, [{"k": k.key, "v": k.value, "s": k.summary} for k in changed])
+        return fired, resolved
+
+    def _fire(self, cond: Condition, now: int) -> Row | None:
+        values = {
+            "key": cond.key, "kind": cond.kind, "consumer": cond.consumer, "topic": cond.topic,
+            "project": cond.project, "state": FIRING, "value": cond.value, "peak": cond.value,
+            "threshold": cond.threshold, "window_s": cond.window_s, "summary": cond.summary,
+            "since_ms": now, "updated_ms": now, "resolved_ms": None, "reason": None,
+        }  # fmt: skip
+        c = table.c
+        try:
+            with self.engine.begin() as conn:
+                won = conn.execute(
+                    sa.update(table).where(c.key == cond.key, c.state == RESOLVED).values(**values)
+                ).rowcount
+                if not won:
+                    conn.execute(sa.insert(table).values(**values))  # a new key; fails if another has it
+        except IntegrityError:
+            return None  # another gateway raised it first (or it is still firing)
+        return values
+
+    def _resolve(self, key: str, clear: Clear, now: int) -> Row | None:
+        c = table.c
+        with self.engine.begin() as conn:
+            row = conn.execute(sa.select(table).where(c.key == key, c.state == FIRING)).mappings().first()
+            if row is None:
+                return None
+            mine = c.key == key, c.state == FIRING
+            change = {"state": RESOLVED, "resolved_ms": now, "updated_ms": now, "reason": clear.reason}
+            if clear.value is not None:
+                change["value"] = clear.value
+            if clear.reason == CONSUMER_GONE:  # its row goes with it
+                won = conn.execute(sa.delete(table).where(*mine)).rowcount
+            else:
+                won = conn.execute(sa.update(table).where(*mine).values(**change)).rowcount
+        return {**row, **change} if won else None
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> int:
+    """One POST; its status (a redirect is not followed: it is a failure)."""
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with _OPENER.open(request, timeout=timeout_s) as answer:
+        answer.read(64 * 1024)
+        return int(answer.status)
+
+
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER: Final = urllib.request.build_opener(_NoRedirects())
+
+
+def failure_reason(exc: BaseException) -> str:
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"http_{exc.code}"
+    if isinstance(exc, TimeoutError) or "timed out" in str(exc):
+        return "timeout"
+    return "connection"
+
+
+class Webhook:
+    """Notifications, POSTed one after another by a task of their own."""
+
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        self.url = settings.alert_webhook_url
+        self.timeout_s = settings.alert_webhook_timeout_s
+        self.attempts = settings.alert_webhook_attempts
+        self.secret = settings.alert_webhook_secret.encode()
+        self.metrics = metrics
+        self.queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue(QUEUE_SIZE)
+
+    def send(self, body: dict[str, Any]) -> None:
+        try:
+            self.queue.put_nowait(body)
+        except asyncio.QueueFull:
+            log.error("alert webhook: %d notifications waiting; dropped: %s", QUEUE_SIZE, body["summary"])
+            self._count(body, "dropped")
+
+    def _count(self, body: dict[str, Any], outcome: str) -> None:
+        m = self.metrics
+        m.child(m.alert_notifications, body["status"], outcome).inc()
+
+    async def run(self) -> None:
+        while True:
+            body = await self.queue.get()
+            await self.deliver(body)
+
+    async def deliver(self, body: dict[str, Any]) -> bool:
+        data = json.dumps(body, separators=(",", ":")).encode()
+        headers = {"Content-Type": "application/json", "User-Agent": "mqgate-alerts"}
+        if self.secret:
+            digest = hmac.new(self.secret, data, hashlib.sha256).hexdigest()
+            headers["X-Mqgate-Signature"] = "sha256=" + digest
+        pause = FIRST_PAUSE_S
+        for attempt in range(1, self.attempts + 1):
+            try:
+                status = await asyncio.to_thread(_post, self.url, data, headers, self.timeout_s)
+                self._count(body, "sent")
+                log.info("alert webhook: %s %s (HTTP %d)", body["status"], body["key"], status)
+                return True
+            except Exception as exc:
+                reason = failure_reason(exc)
+                self.metrics.child(self.metrics.alert_webhook_errors, reason).inc()
+                log.warning("alert webhook: attempt %d/%d for %s %s: %s (%s)", attempt, self.attempts,
+                            body["status"], body["key"], reason, exc)  # fmt: skip
+                permanent = reason.startswith("http_4") and reason not in ("http_408", "http_429")
+                if permanent or attempt == self.attempts:
+                    break
+                await asyncio.sleep(pause)
+                pause *= 2
+        self._count(body, "failed")
+        log.error("alert webhook: gave up on %s %s: %s", body["status"], body["key"], body["summary"])
+        return False
+
+
+class Alerts:
+    """The alert checks of one gateway process, and what it shows of them."""
+
+    def __init__(self, gateway: Gateway, engine: sa.Engine, *, source: str | None = None) -> None:
+        settings = gateway.ctx.settings
+        check_settings(settings)
+        self.gateway = gateway
+        self.interval_s = settings.alert_check_interval_s
+        self.table = AlertTable(engine)
+        window_ms = int(settings.alert_dead_letter_window_s * 1000)
+        self.dead_letters = DeadLetterWatch(settings.alert_dead_letters, window_ms)
+        self.webhook = Webhook(settings, gateway.ctx.metrics) if settings.alert_webhook_url else None
+        self.source = source or f"{socket.gethostname()}:{settings.port}"
+        self.active: list[ActiveAlert] = []  # as of the last check
+        self.checked_ms = 0
+        self._lock = asyncio.Lock()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self.table.create)
+        self.active = await asyncio.to_thread(self.table.active)
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._run(), name="alerts")]
+        if self.webhook is not None:
+            self._tasks.append(loop.create_task(self.webhook.run(), name="alert-webhook"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self.webhook is not None and self.webhook.queue.qsize():
+            log.warning("alert webhook: %d notifications not sent at shutdown", self.webhook.queue.qsize())
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval_s)
+            try:
+                await self.check()
+            except Exception as exc:  # the database or the store is away: the next check tries again
+                log.warning("alert check failed: %r", exc)
+                self.gateway.ctx.health.fault("background", "alerts", repr(exc))
+
+    async def check(self) -> list[ActiveAlert]:
+        """Evaluate every rule now, record what changed, notify the transitions this gateway
+        won; the active alerts after it (every gateway's)."""
+        async with self._lock:
+            now = now_ms()
+            verdicts = await self._verdicts(now)
+            before = await asyncio.to_thread(self.table.active)
+            decision = decide((a.key for a in before), verdicts)
+            fired, resolved = await asyncio.to_thread(self.table.apply, decision, before, now)
+            self.active = await asyncio.to_thread(self.table.active)
+            self.checked_ms = now
+            for row in fired:
+                self._notify(notification(FIRING, row, gateway=self.source, at_ms=now))
+            for row, reason in resolved:
+                self._notify(notification(RESOLVED, row, gateway=self.source, at_ms=now, reason=reason))
+            m = self.gateway.ctx.metrics
+            for kind in KINDS:
+                m.child(m.alerts_active, kind).set(sum(a.kind == kind for a in self.active))
+            return self.active
+
+    def _notify(self, body: dict[str, Any]) -> None:
+        log.warning("alert %s: %s", body["status"], body["summary"])
+        if self.webhook is not None:
+            self.webhook.send(body)
+
+    async def _verdicts(self, now: int) -> dict[str, Verdict]:
+        ctx = self.gateway.ctx
+        snap = ctx.registry.snapshot
+        consumers = list(snap.consumers.values())
+        verdicts: dict[str, Verdict] = {}
+        for c in consumers:
+            t = snap.topics.get(c.topic)
+            project = (t.project if t is not None else "") or DEFAULT_PROJECT
+            verdicts[alert_key(LAG, c.name)] = await self._lag(c.name, c.topic, project, c.alert_backlog)
+        counts: list[Any] = []
+        if self.dead_letters.threshold > 0:
+            for i in range(0, len(consumers), READ_CHUNK):
+                chunk = consumers[i : i + READ_CHUNK]
+                reads = (ctx.store.bounds(dlq_topic(c.name)) for c in chunk)
+                counts += await asyncio.gather(*reads, return_exceptions=True)
+        self.dead_letters.keep_only(c.name for c in consumers)
+        for i, c in enumerate(consumers):
+            key = alert_key(DEAD_LETTERS, c.name)
+            if counts and isinstance(counts[i], list) and counts[i]:
+                self.dead_letters.observe(c.name, counts[i][0].max, now)
+            elif counts:  # its DLQ could not be read (just made or deleted, store away)
+                verdicts[key] = UNSURE
+                continue
+            t = snap.topics.get(c.topic)
+            project = (t.project if t is not None else "") or DEFAULT_PROJECT
+            verdicts[key] = self.dead_letters.verdict(c.name, c.topic, project, now)
+        return verdicts
+
+    async def _lag(self, name: str, topic: str, project: str, threshold: int) -> Verdict:
+        if threshold <= 0:
+            return lag_verdict(name, topic, project, 0, threshold)
+        try:
+            lag = (await self.gateway.operations.progress(name)).lag
+        except NotFound:
+            return UNSURE  # deleted since the snapshot: the next check no longer lists it
+        except MqgateError as exc:
+            log.warning("alert check: lag of %s: %s", name, exc.message)
+            return UNSURE
+        return lag_verdict(name, topic, project, lag, threshold)
