@@ -9,6 +9,7 @@ def all_routes(c: Console) -> list[Route]:
     from mqgate.console.pages.admin import AdminPages
     from mqgate.console.pages.auth import AuthPages
     from mqgate.console.pages.charts import ChartPages
+    from mqgate.console.pages.live import LivePages
     from mqgate.console.pages.messages import MessagePages
     from mqgate.console.pages.operations import OperationsPages
     from mqgate.console.pages.projects import ProjectPages
@@ -17,5 +18,5 @@ def all_routes(c: Console) -> list[Route]:
     from mqgate.console.pages.traces import TracePages
 
     groups = (AuthPages, OperationsPages, TopologyPages, MessagePages, SelfServicePages, AdminPages,
-              ProjectPages, TracePages, ChartPages)  # fmt: skip
+              ProjectPages, TracePages, ChartPages, LivePages)  # fmt: skip
     return [route for group in groups for route in group(c).routes()]

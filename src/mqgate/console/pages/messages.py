@@ -122,9 +122,13 @@ class MessagePages:
             raise BadRequest(f"as must be one of {', '.join(VIEWS)}", field="as")
         rows: list[dict[str, Any]] = []
         scanned = 0
+        tail_from = ""
         if topic:
             require_view(v, self._project(topic))
             rows, scanned = await self.find(v, topic)
+            queue = v.req.int_arg("queue")
+            ends = await self.c.gateway.log_reading.bounds(topic)  # a tail starts at the end now
+            tail_from = ",".join(f"{b.queue}:{b.max}" for b in ends if queue is None or b.queue == queue)
             fmt = v.req.arg("format")
             if fmt == "json":
                 body = json.dumps(rows, indent=2, ensure_ascii=False).encode()
@@ -143,6 +147,8 @@ class MessagePages:
             q=query,
             views=VIEWS,
             export_query=urlencode({k: val for k, val in query.items() if val}),
+            tail_query=urlencode({k: query[k] for k in ("topic", "queue", "as") if query[k]}),
+            tail_from=tail_from,
         )
 
     async def dead_letters(self, v: Visit) -> WebResponse:

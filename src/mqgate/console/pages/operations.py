@@ -16,6 +16,7 @@ from mqgate.console.projects import project_of
 from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest
 from mqgate.registry.records import ConsumerRecord
+from mqgate.services.alerts import ActiveAlert
 from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
 
 OVERVIEW_CONSUMERS = 200  # lag is read for at most this many consumers per overview
@@ -55,18 +56,45 @@ def parse_time(text: str) -> int:
     return int(moment.timestamp() * 1000)
 
 
+def active_alerts(c: Console, consumers: set[str]) -> list[ActiveAlert]:
+    return [a for a in c.alerts.active if a.consumer in consumers] if c.alerts is not None else []
+
+
+async def overview_figures(c: Console, v: Visit) -> dict[str, Any]:
+    """What the overview's live part shows: active alerts, consumers with lag and dead letters."""
+    ops = c.gateway.operations
+    consumers = visible_consumers(c, v)
+    shown = consumers[:OVERVIEW_CONSUMERS]
+    progress = await asyncio.gather(*(ops.progress(x.name) for x in shown), return_exceptions=True)
+    rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
+    return {
+        "rows": rows,
+        "more": len(consumers) - len(shown),
+        "alerts": active_alerts(c, {x.name for x in consumers}),
+        "checking": c.alerts is not None,
+        "checked_ms": c.alerts.checked_ms if c.alerts is not None else 0,
+    }
+
+
+async def consumer_in_view(c: Console, v: Visit, change: bool = False) -> tuple[ConsumerRecord, str]:
+    rec = await c.gateway.topology.consumer(v.params["name"])
+    project = project_of(snapshot(c), rec)
+    (require_change if change else require_view)(v, project)
+    return rec, project
+
+
+async def consumer_figures(c: Console, v: Visit) -> dict[str, Any]:
+    """What a consumer's live part shows: its state, lag and progress per queue, its alerts."""
+    rec, project = await consumer_in_view(c, v)
+    progress = await c.gateway.operations.progress(rec.name)
+    return {"c": rec, "p": progress, "project": project, "alerts": active_alerts(c, {rec.name})}
+
+
 class OperationsPages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
     async def overview(self, v: Visit) -> WebResponse:
-        ops = self.c.gateway.operations
-        consumers = visible_consumers(self.c, v)
-        shown = consumers[:OVERVIEW_CONSUMERS]
-        progress = await asyncio.gather(*(ops.progress(x.name) for x in shown), return_exceptions=True)
-        rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
-        names = {x.name for x in consumers}
-        alerts = [a for a in await ops.alerts() if a.consumer in names]
         span = v.req.arg("range", "hour")
         return self.c.page(
             v,
@@ -75,28 +103,20 @@ class OperationsPages:
             span=span,
             spans=SPANS,
             topics=topics_of(self.c, v),
-            rows=rows,
-            more=len(consumers) - len(shown),
-            alerts=alerts,
+            **await overview_figures(self.c, v),
         )
 
     async def _consumer(self, v: Visit, change: bool) -> tuple[ConsumerRecord, str]:
-        rec = await self.c.gateway.topology.consumer(v.params["name"])
-        project = project_of(snapshot(self.c), rec)
-        (require_change if change else require_view)(v, project)
-        return rec, project
+        return await consumer_in_view(self.c, v, change)
 
     async def consumer(self, v: Visit) -> WebResponse:
-        rec, project = await self._consumer(v, change=False)
-        progress = await self.c.gateway.operations.progress(rec.name)
+        figures = await consumer_figures(self.c, v)
         return self.c.page(
             v,
             "consumer.html",
-            c=rec,
-            p=progress,
-            project=project,
-            can_change=v.principal.can_change(project),
+            can_change=v.principal.can_change(figures["project"]),
             targets=RESET_TARGETS,
+            **figures,
         )
 
     def _reset_args(self, v: Visit) -> dict[str, Any]:

@@ -16,17 +16,82 @@ document.addEventListener("click", (e) => {
   const back = e.target.closest("[data-back]");
   if (back && history.length > 1) { e.preventDefault(); history.back(); }
 });
-// Parts marked data-live are fetched again every 5 s and swapped in place.
-const live = document.querySelectorAll("[data-live]");
-if (live.length) {
-  setInterval(async () => {
-    if (document.hidden) return;
-    const answer = await fetch(location.href, { credentials: "same-origin" });
-    if (!answer.ok) return;
-    const fresh = new DOMParser().parseFromString(await answer.text(), "text/html");
-    live.forEach((part) => {
-      const next = fresh.querySelector(`[data-live="${part.dataset.live}"]`);
-      if (next) part.innerHTML = next.innerHTML;
-    });
-  }, 5000);
+// Live parts: an element with data-live-src is fetched again every data-live-every seconds
+// (while the tab is visible), with the ETag of the last answer: an unchanged part is a bodiless
+// 304, a changed one is swapped in place. [data-live-stamp=<id>] says when it last answered.
+document.querySelectorAll("[data-live-src]").forEach((part) => {
+  const every = Number(part.dataset.liveEvery || 5) * 1000;
+  const stamp = document.querySelector(`[data-live-stamp="${part.id}"]`);
+  const say = (text) => { if (stamp) stamp.textContent = text; };
+  let tag = "";
+  const poll = async () => {
+    if (!document.hidden) {
+      try {
+        const answer = await fetch(part.dataset.liveSrc, {
+          credentials: "same-origin", cache: "no-store", headers: tag ? { "If-None-Match": tag } : {},
+        });
+        if (answer.status === 403) { say("not updating: the session ended (reload to sign in)"); return; }
+        if (answer.status === 200) { tag = answer.headers.get("ETag") || ""; part.innerHTML = await answer.text(); }
+        if (answer.status === 200 || answer.status === 304) say(`updated ${new Date().toLocaleTimeString()}`);
+        else say(`not updated: the gateway answered ${answer.status}`);
+      } catch (err) {
+        say("not updated: the gateway does not answer");
+      }
+    }
+    setTimeout(poll, every);
+  };
+  setTimeout(poll, every);
+});
+// The message browser's tail: new messages of the topic appended as they come (read from the
+// log, nothing consumed), from the end of each queue when the page was made.
+const tail = document.getElementById("tail-toggle");
+if (tail) {
+  const rows = document.querySelector("#messages tbody");
+  const status = document.getElementById("tail-status");
+  let from = tail.dataset.tailFrom;
+  let run = 0; // each start gets a number: an old loop ends when it is not the current one
+  let seen = 0;
+  const step = async (mine) => {
+    if (mine !== run) return;
+    try {
+      const answer = await fetch(`${tail.dataset.tail}&from=${encodeURIComponent(from)}`, {
+        credentials: "same-origin", cache: "no-store",
+      });
+      if (mine !== run) return;
+      if (answer.status === 403) { status.textContent = "stopped: the session ended (reload to sign in)"; run += 1; return; }
+      if (answer.ok) {
+        const found = await answer.json();
+        from = found.next;
+        if (found.count) {
+          const empty = rows.querySelector("[data-empty]");
+          if (empty) empty.remove();
+          rows.insertAdjacentHTML("beforeend", found.rows);
+          while (rows.rows.length > 1000) rows.deleteRow(0);
+          seen += found.count;
+        }
+        status.textContent = `following: ${seen} new since ${tail.dataset.since}`;
+      } else {
+        status.textContent = `the gateway answered ${answer.status}; trying again`;
+      }
+    } catch (err) {
+      status.textContent = "the gateway does not answer; trying again";
+    }
+    setTimeout(() => step(mine), 1000);
+  };
+  tail.addEventListener("click", () => {
+    const on = tail.getAttribute("aria-pressed") !== "true";
+    tail.setAttribute("aria-pressed", String(on));
+    tail.textContent = on ? "Stop following" : "Follow new messages";
+    run += 1;
+    if (on) {
+      if (!tail.dataset.since) {
+        tail.dataset.since = new Date().toLocaleTimeString();
+        rows.insertAdjacentHTML("beforeend", '<tr class="tail-mark"><td colspan="8">New messages below</td></tr>');
+      }
+      status.textContent = "following…";
+      step(run);
+    } else {
+      status.textContent = `stopped: ${seen} new shown`;
+    }
+  });
 }
