@@ -111,6 +111,7 @@ class Console:
         self.audit = AuditLog(engine)
         self.applications = Applications(engine, gateway.ctx.secret)
         self.providers = providers
+        self.cache: dict[str, Any] = {}  # what pages derive from a registry snapshot, for it
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,

@@ -375,6 +375,7 @@ class Alerts:
     async def _lag(self, name: str, topic: str, project: str, threshold: int) -> Verdict:
         if threshold <= 0:
             return lag_verdict(name, topic, project, 0, threshold)
+        await asyncio.sleep(0)  # thousands of reads, each maybe without a pause: let requests in
         try:
             lag = (await self.gateway.operations.progress(name)).lag
         except NotFound:

@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
-from typing import Any
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlencode
 
 import msgspec
 
 from mqgate.console.app import Console, Visit
 from mqgate.console.projects import project_of, user_topics
+from mqgate.console.web import WebResponse
 from mqgate.errors import BadRequest, Forbidden
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+
+T = TypeVar("T")
+
+
+def fragment(console: Console, v: Visit, template: str, /, **values: Any) -> WebResponse:
+    """A part of a page (static/console.js fetches it again); 304 without a body when the
+    browser has it already (its ETag)."""
+    response = console.page(v, template, **values)
+    tag = b'"%s"' % hashlib.blake2b(response.body, digest_size=12).hexdigest().encode()
+    if v.req.headers.get(b"if-none-match") == tag:
+        return WebResponse(b"", 304, headers=[(b"etag", tag)])
+    response.headers.append((b"etag", tag))
+    return response
 
 
 def snapshot(c: Console) -> Snapshot:
@@ -31,21 +49,56 @@ def require_admin(v: Visit) -> None:
         raise Forbidden("this needs the admin role", field="role")
 
 
-def visible_topics(c: Console, v: Visit) -> list[TopicRecord]:
+@dataclass(slots=True, frozen=True)
+class Listing:
+    """A snapshot's records by name, each with its project: made once per snapshot, as pages
+    list thousands of them for every request."""
+
+    snap: Snapshot
+    topics: list[tuple[TopicRecord, str]]  # the topics people made (user_topics)
+    consumers: list[tuple[ConsumerRecord, str]]
+    producers: list[tuple[ProducerRecord, str]]
+
+
+def listing(c: Console) -> Listing:
     snap = snapshot(c)
-    return [t for t in user_topics(snap) if v.principal.can_view(project_of(snap, t))]
+    found: Listing | None = c.cache.get("listing")
+    if found is None or found.snap is not snap:
+        by_name = lambda rec: rec.name  # noqa: E731
+        found = c.cache["listing"] = Listing(
+            snap,
+            [(t, project_of(snap, t)) for t in user_topics(snap)],
+            [(x, project_of(snap, x)) for x in sorted(snap.consumers.values(), key=by_name)],
+            [(x, project_of(snap, x)) for x in sorted(snap.producers.values(), key=by_name)],
+        )
+    return found
+
+
+def _visible(v: Visit, records: list[tuple[T, str]]) -> list[T]:
+    me = v.principal
+    if me.is_admin:
+        return [rec for rec, _ in records]
+    allowed: dict[str, bool] = {}
+    out = []
+    for rec, project in records:
+        seen = allowed.get(project)
+        if seen is None:
+            seen = allowed[project] = me.can_view(project)
+        if seen:
+            out.append(rec)
+    return out
+
+
+def visible_topics(c: Console, v: Visit) -> list[TopicRecord]:
+    return _visible(v, listing(c).topics)
 
 
 def visible_consumers(c: Console, v: Visit) -> list[ConsumerRecord]:
-    snap = snapshot(c)
-    found = [x for x in snap.consumers.values() if v.principal.can_view(project_of(snap, x))]
-    return sorted(found, key=lambda x: x.name)
+    return _visible(v, listing(c).consumers)
 
 
 def visible_producers(c: Console, v: Visit) -> list[ProducerRecord]:
-    snap = snapshot(c)
-    found = [x for x in snap.producers.values() if v.principal.can_view(project_of(snap, x))]
-    return sorted(found, key=lambda x: x.name)
+    return _visible(v, listing(c).producers)
 
 
 def plain(rec: Any) -> dict[str, Any]:
@@ -60,3 +113,51 @@ def required(v: Visit, name: str) -> str:
     if not value:
         raise BadRequest(f"{name} is required", field=name)
     return value
+
+
+@dataclass(slots=True, frozen=True)
+class Pager:
+    """Where a long list is: page `page` of `pages` (from 1), `per_page` rows each."""
+
+    page: int
+    pages: int
+    total: int
+    per_page: int
+    param: str
+    query: tuple[tuple[str, str], ...]  # the page's other query arguments, kept by every link
+
+    @property
+    def first_row(self) -> int:
+        return (self.page - 1) * self.per_page + 1 if self.total else 0
+
+    @property
+    def last_row(self) -> int:
+        return min(self.page * self.per_page, self.total)
+
+    def href(self, page: int | str) -> str:
+        return "?" + urlencode([*self.query, (self.param, str(page))])
+
+
+def paginate(v: Visit, items: Sequence[T], per_page: int, param: str = "page") -> tuple[list[T], Pager]:
+    """One page of `items`: the `param` argument's (a number from 1, or "last"; 1 when absent)."""
+    pages = max(1, -(-len(items) // per_page))
+    raw = v.req.arg(param)
+    if raw == "last":
+        page = pages
+    elif not raw:
+        page = 1
+    elif raw.isdigit() and int(raw) >= 1:
+        page = min(int(raw), pages)
+    else:
+        raise BadRequest(f"{param} is a page number from 1, or last", field=param)
+    query = tuple((k, val) for k, values in v.req.query.items() if k != param for val in values)
+    start = (page - 1) * per_page
+    return list(items[start : start + per_page]), Pager(page, pages, len(items), per_page, param, query)
+
+
+def matching(v: Visit, items: Sequence[T], *fields: str) -> list[T]:
+    """The items whose `fields` contain the `q` argument (all when it is empty)."""
+    wanted = v.req.arg("q").lower()
+    if not wanted:
+        return list(items)
+    return [x for x in items if any(wanted in str(getattr(x, f)).lower() for f in fields)]

@@ -5,13 +5,12 @@ browser (new messages, read from the log without consuming)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any, Final
 
 from mqgate.console.app import Console, Route, Visit
 from mqgate.console.pages.charts import SPANS, charts
-from mqgate.console.pages.common import require_view
+from mqgate.console.pages.common import fragment, require_view
 from mqgate.console.pages.messages import VIEWS, MessagePages, body_view, message_row
 from mqgate.console.pages.operations import consumer_figures, overview_figures
 from mqgate.console.web import WebResponse
@@ -19,16 +18,6 @@ from mqgate.errors import BadRequest
 from mqgate.services.browse import Query
 
 TAIL_ROWS: Final = 200  # new messages one poll of a tail returns at most
-
-
-def fragment(console: Console, v: Visit, template: str, /, **values: Any) -> WebResponse:
-    """A part of a page; 304 without a body when the browser has it already."""
-    response = console.page(v, template, **values)
-    tag = b'"%s"' % hashlib.blake2b(response.body, digest_size=12).hexdigest().encode()
-    if v.req.headers.get(b"if-none-match") == tag:
-        return WebResponse(b"", 304, headers=[(b"etag", tag)])
-    response.headers.append((b"etag", tag))
-    return response
 
 
 def parse_positions(text: str) -> dict[int, int]:

@@ -19,7 +19,9 @@ from mqgate.registry.records import ConsumerRecord
 from mqgate.services.alerts import ActiveAlert
 from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
 
-OVERVIEW_CONSUMERS = 200  # lag is read for at most this many consumers per overview
+# The overview reads the progress of at most this many consumers (each a few store reads): the
+# ones with the most lag by the gauges the gateway keeps (Operations.keep_lag_gauges).
+OVERVIEW_CONSUMERS = 50
 
 
 @dataclass(slots=True, frozen=True)
@@ -60,16 +62,32 @@ def active_alerts(c: Console, consumers: set[str]) -> list[ActiveAlert]:
     return [a for a in c.alerts.active if a.consumer in consumers] if c.alerts is not None else []
 
 
+def gauged_lags(c: Console) -> dict[str, float]:
+    """Every consumer's lag as the gateway's gauges have it (refreshed at least every 10 s, and
+    at once after an ack; a produce shows at the next pass)."""
+    return {
+        s.labels["consumer"]: s.value
+        for family in c.gateway.ctx.metrics.lag.collect()
+        for s in family.samples
+    }
+
+
 async def overview_figures(c: Console, v: Visit) -> dict[str, Any]:
-    """What the overview's live part shows: active alerts, consumers with lag and dead letters."""
+    """What the overview's live part shows: active alerts, and the consumers with the most lag
+    (ranked by the gauges, their figures read now)."""
     ops = c.gateway.operations
     consumers = visible_consumers(c, v)
-    shown = consumers[:OVERVIEW_CONSUMERS]
+    lags = gauged_lags(c)
+    ranked = sorted(consumers, key=lambda x: -lags.get(x.name, 0.0))  # by name where equal (stable)
+    shown = ranked[:OVERVIEW_CONSUMERS]
     progress = await asyncio.gather(*(ops.progress(x.name) for x in shown), return_exceptions=True)
     rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
+    rows.sort(key=lambda row: (-row[1].lag, row[0].name))
     return {
         "rows": rows,
         "more": len(consumers) - len(shown),
+        "total_consumers": len(consumers),
+        "total_lag": int(sum(lags.get(x.name, 0.0) for x in consumers)),
         "alerts": active_alerts(c, {x.name for x in consumers}),
         "checking": c.alerts is not None,
         "checked_ms": c.alerts.checked_ms if c.alerts is not None else 0,

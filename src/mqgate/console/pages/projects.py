@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 from typing import Final
 
+import sqlalchemy as sa
+
 from mqgate.console.app import Console, Route, Visit, now_ms
-from mqgate.console.pages.common import plain, require_admin, require_view, required, snapshot
+from mqgate.console.pages.common import fragment, plain, require_admin, require_view, required, snapshot
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
 from mqgate.console.web import REPORT_CSP, WebResponse, redirect
 from mqgate.errors import BadRequest, NotFound
+from mqgate.queuestate.rows import QueueInterval
 
 HOUR_MS: Final = 3_600_000
 QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
@@ -25,6 +28,28 @@ def _report_of(c: Console, project: str) -> dict[str, object]:
         return {"at_ms": int(path.stat().st_mtime * 1000), "dir": str(path.parent)}
     except OSError:
         return {"at_ms": None, "dir": str(path.parent)}
+
+
+async def newest_intervals(
+    c: Console, project: str, topic: str | None, queue: int | None, since_ms: int, limit: int
+) -> tuple[list[QueueInterval], bool]:
+    """A project's newest queue-state rows since `since_ms` (of a topic, a queue), at most
+    `limit`, newest first; and whether there are more. The database picks them (index on
+    project and time): a project of hundreds of queues has tens of thousands an hour."""
+    qs = c.gateway.queue_state
+    await qs.recorder.flush()  # closed intervals this gateway still holds
+    t = qs.history.queues
+    where = [t.c.project == project, t.c.start_ms >= since_ms]
+    where += [t.c.topic == topic] if topic is not None else []
+    where += [t.c.queue == queue] if queue is not None else []
+    query = sa.select(t).where(*where).order_by(t.c.start_ms.desc(), t.c.topic, t.c.queue).limit(limit + 1)
+
+    def read() -> list[QueueInterval]:
+        with qs.history.engine.connect() as conn:
+            return [QueueInterval(**r._asdict()) for r in conn.execute(query)]
+
+    rows = await asyncio.to_thread(read)
+    return rows[:limit], len(rows) > limit
 
 
 class ProjectPages:
@@ -68,26 +93,30 @@ class ProjectPages:
         if not 0 < hours <= 24 * 90:
             raise BadRequest("hours is more than 0 and at most 2160 (90 days)", field="hours")
         topic, queue = v.req.arg("topic") or None, v.req.int_arg("queue")
-        qs = self.c.gateway.queue_state
-        health, intervals = await asyncio.gather(
-            qs.health(name), qs.queues(name, topic, queue, now_ms() - int(hours * HOUR_MS), None)
-        )
-        newest = sorted(intervals, key=lambda r: (r.start_ms, r.topic, r.queue), reverse=True)
+        since = now_ms() - int(hours * HOUR_MS)
+        intervals, more = await newest_intervals(self.c, name, topic, queue, since, QUEUE_ROWS)
         topics = sorted(self.c.gateway.projects.topics_of(name), key=lambda t: t.name)
         return self.c.page(
             v,
             "project.html",
             p=rec,
-            health=health,
-            verdict_class=VERDICT_CLASS,
-            intervals=newest[:QUEUE_ROWS],
-            more=max(len(newest) - QUEUE_ROWS, 0),
+            intervals=intervals,
+            more=more,
             topics=[t for t in topics if not t.name.startswith("%")],
             q={"topic": topic or "", "queue": "" if queue is None else queue, "hours": hours},
             can_change=v.principal.can_change(name),
             settings=self.c.settings,
             report=_report_of(self.c, name),
         )
+
+    async def health(self, v: Visit) -> WebResponse:
+        """The project's health verdict and findings (a diagnosis over its queue-state window:
+        at a few hundred queues, a second or more), a part the project page loads after it."""
+        name = v.params["name"]
+        await self.c.gateway.projects.project(name)
+        require_view(v, name)
+        found = await self.c.gateway.queue_state.health(name)
+        return fragment(self.c, v, "project_health.html", health=found, verdict_class=VERDICT_CLASS)
 
     async def report(self, v: Visit) -> WebResponse:
         """The project's trace analytics report (`mqgate analytics --out <reports_dir>/<name>`),
@@ -110,5 +139,6 @@ class ProjectPages:
             Route("POST", "/projects", self.create),
             Route("GET", "/projects/{name}", self.show),
             Route("GET", "/projects/{name}/report", self.report),
+            Route("GET", "/live/projects/{name}/health", self.health, fragment=True),
             Route("POST", "/projects/{name}/delete", self.delete),
         ]

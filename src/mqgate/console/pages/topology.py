@@ -6,6 +6,8 @@ import asyncio
 
 from mqgate.console.app import Console, Route, Visit
 from mqgate.console.pages.common import (
+    matching,
+    paginate,
     plain,
     require_change,
     required,
@@ -20,6 +22,8 @@ from mqgate.errors import BadRequest
 from mqgate.services.topology import REVOKED
 
 HOUR_MS = 3600 * 1000
+TOPICS_PER_PAGE = 100
+CLIENTS_PER_PAGE = 50  # of consumers, and of producers: each row carries three forms
 
 
 class TopologyPages:
@@ -29,7 +33,9 @@ class TopologyPages:
     # --- topics -------------------------------------------------------------------------
 
     async def topics(self, v: Visit) -> WebResponse:
-        topics = visible_topics(self.c, v)
+        topics, pager = paginate(
+            v, matching(v, visible_topics(self.c, v), "name", "project"), TOPICS_PER_PAGE
+        )
         store = self.c.gateway.ctx.store
         bounds = await asyncio.gather(*(store.bounds(t.name) for t in topics))
         rows = [
@@ -37,7 +43,15 @@ class TopologyPages:
             for t, bs in zip(topics, bounds, strict=True)
         ]
         projects = v.principal.changeable(all_projects(snapshot(self.c)))
-        return self.c.page(v, "topics.html", rows=rows, projects=projects, settings=self.c.settings)
+        return self.c.page(
+            v,
+            "topics.html",
+            rows=rows,
+            projects=projects,
+            settings=self.c.settings,
+            pager=pager,
+            q=v.req.arg("q"),
+        )
 
     async def create_topic(self, v: Visit) -> WebResponse:
         name, project = required(v, "name"), v.req.arg("project", "default")
@@ -78,11 +92,20 @@ class TopologyPages:
     async def clients(self, v: Visit) -> WebResponse:
         snap = snapshot(self.c)
         topics = [t for t in visible_topics(self.c, v) if v.principal.can_change(topic_project(t))]
+        consumers, consumer_pager = paginate(
+            v, matching(v, visible_consumers(self.c, v), "name", "topic"), CLIENTS_PER_PAGE, "page"
+        )
+        producers, producer_pager = paginate(
+            v, matching(v, visible_producers(self.c, v), "name", "topic"), CLIENTS_PER_PAGE, "ppage"
+        )
         return self.c.page(
             v,
             "clients.html",
-            producers=[(p, project_of(snap, p)) for p in visible_producers(self.c, v)],
-            consumers=[(x, project_of(snap, x)) for x in visible_consumers(self.c, v)],
+            producers=[(p, project_of(snap, p)) for p in producers],
+            consumers=[(x, project_of(snap, x)) for x in consumers],
+            consumer_pager=consumer_pager,
+            producer_pager=producer_pager,
+            q=v.req.arg("q"),
             topics=topics,
             revoked=REVOKED,
         )

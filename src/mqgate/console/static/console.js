@@ -19,11 +19,14 @@ document.addEventListener("click", (e) => {
 // Live parts: an element with data-live-src is fetched again every data-live-every seconds
 // (while the tab is visible), with the ETag of the last answer: an unchanged part is a bodiless
 // 304, a changed one is swapped in place. [data-live-stamp=<id>] says when it last answered.
+// data-live-first: seconds before the first fetch (a part the page does not carry yet: 0).
 document.querySelectorAll("[data-live-src]").forEach((part) => {
   const every = Number(part.dataset.liveEvery || 5) * 1000;
+  const first = part.dataset.liveFirst === undefined ? every : Number(part.dataset.liveFirst) * 1000;
   const stamp = document.querySelector(`[data-live-stamp="${part.id}"]`);
   const say = (text) => { if (stamp) stamp.textContent = text; };
   let tag = "";
+  let loaded = false;
   const poll = async () => {
     if (!document.hidden) {
       try {
@@ -32,15 +35,18 @@ document.querySelectorAll("[data-live-src]").forEach((part) => {
         });
         if (answer.status === 403) { say("not updating: the session ended (reload to sign in)"); return; }
         if (answer.status === 200) { tag = answer.headers.get("ETag") || ""; part.innerHTML = await answer.text(); }
-        if (answer.status === 200 || answer.status === 304) say(`updated ${new Date().toLocaleTimeString()}`);
+        if (answer.status === 200 || answer.status === 304) {
+          loaded = true;
+          say(`updated ${new Date().toLocaleTimeString()}`);
+        }
         else say(`not updated: the gateway answered ${answer.status}`);
       } catch (err) {
         say("not updated: the gateway does not answer");
       }
     }
-    setTimeout(poll, every);
+    setTimeout(poll, loaded ? every : Math.min(every, 1000)); // not there yet: soon again
   };
-  setTimeout(poll, every);
+  setTimeout(poll, first);
 });
 // The message browser's tail: new messages of the topic appended as they come (read from the
 // log, nothing consumed), from the end of each queue when the page was made.
