@@ -4,6 +4,8 @@ every console page's server time (p50/p95 over N requests) and size.
     .venv/bin/python benchmarks/console_bench.py                       # 1,000 topics, 5,000 consumers
     .venv/bin/python benchmarks/console_bench.py --topics 100 --consumers 500 --requests 20
     .venv/bin/python benchmarks/console_bench.py --results benchmarks/RESULTS.md   # append a section
+    .venv/bin/python benchmarks/console_bench.py --keep     # keeps the temp directory, then:
+    .venv/bin/python benchmarks/console_bench.py --reuse /tmp/mqgate-console-bench-XXXX/data  # measure again
 
 What it does:
 1. starts `python -m mqgate.cli serve` (embedded store, fsync interval:50, SQLite registry) in a
@@ -42,7 +44,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from machine_info import ROOT, machine  # noqa: E402
+from machine_info import ROOT, machine
 
 PASSWORD = "bench password 1"
 P95_TARGET_MS = 100.0
@@ -61,20 +63,27 @@ def percentile(values: list[float], q: float) -> float:
 
 
 class Gateway:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, data: Path | None = None) -> None:
         self.root = root
-        self.data = root / "data"
+        self.data = data or root / "data"
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.token = "mqa_bench_" + secrets.token_hex(8)
         self.env = {**os.environ, "MQGATE_ADMIN_TOKEN": self.token, "PYTHONPATH": str(ROOT / "src")}
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> None:
+    def start(self, fresh: bool = True) -> None:
+        if fresh:
+            self.add_user()
+        self.serve()
+
+    def add_user(self) -> None:
         self.data.mkdir(parents=True)
         user = [sys.executable, "-m", "mqgate.cli.user", "add", "bench", "--role", "admin",
                 "--password-stdin", "--data-dir", str(self.data)]  # fmt: skip
         subprocess.run(user, input=PASSWORD + "\n", text=True, check=True, env=self.env, capture_output=True)
+
+    def serve(self) -> None:
         log = open(self.root / "gateway.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
             [sys.executable, "-c", "import sys; from mqgate.cli import main; sys.exit(main())", "serve",
@@ -137,7 +146,10 @@ def fill(gw: Gateway, args: argparse.Namespace) -> dict[str, Any]:
     tokens = {t: m["token"] for t, m in zip(topics, made, strict=True)}
     run([("POST", "/admin/consumers", {"name": c, "topic": c.rsplit("-", 1)[0], "start": "earliest"})
          for c in consumers], "consumers")  # fmt: skip
-    run([("POST", f"/admin/consumers/{c}/alert", {"backlog": 10}) for c in consumers[::10]], "alert thresholds")
+    run(
+        [("POST", f"/admin/consumers/{c}/alert", {"backlog": 10}) for c in consumers[::10]],
+        "alert thresholds",
+    )
     batch = [{"message": f'{{"order": {i}, "note": "bench"}}', "keys": [f"k{i}"]} for i in range(20)]
     for t in topics[:50]:
         r = httpx.post(gw.url + "/mq/produce/batch", json={"producer": f"{t}-p", "messages": batch},
@@ -212,16 +224,19 @@ def measure(client: httpx.Client, path: str, n: int) -> dict[str, Any]:
     }
 
 
-def report(rows: list[tuple[str, str, dict[str, Any]]], args: argparse.Namespace, info: dict[str, Any]) -> str:
+def report(
+    rows: list[tuple[str, str, dict[str, Any]]], args: argparse.Namespace, info: dict[str, Any]
+) -> str:
     out = [
-        "| page | path | server p50 ms | server p95 ms | server max ms | client p95 ms | bytes | meets targets |",
+        "| page | path | server p50 ms | server p95 ms | server max ms | client p95 ms | bytes "
+        "| meets targets |",
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     for name, path, m in rows:
         ok = m["p95"] < P95_TARGET_MS and m["bytes"] <= SIZE_TARGET
         out.append(
-            f"| {name} | `{path.removeprefix('/console')}` | {m['p50']:.1f} | {m['p95']:.1f} | {m['max']:.1f} | "
-            f"{m['wall_p95']:.1f} | {m['bytes']:,} | {'yes' if ok else '**no**'} |"
+            f"| {name} | `{path.removeprefix('/console')}` | {m['p50']:.1f} | {m['p95']:.1f} "
+            f"| {m['max']:.1f} | {m['wall_p95']:.1f} | {m['bytes']:,} | {'yes' if ok else '**no**'} |"
         )
     missed = [name for name, _, m in rows if not (m["p95"] < P95_TARGET_MS and m["bytes"] <= SIZE_TARGET)]
     out.append("")
@@ -233,32 +248,53 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--topics", type=int, default=1000, help="topics to create (default 1000)")
     parser.add_argument("--consumers", type=int, default=5000, help="consumers to create (default 5000)")
-    parser.add_argument("--projects", type=int, default=5, help="projects the topics are spread over (default 5)")
+    parser.add_argument(
+        "--projects", type=int, default=5, help="projects the topics are spread over (default 5)"
+    )
     parser.add_argument("--requests", type=int, default=50, help="measured GETs per page (default 50)")
-    parser.add_argument("--conns", type=int, default=8, help="concurrent connections while filling (default 8)")
-    parser.add_argument("--results", type=Path, help="append the section to this file (e.g. benchmarks/RESULTS.md)")
+    parser.add_argument(
+        "--conns", type=int, default=8, help="concurrent connections while filling (default 8)"
+    )
+    parser.add_argument(
+        "--results", type=Path, help="append the section to this file (e.g. benchmarks/RESULTS.md)"
+    )
     parser.add_argument("--keep", action="store_true", help="keep the temp directory (gateway log, data)")
+    reuse = "measure on the data directory of a --keep run (no filling; --topics, --consumers and --projects "
+    parser.add_argument("--reuse", type=Path, help=reuse + "must be those of that run)")
     args = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="mqgate-console-bench-"))
-    gw = Gateway(root)
+    gw = Gateway(root, args.reuse)
     try:
-        gw.start()
-        print(f"gateway on {gw.url}; filling:", flush=True)
-        f = fill(gw, args)
+        gw.start(fresh=args.reuse is None)
+        if args.reuse is None:
+            print(f"gateway on {gw.url}; filling:", flush=True)
+            f = fill(gw, args)
+        else:
+            f = {"fill_s": 0.0, "topic": "t0000", "consumer": "t0000-c0", "project": "proj0"}
+            print(f"gateway on {gw.url} over {args.reuse}; waiting 20 s for its start-up passes", flush=True)
+            time.sleep(20)
         print(f"filled in {f['fill_s']:.0f} s; measuring {args.requests} GETs per page", flush=True)
         client = sign_in(gw)
         rows = []
         for name, path in pages(f):
             m = measure(client, path, args.requests)
             rows.append((name, path, m))
-            print(f"  {name:34s} p50 {m['p50']:7.1f} ms  p95 {m['p95']:7.1f} ms  {m['bytes']:>9,} B", flush=True)
+            print(
+                f"  {name:34s} p50 {m['p50']:7.1f} ms  p95 {m['p95']:7.1f} ms  {m['bytes']:>9,} B", flush=True
+            )
         client.close()
         info = machine(gw.data, Path(sys.executable))
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
         command = "python benchmarks/console_bench.py " + " ".join(sys.argv[1:])
         table = report(rows, args, info)
+        filled = (
+            f"filled in {f['fill_s']:.0f} s"
+            if args.reuse is None
+            else ("the data of an earlier run's fill (`--reuse`), the gateway started afresh on it")
+        )
         section = (
-            f"\n## {when} — console pages at {args.topics:,} topics and {args.consumers:,} consumers (issue 13)\n\n"
+            f"\n## {when} — console pages at {args.topics:,} topics and {args.consumers:,} consumers "
+            "(issue 13)\n\n"
             f"Machine: {info['nproc']} cores ({info['cpu']}), {info['memory']}, kernel {info['kernel']}, "
             f"Python {info['python'].split(';')[0]}, data on {info['fs']}. Commit {info['git']} "
             f"(src sha1 {info['src_sha1']}). Command: `{command.strip()}`.\n"
@@ -266,7 +302,7 @@ def main() -> None:
             f"{args.topics:,} topics (2 queues), {args.topics:,} producers, {args.consumers:,} consumers "
             f"(every 10th with an alert threshold), 20 messages in each of 50 topics, every registration "
             f"through the admin API (so also {args.projects + 2 * args.topics + args.consumers * 11 // 10:,} "
-            f"audit entries); filled in {f['fill_s']:.0f} s. Each page GET {args.requests} times in a row "
+            f"audit entries); {filled}. Each page GET {args.requests} times in a row "
             "after 3 unmeasured, signed in as an admin (who sees everything). Server time is the "
             "console's own (`Server-Timing`); client time includes the loopback transfer; bytes are "
             "the HTML as sent (no compression).\n\n" + table + "\n"

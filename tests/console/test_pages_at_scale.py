@@ -79,4 +79,4 @@ def test_overview_lists_the_consumers_with_the_most_lag(crowded: ConsoleServer) 
     # Ranked by the lag gauges (a pass at least every 10 s); its figures are read at once.
     assert wait_until(lambda: first_row() == ("t059-c", "3") and first_row(), 20, "t059-c at the top")
     html = client.get("/console/").text
-    assert "The 50 of 60 consumers with the most lag" in html and "10 more consumers not shown" in html
+    assert "The 25 of 60 consumers with the most lag" in html and "35 more consumers not shown" in html

@@ -52,8 +52,9 @@ from mqgate.core.alerts import (
 )
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.metrics import Metrics
+from mqgate.model import MODE_CLUSTER
 from mqgate.names import dlq_topic
-from mqgate.registry.records import DEFAULT_PROJECT
+from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
 from mqgate.services.context import now_ms
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
@@ -104,6 +105,10 @@ class ActiveAlert:
     summary: str
     since_ms: int
     updated_ms: int
+
+
+def _project(t: TopicRecord | None) -> str:
+    return (t.project if t is not None else "") or DEFAULT_PROJECT
 
 
 def check_settings(s: Settings) -> None:
@@ -349,10 +354,9 @@ class Alerts:
         snap = ctx.registry.snapshot
         consumers = list(snap.consumers.values())
         verdicts: dict[str, Verdict] = {}
+        projects = {c.name: _project(snap.topics.get(c.topic)) for c in consumers}
         for c in consumers:
-            t = snap.topics.get(c.topic)
-            project = (t.project if t is not None else "") or DEFAULT_PROJECT
-            verdicts[alert_key(LAG, c.name)] = await self._lag(c.name, c.topic, project, c.alert_backlog)
+            verdicts[alert_key(LAG, c.name)] = await self._lag(c, projects[c.name])
         counts: list[Any] = []
         if self.dead_letters.threshold > 0:
             for i in range(0, len(consumers), READ_CHUNK):
@@ -367,20 +371,32 @@ class Alerts:
             elif counts:  # its DLQ could not be read (just made or deleted, store away)
                 verdicts[key] = UNSURE
                 continue
-            t = snap.topics.get(c.topic)
-            project = (t.project if t is not None else "") or DEFAULT_PROJECT
-            verdicts[key] = self.dead_letters.verdict(c.name, c.topic, project, now)
+            verdicts[key] = self.dead_letters.verdict(c.name, c.topic, projects[c.name], now)
         return verdicts
 
-    async def _lag(self, name: str, topic: str, project: str, threshold: int) -> Verdict:
-        if threshold <= 0:
-            return lag_verdict(name, topic, project, 0, threshold)
+    async def _lag(self, c: ConsumerRecord, project: str) -> Verdict:
+        if c.alert_backlog <= 0:
+            return lag_verdict(c.name, c.topic, project, 0, c.alert_backlog)
         await asyncio.sleep(0)  # thousands of reads, each maybe without a pause: let requests in
         try:
-            lag = (await self.gateway.operations.progress(name)).lag
+            lag = await self.lag_of(c)
         except NotFound:
             return UNSURE  # deleted since the snapshot: the next check no longer lists it
         except MqgateError as exc:
-            log.warning("alert check: lag of %s: %s", name, exc.message)
+            log.warning("alert check: lag of %s: %s", c.name, exc.message)
             return UNSURE
-        return lag_verdict(name, topic, project, lag, threshold)
+        return lag_verdict(c.name, c.topic, project, lag, c.alert_backlog)
+
+    async def lag_of(self, c: ConsumerRecord) -> int:
+        """The consumer's lag as Operations.progress sums it. A cluster consumer has one offset
+        table: read it alone, without listing the group's clients (a scan of every table in the
+        embedded offset store: 1.5 ms at 5,000 consumers, for each consumer checked)."""
+        if c.mode != MODE_CLUSTER:
+            return (await self.gateway.operations.progress(c.name)).lag
+        topology = self.gateway.topology
+        bounds = await topology.bounds(await topology.layout(c))
+        table = await self.gateway.ctx.offsets.table(c.name, "")
+        if table is None:  # no table yet: progress lists no client, lag 0
+            return 0
+        committed = [e.committed for e in table] + [b.min for b in bounds[len(table) :]]
+        return sum(max(b.max - max(at, b.min), 0) for b, at in zip(bounds, committed, strict=False))

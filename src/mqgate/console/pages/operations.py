@@ -4,6 +4,7 @@ how many messages it skips or replays, pause and resume, rate limit, alert thres
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,8 @@ from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
 
 # The overview reads the progress of at most this many consumers (each a few store reads): the
 # ones with the most lag by the gauges the gateway keeps (Operations.keep_lag_gauges).
-OVERVIEW_CONSUMERS = 50
+OVERVIEW_CONSUMERS = 25
+GAUGES_FRESH_S = 1.0
 
 
 @dataclass(slots=True, frozen=True)
@@ -63,13 +65,16 @@ def active_alerts(c: Console, consumers: set[str]) -> list[ActiveAlert]:
 
 
 def gauged_lags(c: Console) -> dict[str, float]:
-    """Every consumer's lag as the gateway's gauges have it (refreshed at least every 10 s, and
-    at once after an ack; a produce shows at the next pass)."""
-    return {
-        s.labels["consumer"]: s.value
-        for family in c.gateway.ctx.metrics.lag.collect()
-        for s in family.samples
-    }
+    """Every consumer's lag as the gateway's gauges have it (refreshed by a pass over every
+    consumer, and at once after an ack; a produce shows at the next pass), read at most once a
+    second: they only rank the consumers, whose figures are then read."""
+    cached = c.cache.get("lag_gauges")
+    if cached is not None and time.monotonic() - cached[0] < GAUGES_FRESH_S:
+        found: dict[str, float] = cached[1]
+        return found
+    found = {s.labels["consumer"]: s.value for f in c.gateway.ctx.metrics.lag.collect() for s in f.samples}
+    c.cache["lag_gauges"] = (time.monotonic(), found)
+    return found
 
 
 async def overview_figures(c: Console, v: Visit) -> dict[str, Any]:

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Final
 
 from mqgate.console.app import Console, Route, Visit
-from mqgate.console.pages.common import snapshot
-from mqgate.console.projects import all_projects, project_of, topic_project, user_topics
+from mqgate.console.pages.common import listing, snapshot
+from mqgate.console.projects import all_projects, topic_project, user_topics
 from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest, Forbidden
 from mqgate.registry.records import PolicyRecord
@@ -17,6 +17,7 @@ FIND_BY: Final = (("msgId", "Message id", "msg_id"), ("requestId", "Request id",
                   ("key", "Key", "key"))  # fmt: skip
 MODES: Final = ("project", "route", "queue", "service")
 LEVELS: Final = ("info", "error", "debug")
+SERVICE_CHOICES: Final = 300  # producer and consumer names offered while typing (any may be typed)
 # Consumer states a reader should notice first.
 STATE_CLASS: Final = {"dead_lettered": "bad", "in_retry": "warn", "in_delivery": "warn", "consumed": "ok"}
 
@@ -80,9 +81,11 @@ class TracePages:
                 rows.append({"p": rec, "projects": sorted(projects), "can_delete": can_delete})
         changeable = me.changeable(all_projects(snap))
         topics = [t for t in user_topics(snap) if topic_project(t) in changeable]
+        mine = set(changeable)
+        known = listing(self.c)
         services = sorted(
-            {p.name for p in snap.producers.values() if project_of(snap, p) in changeable}
-            | {x.name for x in snap.consumers.values() if project_of(snap, x) in changeable}
+            {p.name for p, project in known.producers if project in mine}
+            | {x.name for x, project in known.consumers if project in mine}
         )
         return self.c.page(
             v,
@@ -92,7 +95,8 @@ class TracePages:
             levels=LEVELS,
             projects=changeable,
             topics=topics,
-            services=services,
+            services=services[:SERVICE_CHOICES],
+            more_services=len(services) > SERVICE_CHOICES,
         )
 
     async def add_policy(self, v: Visit) -> WebResponse:
