@@ -4,7 +4,7 @@ its findings (a queue fault told from a consumer fault), and their queue state o
 from __future__ import annotations
 
 import asyncio
-from typing import Final
+from typing import Any, Final
 
 import sqlalchemy as sa
 
@@ -12,6 +12,7 @@ from mqgate.console.app import Console, Route, Visit, now_ms
 from mqgate.console.pages.common import fragment, plain, require_admin, require_view, required, snapshot
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
 from mqgate.console.web import REPORT_CSP, WebResponse, redirect
+from mqgate.core.diagnosis import ProjectHealth
 from mqgate.errors import BadRequest, NotFound
 from mqgate.queuestate.rows import QueueInterval
 
@@ -50,6 +51,35 @@ async def newest_intervals(
 
     rows = await asyncio.to_thread(read)
     return rows[:limit], len(rows) > limit
+
+
+async def project_health(c: Console, project: str) -> ProjectHealth:
+    """The project's health verdict, computed again only when what it reads may have changed: a
+    new interval began, a newer queue-state row was written, or the registry changed (paused
+    consumers). The diagnosis reads every row of its window (at hundreds of queues, tens of
+    thousands); a changed answer shows at the latest one interval late (late merges of other
+    gateways into rows already written). One computation serves every request that waits."""
+    qs = c.gateway.queue_state
+    interval_ms = max(int(c.settings.queue_state_interval_s * 1000), 1)
+    await qs.recorder.flush()  # closed intervals this gateway still holds
+    h = qs.history
+
+    def newest() -> tuple[int | None, ...]:
+        with h.engine.connect() as conn:
+            return tuple(
+                conn.execute(sa.select(sa.func.max(t.c.start_ms)).where(t.c.project == project)).scalar()
+                for t in (h.queues, h.consumers, h.produce, h.errors)
+            )
+
+    key = (snapshot(c).version, now_ms() // interval_ms, await asyncio.to_thread(newest))
+    known: dict[str, tuple[Any, asyncio.Task[ProjectHealth]]] = c.cache.setdefault("health", {})
+    found = known.get(project)
+    failed = (
+        found is not None and found[1].done() and (found[1].cancelled() or found[1].exception() is not None)
+    )
+    if found is None or found[0] != key or failed:
+        found = known[project] = (key, asyncio.ensure_future(qs.health(project)))
+    return await asyncio.shield(found[1])  # a request that goes away does not cancel it for others
 
 
 class ProjectPages:
@@ -115,7 +145,7 @@ class ProjectPages:
         name = v.params["name"]
         await self.c.gateway.projects.project(name)
         require_view(v, name)
-        found = await self.c.gateway.queue_state.health(name)
+        found = await project_health(self.c, name)
         return fragment(self.c, v, "project_health.html", health=found, verdict_class=VERDICT_CLASS)
 
     async def report(self, v: Visit) -> WebResponse:
