@@ -20,11 +20,12 @@ from typing import Any, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqgate.core.layout import Slot
-from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
+from mqgate.core.trace_policy import Level, MatchedTrace, Mode, PolicySet, TracePolicy, recorded_fields
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.tracing.batch import TraceBatch, cut_bodies
 from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
@@ -72,6 +73,7 @@ class Tracing:
             on_new_topic=self.indexer.on_new_topic,
         )
         self.query = TraceQuery(self.index, self.indexer)
+        self._kept_cache: dict[tuple[frozenset[Mode], Level], frozenset[str]] = {}
 
     def collect(self) -> Iterator[Metric]:
         """The tracer's counters and the index's lag, as Prometheus metrics (read at scrape)."""
@@ -152,8 +154,7 @@ class Tracing:
             level=matched.level.label,  # type: ignore[arg-type]
             **fields,
         )
-        kept = recorded_fields(matched.modes, matched.level)
-        return keep_fields(ev, kept, self.ctx.settings.trace_body_max_bytes)
+        return keep_fields(ev, self._kept(matched), self.ctx.settings.trace_body_max_bytes)
 
     def message_events(
         self,
@@ -211,6 +212,53 @@ class Tracing:
                 )
         return out
 
+    def produce_batch(
+        self,
+        topic: TopicRecord,
+        queue: int,
+        batch: Sequence[StoredMessage],
+        first_offset: int,
+        accepted_ms: int,
+    ) -> TraceBatch | None:
+        """The accepted and stored hops of a produce's messages in one queue, as one record
+        (see tracing.batch), or None when no policy traces them. One producer sent them all,
+        so one match covers the batch."""
+        if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
+            return None
+        producer = batch[0].producer
+        matched = self.policies.match(
+            project=topic.project, topic=topic.name, queue=queue, services=(producer,)
+        )
+        if matched is None:
+            return None
+        kept = self._kept(matched)
+        body_max = self.ctx.settings.trace_body_max_bytes
+        return TraceBatch(
+            kind="batch",
+            hops=["accepted", "stored"],
+            time_ms=accepted_ms,
+            last_ms=now_ms(),
+            project=topic.project,
+            topic=topic.name,
+            resource=self.resource,
+            msg_ids=[m.msg_id for m in batch],
+            level=matched.level.label,  # type: ignore[arg-type]
+            queue=queue if "queue" in kept else None,
+            first_offset=first_offset if "offset" in kept else None,
+            producer=producer if "producer" in kept else None,
+            keys=[m.keys for m in batch] if any(m.keys for m in batch) else [],
+            traceparents=[m.properties.get(TRACEPARENT) for m in batch],
+            bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
+        )
+
+    def _kept(self, matched: MatchedTrace) -> frozenset[str]:
+        found = self._kept_cache.get((matched.modes, matched.level))
+        if found is None:
+            found = self._kept_cache[(matched.modes, matched.level)] = recorded_fields(
+                matched.modes, matched.level
+            )
+        return found
+
     def batch_events(
         self,
         hop: Hop,
@@ -226,7 +274,7 @@ class Tracing:
             hop, self.topic_of(c.topic), queue, msgs, (c.name,), consumer=c.name, **fields
         )
 
-    async def record(self, events: list[TraceEvent]) -> None:
+    async def record(self, events: Sequence[TraceEvent | TraceBatch]) -> None:
         """Durable before the caller answers (produce, ack). Tracing never fails the data path:
         events the store refuses now are buffered and retried (counted in the metrics), so the
         caller's message, already stored, is answered as stored."""

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
-from mqgate.tracing.events import decode_event
+from mqgate.tracing.batch import TraceBatch, decode_batch, expand
+from mqgate.tracing.events import TraceEvent, decode_event
 from mqgate.tracing.paths import MessagePath, build_path
 
 _meta: Final = sa.MetaData()
@@ -70,11 +70,28 @@ class StalePositions(Exception):
 
 @dataclass(slots=True, frozen=True)
 class IndexRow:
+    """One indexed row: an event, a batch (`msg_id` "", the batch's JSON), or a message of a
+    batch (`batch_back` > 0: its event column names the batch's row, that many rows before)."""
+
     msg_id: str
     request_id: str | None
     time_ms: int
     keys: Sequence[str]
     event_json: str
+    batch_back: int = 0
+
+
+BATCH_REF: Final = "@"  # event column of a batch's message: "@<id of the batch's row>"
+
+
+def batch_rows(batch: TraceBatch, body: str) -> list[IndexRow]:
+    """The rows of a batch record: the batch, then one per message pointing back to it (its
+    events are expanded from the batch when a query reads them)."""
+    rows = [IndexRow("", None, batch.time_ms, (), body)]
+    keys = batch.keys
+    for i, msg_id in enumerate(batch.msg_ids, start=1):
+        rows.append(IndexRow(msg_id, None, batch.time_ms, keys[i - 1] if keys else (), BATCH_REF, i))
+    return rows
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,9 +122,15 @@ class TraceIndex:
         self.engine = sa.create_engine(url, **kwargs)
         if self.is_sqlite:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._insert_key = (sqlite.insert if self.is_sqlite else postgresql.insert)(
-            keys
-        ).on_conflict_do_nothing()
+        mark = "?" if self.is_sqlite else "%s"
+        self._insert_events_sql = (
+            f"INSERT INTO {events.name} (id, msg_id, request_id, time_ms, event) "
+            f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+        )
+        self._insert_keys_sql = (
+            f"INSERT INTO {keys.name} (key, msg_id, event_id) VALUES ({mark}, {mark}, {mark}) "
+            "ON CONFLICT DO NOTHING"
+        )
 
     def create_schema(self) -> None:
         try:
@@ -151,16 +174,18 @@ class TraceIndex:
         self._insert_with_ids(conn, list(enumerate(rows, start=int(high or 0) + 1)))
 
     def _insert_with_ids(self, conn: sa.Connection, rows: Sequence[tuple[int, IndexRow]]) -> None:
-        conn.execute(
-            sa.insert(events),
+        # The driver's own executemany: SQLAlchemy's per-row parameter handling cost more than
+        # SQLite's insert itself (py-spy, a traced produce load).
+        conn.exec_driver_sql(
+            self._insert_events_sql,
             [
-                {
-                    "id": i,
-                    "msg_id": r.msg_id,
-                    "request_id": r.request_id,
-                    "time_ms": r.time_ms,
-                    "event": r.event_json,
-                }
+                (
+                    i,
+                    r.msg_id,
+                    r.request_id,
+                    r.time_ms,
+                    f"{BATCH_REF}{i - r.batch_back}" if r.batch_back else r.event_json,
+                )
                 for i, r in rows
             ],
         )
@@ -169,9 +194,7 @@ class TraceIndex:
             for key in r.keys:
                 key_rows.setdefault((key, r.msg_id), i)
         if key_rows:
-            conn.execute(
-                self._insert_key, [{"key": k, "msg_id": m, "event_id": i} for (k, m), i in key_rows.items()]
-            )
+            conn.exec_driver_sql(self._insert_keys_sql, [(k, m, i) for (k, m), i in key_rows.items()])
 
     def bulk_load(self, rows: Sequence[tuple[int, IndexRow]]) -> None:
         """Rows with their ids given, in one transaction, for loading a benchmark's millions of
@@ -218,9 +241,10 @@ class TraceIndex:
                     sa.select(events.c.msg_id, events.c.event).where(events.c.msg_id.in_(ids))
                 ):
                     found[row.msg_id].append(row.event)
+                batches = _batches_named(conn, found)
         except SQLAlchemyError as exc:
             raise Unavailable(f"trace index database error: {exc}") from exc
-        return [build_path(i, [decode_event(e) for e in found[i]]) for i in ids if found[i]]
+        return [build_path(i, _events_of(i, found[i], batches)) for i in ids if found[i]]
 
     def event_count(self) -> int:
         """Events held (from the id range: retention removes only the oldest, so the range has
@@ -278,6 +302,26 @@ def _move(conn: sa.Connection, topic: str, queue: int, move: PositionMove) -> No
     )
     if conn.execute(sa.update(positions).where(where).values(next_offset=move.new)).rowcount != 1:
         raise StalePositions(f"{topic} queue {queue} moved from {move.old}")
+
+
+def _batches_named(conn: sa.Connection, found: Mapping[str, Sequence[str]]) -> dict[int, TraceBatch]:
+    wanted = {int(e[1:]) for rows in found.values() for e in rows if e.startswith(BATCH_REF)}
+    if not wanted:
+        return {}
+    query = sa.select(events.c.id, events.c.event).where(events.c.id.in_(sorted(wanted)))
+    return {int(row.id): decode_batch(row.event) for row in conn.execute(query)}
+
+
+def _events_of(msg_id: str, stored: Sequence[str], batches: Mapping[int, TraceBatch]) -> list[TraceEvent]:
+    """A message's events: its own rows, and its part of each batch it is in (a batch that
+    retention removed a moment ago is skipped: its messages' rows go next)."""
+    out: list[TraceEvent] = []
+    for event in stored:
+        if not event.startswith(BATCH_REF):
+            out.append(decode_event(event))
+        elif (batch := batches.get(int(event[1:]))) is not None:
+            out += expand(batch, only=msg_id)
+    return out
 
 
 def _distinct(values: Iterable[str]) -> list[str]:

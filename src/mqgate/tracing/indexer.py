@@ -22,8 +22,9 @@ import msgspec
 from mqgate.errors import MqgateError
 from mqgate.model import decode_stored
 from mqgate.store.interface import MessageStore
-from mqgate.tracing.events import decode_event, is_trace_topic
-from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex
+from mqgate.tracing.batch import TraceBatch, decode_record
+from mqgate.tracing.events import is_trace_topic
+from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_rows
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +180,7 @@ class TraceIndexer:
             self._positions = await asyncio.to_thread(self.index.positions)
         rows: list[IndexRow] = []
         moves: dict[Position, PositionMove] = {}
-        passed = malformed = skipped = 0
+        passed = malformed = skipped = held = 0
         for topic in sorted(self._topics):
             if not self.store.has_topic(topic):
                 continue
@@ -198,14 +199,19 @@ class TraceIndexer:
                 records = await self.store.read_raw(topic, bounds.queue, start, room)
                 if not records:
                     continue
-                for _offset, raw in records:
-                    row = self._decode(raw)
-                    if row is None:
+                last = start
+                for offset, raw in records:
+                    found = self._decode(raw)
+                    if found is None:
                         malformed += 1
                     else:
-                        rows.append(row)
-                passed += len(records)
-                moves[where] = PositionMove(known, records[-1][0] + 1)
+                        rows += found[0]
+                        held += found[1]
+                    passed += 1
+                    last = offset
+                    if len(rows) >= self.batch_events:  # a batch record holds many rows
+                        break
+                moves[where] = PositionMove(known, last + 1)
         if not moves:
             self._note_lag()
             return 0
@@ -217,20 +223,23 @@ class TraceIndexer:
             return 0
         for where, move in moves.items():
             self._positions[where] = move.new
-        self.counters.indexed += len(rows)
+        self.counters.indexed += held
         self.counters.malformed += malformed
         self.counters.skipped_by_retention += skipped
         self._note_lag()
         return passed
 
-    def _decode(self, raw: bytes) -> IndexRow | None:
+    def _decode(self, raw: bytes) -> tuple[list[IndexRow], int] | None:
+        """The rows of a record and how many events it holds."""
         try:
             body = decode_stored(raw).body
-            event = decode_event(body)
+            record = decode_record(body)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeError) as exc:
             log.warning("skipping a malformed trace record: %r", exc)
             return None
-        return IndexRow(event.msg_id, event.request_id, event.time_ms, event.keys, body)
+        if isinstance(record, TraceBatch):
+            return batch_rows(record, body), record.event_count
+        return [IndexRow(record.msg_id, record.request_id, record.time_ms, record.keys, body)], 1
 
     async def _discover(self) -> None:
         if self.discover is None or time.monotonic() - self._last_discovery < self.discover_every_s:
