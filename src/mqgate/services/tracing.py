@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -25,8 +25,9 @@ from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.store.interface import Companions
 from mqgate.tracing.batch import TraceBatch, cut_bodies
-from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields
+from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields, trace_topic
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceAnswer, TraceQuery
@@ -250,6 +251,47 @@ class Tracing:
             traceparents=[m.properties.get(TRACEPARENT) for m in batch],
             bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
         )
+
+    async def ready_for(self, topic: TopicRecord) -> bool:
+        """Whether a produce to `topic` can write its trace records with its messages (the
+        project's trace topic exists); False sends them the separate way (`record`)."""
+        where = trace_topic(topic.project)
+        if self.recorder.knows(where):
+            return True
+        try:
+            await self.recorder.ensure_topic(where)
+        except MqgateError as exc:
+            log.warning("trace topic %s not ready (%s): traced the separate way", where, exc.message)
+            return False
+        return True
+
+    def produce_companions(
+        self, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], accepted_ms: int
+    ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
+        """For `MessageStore.append_many_with`: the produce's trace records, made once its
+        offsets are known, and the list they are kept in for `produce_written`."""
+        made: list[TraceBatch] = []
+
+        def companions(firsts: dict[int, int]) -> Companions:
+            for q, batch in by_queue.items():
+                found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms)
+                if found is not None:
+                    made.append(found)
+            return self.recorder.companions(made)[0]
+
+        return companions, made
+
+    def produce_written(self, made: list[TraceBatch], failed: MqgateError | None) -> None:
+        """After `append_many_with`: the trace records went with the messages, or (the store
+        refused them) they are buffered and retried like any trace event, never failing the
+        produce."""
+        if not made:
+            return
+        if failed is None:
+            self.recorder.written(sum(b.event_count for b in made))
+            return
+        log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
+        self.recorder.record_nowait(made)
 
     def _kept(self, matched: MatchedTrace) -> frozenset[str]:
         found = self._kept_cache.get((matched.modes, matched.level))

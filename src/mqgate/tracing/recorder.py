@@ -25,7 +25,7 @@ import msgspec
 from mqgate.core.ids import new_message_id
 from mqgate.errors import Unavailable
 from mqgate.model import StoredMessage
-from mqgate.store.interface import Encoded, MessageStore, TopicConfig
+from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
 from mqgate.tracing.batch import TraceBatch, encode_batch
 from mqgate.tracing.events import TraceEvent, encode_event, trace_topic
 
@@ -172,6 +172,26 @@ class TraceRecorder:
             self._timer = asyncio.get_running_loop().call_later(self.flush_interval_s, self._on_timer)
         return len(taken)
 
+    def companions(self, events: Sequence[TraceEvent | TraceBatch]) -> tuple[Companions, int]:
+        """`events` encoded as records of their trace topics, by queue, for a caller that writes
+        them itself (`MessageStore.append_many_with`), and how many events they hold. Their
+        topics must be known (`ensure_topic`); call `written` after."""
+        out: Companions = {}
+        held = 0
+        for topic, (encoded, weight) in self._encode(events).items():
+            queues = out.setdefault(topic, {})
+            for queue, record in encoded:
+                queues.setdefault(queue, []).append(record)
+            held += weight
+        return out, held
+
+    def written(self, events: int) -> None:
+        """Events a caller stored itself (see `companions`)."""
+        self.counters.recorded += events
+
+    def knows(self, topic: str) -> bool:
+        return topic in self._known_topics
+
     async def flush(self) -> None:
         """Return once everything buffered before this call was attempted (tests, shutdown)."""
         self.start()
@@ -247,7 +267,7 @@ class TraceRecorder:
                     batches.setdefault(queue, []).append(encoded)
                 count += item.weight
             try:
-                await self._ensure_topic(topic)
+                await self.ensure_topic(topic)
                 self.counters.appends += 1
                 await self.store.append_encoded(topic, batches)
             except Exception as exc:
@@ -267,7 +287,8 @@ class TraceRecorder:
                     item.future.set_result(None)
         return retry
 
-    async def _ensure_topic(self, topic: str) -> None:
+    async def ensure_topic(self, topic: str) -> None:
+        """Create the trace topic if this recorder has not seen it (raises the store's error)."""
         if topic in self._known_topics:
             return
         if not self.store.has_topic(topic):

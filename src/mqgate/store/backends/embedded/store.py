@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Final
@@ -25,12 +26,12 @@ from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
-from mqgate.errors import BadRequest, NotFound, StorageError
+from mqgate.errors import BadRequest, MqgateError, NotFound, StorageError
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
-from mqgate.store.interface import Encoded, TopicConfig
+from mqgate.store.interface import Companions, Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 log = logging.getLogger(__name__)
@@ -332,6 +333,26 @@ class EmbeddedStore:
         )
         await self._durable()
         return firsts
+
+    async def append_many_with(
+        self,
+        topic: str,
+        batches: dict[int, list[StoredMessage]],
+        companions: Callable[[dict[int, int]], Companions],
+    ) -> tuple[dict[int, int], MqgateError | None]:
+        firsts = self._write_all(
+            topic, {q: ([_encode(m) for m in msgs], msgs[-1].timestamp_ms) for q, msgs in batches.items()}
+        )
+        failed: MqgateError | None = None
+        try:
+            for other, records in companions(firsts).items():
+                self._write_all(
+                    other, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in records.items() if msgs}
+                )
+        except MqgateError as exc:
+            failed = exc
+        await self._durable()  # one group commit for the messages and their companions
+        return firsts, failed
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
         return self._queue(topic, queue).read(offset, max_count)
