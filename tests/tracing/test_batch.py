@@ -8,6 +8,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from mqgate.core.ids import new_message_ids
 from mqgate.store.interface import MessageStore
 from mqgate.tracing.batch import TraceBatch, decode_record, encode_batch, expand, is_batch
 from mqgate.tracing.events import encode_event
@@ -76,24 +77,38 @@ def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
         indexer = TraceIndexer(store, index, batch_events=50)
         recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
         query = TraceQuery(index, indexer)
-        ids = [f"b{i}" for i in range(120)]
-        big = batch(120, msg_ids=ids, keys=[])  # more rows than one indexer step takes
-        await recorder.record([batch(), big])
-        await recorder.record([event("m1", "delivered", 1_050, consumer="c1", request_id="req-1")])
-        assert recorder.counters.recorded == 6 + 240 + 1  # events, not records
+        # One request of 6 messages, round robin over 2 queues: two batches whose id ranges
+        # overlap; then a bigger request in the same millisecond (the same id prefix).
+        ids = new_message_ids(1_000, 6)
+        keys = [[f"k{i}"] if i % 2 == 0 else [] for i in range(6)]
+        q0 = batch(3, msg_ids=ids[0::2], keys=keys[0::2], queue=0, first_offset=10)
+        q1 = batch(3, msg_ids=ids[1::2], keys=keys[1::2], queue=1, first_offset=40)
+        big = batch(120, msg_ids=new_message_ids(1_000, 120), keys=[])
+        await recorder.record([q0, q1, big])
+        await recorder.record([event(ids[3], "delivered", 1_050, consumer="c1", request_id="req-1")])
+        assert recorder.counters.recorded == 6 + 6 + 240 + 1  # events, not records
         await indexer.run_until_caught_up()
-        assert indexer.counters.indexed == 247 and indexer.counters.malformed == 0
-        [path] = (await query.find(msg_id="m1")).paths
-        assert [(h.hop, h.offset) for h in path.hops] == [
-            ("accepted", None),
-            ("stored", 41),
-            ("delivered", None),
+        assert indexer.counters.indexed == 253 and indexer.counters.malformed == 0
+        [path] = (await query.find(msg_id=ids[3])).paths
+        assert [(h.hop, h.queue, h.offset) for h in path.hops] == [
+            ("accepted", 1, None),
+            ("stored", 1, 41),
+            ("delivered", None, None),
         ]
         assert [h.latency_ms for h in path.hops] == [None, 3, 47]
-        [m0] = (await query.find(key="k0")).paths
-        assert m0.msg_id == "m0" and [h.hop for h in m0.hops] == ["accepted", "stored"]
-        [b119] = (await query.find(msg_id="b119")).paths
-        assert [h.offset for h in b119.hops] == [None, 159]
+        [by_request] = (await query.find(request_id="req-1")).paths
+        assert by_request.msg_id == ids[3] and len(by_request.hops) == 3
+        [k2] = (await query.find(key="k2")).paths
+        assert k2.msg_id == ids[2] and [(h.hop, h.offset) for h in k2.hops] == [
+            ("accepted", None),
+            ("stored", 11),
+        ]
+        last = big.msg_ids[-1]
+        [in_big] = (await query.find(msg_id=last)).paths
+        assert [h.offset for h in in_big.hops] == [None, 40 + 119]
+        # An id of the same millisecond and process in no batch, and one of another millisecond.
+        assert (await query.find(msg_id=new_message_ids(1_000, 1)[0])).paths == []
+        assert (await query.find(msg_id=new_message_ids(2_000, 1)[0])).paths == []
         await recorder.close()
 
     run_with_stores(store_kind, tmp_path / "data", body)
@@ -107,12 +122,13 @@ def test_a_malformed_batch_is_counted_and_passed(tmp_path: Path, index: TraceInd
         indexer = TraceIndexer(store, index)
         await store.create_topic(TopicConfig("%TRACE%shop", 1, None, None))
         indexer.add_topic("%TRACE%shop")
-        good = encode_for_store(batch(2), 1_000)
+        ids = new_message_ids(1_000, 2)
+        good = encode_for_store(batch(2, msg_ids=ids), 1_000)
         bad = good.replace(b"msgIds", b"msgIdz")
         await store.append_encoded("%TRACE%shop", {0: [(1_000, bad), (1_000, good)]})
         await indexer.run_until_caught_up()
         assert indexer.counters.malformed == 1 and indexer.counters.indexed == 4
-        assert [h.hop for h in (await TraceQuery(index, indexer).find(msg_id="m1")).paths[0].hops] == [
+        assert [h.hop for h in (await TraceQuery(index, indexer).find(msg_id=ids[1])).paths[0].hops] == [
             "accepted",
             "stored",
         ]

@@ -64,8 +64,16 @@ def is_batch(raw: bytes | str) -> bool:
 
 
 def decode_batch(raw: bytes | str) -> TraceBatch:
-    """Raises msgspec.ValidationError or msgspec.DecodeError on a malformed batch."""
-    return _batch_decoder.decode(raw)
+    """Raises msgspec.ValidationError or msgspec.DecodeError on a malformed batch (also one
+    whose per-message lists do not match its ids)."""
+    batch = _batch_decoder.decode(raw)
+    n = len(batch.msg_ids)
+    if n == 0 or not batch.hops:
+        raise msgspec.ValidationError("a trace batch needs msgIds and hops")
+    for name in ("keys", "traceparents", "bodies"):
+        if len(getattr(batch, name)) not in (0, n):
+            raise msgspec.ValidationError(f"a trace batch's {name} must have one item per message id")
+    return batch
 
 
 def decode_record(raw: bytes | str) -> TraceEvent | TraceBatch:

@@ -24,7 +24,7 @@ from mqgate.model import decode_stored
 from mqgate.store.interface import MessageStore
 from mqgate.tracing.batch import TraceBatch, decode_record
 from mqgate.tracing.events import is_trace_topic
-from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_rows
+from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_row
 
 log = logging.getLogger(__name__)
 
@@ -238,7 +238,7 @@ class TraceIndexer:
             log.warning("skipping a malformed trace record: %r", exc)
             return None
         if isinstance(record, TraceBatch):
-            return batch_rows(record, body), record.event_count
+            return [batch_row(record, body)], record.event_count
         return [IndexRow(record.msg_id, record.request_id, record.time_ms, record.keys, body)], 1
 
     async def _discover(self) -> None:
