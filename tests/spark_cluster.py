@@ -74,6 +74,36 @@ def cluster_env() -> dict[str, str]:
     return {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
+def mqgate_path() -> Path:
+    """The directory the test process imports mqgate from (this checkout's src/)."""
+    import mqgate
+
+    return Path(mqgate.__file__).resolve().parent.parent
+
+
+def python_command(module: str, *args: str) -> list[str]:
+    """`python -m module args` with this checkout's tests and the test process's mqgate first on
+    sys.path, put there by the process itself, not by PYTHONPATH: a driver's JVM passes its
+    PYTHONPATH on to the Python workers it starts (the data source planners)."""
+    bootstrap = (
+        f"import runpy, sys; sys.path[:0] = {[str(ROOT), str(mqgate_path())]!r}; "
+        f"runpy.run_module({module!r}, run_name='__main__', alter_sys=True)"
+    )
+    return [sys.executable, "-c", bootstrap, *args]
+
+
+def driver_env(python: Path | None) -> dict[str, str]:
+    """A driver's environment. local[*] (`python` None): its Python workers run this
+    interpreter and import mqgate from where the test process does, as from an installed
+    mqgate. On a cluster nothing in it provides mqgate: no PYTHONPATH, and `python` (the
+    executors' and the driver's Python workers') does not have it, so every Python process
+    Spark starts, on the driver as on the executors, can only import the shipped code."""
+    env = {**cluster_env(), "PYSPARK_PYTHON": str(python or sys.executable)}
+    if python is None:
+        env["PYTHONPATH"] = str(mqgate_path())
+    return env
+
+
 def executor_python(directory: Path) -> Path:
     """A Python with the project's dependencies and without the project (see the module doc)."""
     venv = directory / "executor-venv"
@@ -235,18 +265,12 @@ def run_driver(
     spec = workdir / "spec.json"
     out = workdir / "result.json"
     spec.write_text(json.dumps({"jobs": jobs, "master": master, "out": str(out)}))
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p),
-        "PYSPARK_PYTHON": str(python or sys.executable),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-    }
     log_path = workdir / "driver.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.spark_cluster", str(spec)],
+            python_command("tests.spark_cluster", str(spec)),
             cwd=workdir,
-            env=env,
+            env=driver_env(python),
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,

@@ -12,9 +12,7 @@ local session stays as it is), local[*] and the cluster alike.
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -34,7 +32,10 @@ from tests.spark.conftest import produce, read_all, unique
 from tests.spark_cluster import (
     DRIVER_TIMEOUT_S,
     SparkCluster,
+    driver_env,
     executor_python,
+    mqgate_path,
+    python_command,
     require_spark,
     run_driver,
     stop_group,
@@ -154,8 +155,11 @@ def test_the_jobs_ran_on_the_workers_with_the_shipped_code(
     probe = remote["probe"]
     assert len(probe["executors"]) == 2, probe
     for task in probe["tasks"]:
-        assert Path(task["cwd"]).resolve() in executor_dirs, task
-        assert "mqgate.zip" in task["mqgate"], task  # imported from the shipped zip
+        cwd = Path(task["cwd"]).resolve()
+        assert cwd in executor_dirs, task
+        # Imported from the zip its executor fetched (not the driver's, whose path the Python
+        # functions' PYTHONPATH also lists).
+        assert Path(task["mqgate"]).resolve() == cwd / "mqgate.zip" / "mqgate" / "__init__.py", task
         assert task["python"] == str(executor_py), task
     # The data source's read tasks ran in the executors' directories on the workers; on
     # local[*] in the driver's process, with the driver's mqgate.
@@ -163,7 +167,7 @@ def test_the_jobs_ran_on_the_workers_with_the_shipped_code(
     assert ran_in and ran_in <= executor_dirs, ran_in
     assert local["probe"]["executors"] == []
     assert local["results"][0]["ranIn"] == [str(spark_jobs.workdir / "local")]
-    assert all("mqgate.zip" not in t["mqgate"] for t in local["probe"]["tasks"])
+    assert {Path(t["mqgate"]).resolve().parent.parent for t in local["probe"]["tasks"]} == {mqgate_path()}
 
 
 def test_batch_read_on_the_cluster_gives_the_rows_of_local(spark_jobs: SparkJobs, gateway: Server) -> None:
@@ -258,13 +262,17 @@ def pipeline_config(path: Path, job: str, gateway: Server, topics: dict[str, str
 def run_pipeline(config: Path, master: str | None, python: Path | None) -> float:
     """`python -m mqgate.pipeline run CONFIG --available-now [--master M]`; its wall time."""
     master_args = ["--master", master] if master else []
-    command = [sys.executable, "-m", "mqgate.pipeline", "run", str(config), "--available-now", *master_args]
-    env = {**os.environ, "PYSPARK_PYTHON": str(python or sys.executable), "SPARK_LOCAL_IP": "127.0.0.1"}
+    command = python_command("mqgate.pipeline", "run", str(config), "--available-now", *master_args)
     log_path = config.parent / "run.log"
     started = time.monotonic()
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            command, cwd=config.parent, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            command,
+            cwd=config.parent,
+            env=driver_env(python),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         code = proc.wait(DRIVER_TIMEOUT_S)

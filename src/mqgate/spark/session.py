@@ -50,16 +50,30 @@ def package_zip(directory: Path) -> Path:
 
 
 def ship_package(spark: SparkSession) -> None:
-    """Send this mqgate to the executors (`addPyFile`), once per SparkContext. Spark puts the
-    zip ahead of site-packages on the executors' and the planner workers' sys.path, so they run
-    the driver's code even where another mqgate (or none) is installed. Must precede register():
-    the data source's Python function captures the includes when it is registered."""
+    """Send this mqgate to every Python process the SparkContext starts, once per context.
+    Must precede register(): the data source's Python function takes the includes and the
+    environment there are when it is registered.
+
+    - Executors: `addPyFile`. Their Python workers put the fetched zip ahead of site-packages,
+      so they run the driver's code even where another mqgate (or none) is installed.
+    - The driver's own Python workers (the data source planners: batch read planning, the
+      streaming reader's offsets and partitions, the streaming writer's commits): the zip is
+      put on the PYTHONPATH of the context's Python functions, which the driver's JVM gives
+      them. The includes alone do not reach them all: the streaming source's planner looks
+      its includes up in `<SparkFiles root>/streaming_job/` (pyspark 4's
+      PythonStreamingSourceRunner), where addPyFile puts nothing, so without this it cannot
+      import mqgate unless the driver's Python has it installed. On the executors this
+      driver path comes after the shipped zip (or does not exist).
+    """
     sc = spark.sparkContext
     if SHIPPED_ZIP in (sc._python_includes or []):
         return
     directory = Path(tempfile.mkdtemp(prefix="mqgate-ship-"))
     atexit.register(shutil.rmtree, directory, True)
-    sc.addPyFile(str(package_zip(directory)))
+    zipped = str(package_zip(directory))
+    sc.addPyFile(zipped)
+    pythonpath = [zipped, *filter(None, sc.environment.get("PYTHONPATH", "").split(os.pathsep))]
+    sc.environment["PYTHONPATH"] = os.pathsep.join(pythonpath)
 
 
 def session(app_name: str, master: str | None = None, conf: Mapping[str, Any] | None = None) -> SparkSession:
