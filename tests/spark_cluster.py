@@ -342,7 +342,7 @@ def probe(spark: Any) -> dict[str, Any]:
 
         import mqgate
 
-        yield {"cwd": os.getcwd(), "mqgate": mqgate.__file__, "python": sys.executable}
+        yield {"cwd": os.getcwd(), "mqgate": os.path.abspath(mqgate.__file__), "python": sys.executable}
 
     tasks = sc.parallelize(range(8), 8).mapPartitions(where).collect()
     ids = sc._jvm.scala.jdk.javaapi.CollectionConverters.asJava(sc._jsc.sc().getExecutorIds())
