@@ -255,18 +255,42 @@ class SparkCluster:
 # --- the driver: jobs run in a process of their own, on any master -------------------------
 
 
-def run_driver(
+@dataclass
+class Driver:
+    """A driver process running jobs of this module (see `start_driver`)."""
+
+    proc: subprocess.Popen[bytes]
+    workdir: Path
+    master: str
+    started: float = field(default_factory=time.monotonic)
+
+    def result(self) -> Any:
+        """Wait for the driver (DRIVER_TIMEOUT_S from its start); its JSON result."""
+        try:
+            code = self.proc.wait(max(0.0, self.started + DRIVER_TIMEOUT_S - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            code = None
+        finally:
+            stop_group(self.proc, grace_s=5)
+        tail = (self.workdir / "driver.log").read_text(errors="replace")[-4000:]
+        assert code == 0, f"driver on {self.master} ended with {code}:\n{tail}"
+        return json.loads((self.workdir / "result.json").read_text())
+
+    def stop(self) -> None:
+        stop_group(self.proc, grace_s=5)
+
+
+def start_driver(
     jobs: list[tuple[str, dict[str, Any]]], master: str, workdir: Path, python: Path | None
-) -> Any:
-    """Run `jobs` (name, params) of this module, one after the other in one application, on
-    `master`; their JSON results under "results", with the application's id and a probe.
-    `python`: the executors' Python (PYSPARK_PYTHON); None = this interpreter (local[*])."""
+) -> Driver:
+    """Start a driver that runs `jobs` (name, params) of this module one after the other in one
+    application on `master`; `Driver.result()`: their JSON results under "results", with the
+    application's id and a probe. `python`: the Python of the executors and of the driver's
+    Python workers (PYSPARK_PYTHON); None = this interpreter (local[*])."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec = workdir / "spec.json"
-    out = workdir / "result.json"
-    spec.write_text(json.dumps({"jobs": jobs, "master": master, "out": str(out)}))
-    log_path = workdir / "driver.log"
-    with open(log_path, "ab") as log:
+    spec.write_text(json.dumps({"jobs": jobs, "master": master, "out": str(workdir / "result.json")}))
+    with open(workdir / "driver.log", "ab") as log:
         proc = subprocess.Popen(
             python_command("tests.spark_cluster", str(spec)),
             cwd=workdir,
@@ -275,15 +299,7 @@ def run_driver(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    try:
-        code = proc.wait(DRIVER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        code = None
-    finally:
-        stop_group(proc, grace_s=5)
-    tail = log_path.read_text(errors="replace")[-4000:]
-    assert code == 0, f"driver of {[j for j, _ in jobs]} on {master} ended with {code}:\n{tail}"
-    return json.loads(out.read_text())
+    return Driver(proc, workdir, master)
 
 
 def read_topic(spark: Any, gateway: str, token: str, topic: str) -> dict[str, Any]:
@@ -350,7 +366,21 @@ def probe(spark: Any) -> dict[str, Any]:
     return {"tasks": [dict(t) for t in sorted(unique)], "executors": sorted(str(i) for i in ids)}
 
 
-JOBS: dict[str, Callable[..., dict[str, Any]]] = {"read": read_topic, "copy": copy_topic}
+def run_pipeline(spark: Any, config: str) -> dict[str, Any]:
+    """The event pipeline of `config` (`--available-now`) in this application, as
+    `mqgate pipeline run` runs it in one of its own."""
+    from mqgate.pipeline.config import load_config
+    from mqgate.pipeline.job import run_pipeline as run
+
+    summary = run(load_config(Path(config)), available_now=True, spark=spark)
+    return {"batches": summary.batches, "events": summary.report.events}
+
+
+JOBS: dict[str, Callable[..., dict[str, Any]]] = {
+    "read": read_topic,
+    "copy": copy_topic,
+    "pipeline": run_pipeline,
+}
 
 
 def main(spec_path: str) -> None:

@@ -4,15 +4,17 @@ once for the module. A batch read, a streaming copy and the event pipeline run o
 what they give on local[*], and they did run on the workers: the master lists the
 application as FINISHED, each worker's work directory holds an executor of it with the
 shipped mqgate.zip, and the tasks ran in those directories, importing mqgate from the zip,
-in a Python that has the dependencies but not mqgate (so nothing else could provide it).
+in a Python that has the dependencies but not mqgate. The driver's own Python workers (the
+data source planners, streaming ones included) run that Python too, and nothing in the
+driver's environment provides mqgate: only the shipped code can (tests/spark_cluster.py).
 
-Every job runs in a driver process of its own (a JVM holds one SparkContext; the suite's
-local session stays as it is), local[*] and the cluster alike.
+The three jobs run in one driver process per master (a JVM holds one SparkContext; the
+suite's local session stays as it is), the local[*] one alongside the cluster's start-up
+and the cluster's driver, so the module takes about as long as the cluster run.
 """
 
 from __future__ import annotations
 
-import subprocess
 import time
 import uuid
 from collections import Counter
@@ -23,22 +25,19 @@ from typing import Any
 
 import psycopg
 import pytest
-from benchmarks.zipf_events import generate
+from benchmarks.zipf_events import Workload, generate
 from benchmarks.zipf_events import produce as produce_events
 
 from tests.conftest import PG_ADMIN_URL, Server, require_service
 from tests.pipeline.test_end_to_end import write_config
 from tests.spark.conftest import produce, read_all, unique
 from tests.spark_cluster import (
-    DRIVER_TIMEOUT_S,
+    Driver,
     SparkCluster,
-    driver_env,
     executor_python,
     mqgate_path,
-    python_command,
     require_spark,
-    run_driver,
-    stop_group,
+    start_driver,
 )
 
 
@@ -77,27 +76,43 @@ def assert_ran_on_workers(cluster: SparkCluster, app_id: str) -> set[Path]:
 
 
 @dataclass
-class SparkJobs:
-    """The read and copy jobs, run once on local[*] and once on the cluster (one driver each)."""
+class Runs:
+    """What the jobs were given, and the results of the driver on local[*] and on the cluster."""
 
     read_topic: str
     read_sent: int
-    copy_source: str
     copy_sent: list[tuple[str, list[str], list[str], dict[str, str]]]
     targets: dict[str, str]
+    pipeline_work: Workload
+    pipeline_jobs: dict[str, str]
+    databases: dict[str, str]
     workdir: Path
     local: dict[str, Any]
     remote: dict[str, Any]
 
+    def result(self, where: str, job: str) -> dict[str, Any]:
+        run = self.local if where == "local" else self.remote
+        return run["results"][JOBS.index(job)]  # type: ignore[no-any-return]
+
+
+JOBS = ["read", "copy", "pipeline"]
+
 
 @pytest.fixture(scope="module")
-def spark_jobs(
-    cluster: SparkCluster, executor_py: Path, gateway: Server, tmp_path_factory: pytest.TempPathFactory
-) -> SparkJobs:
-    work = tmp_path_factory.mktemp("spark-jobs")
-    read_topic = unique("cluster-read")
-    gateway.admin("POST", "/admin/topics", name=read_topic, queues=3, maxPriority=1)
-    gateway.admin("POST", "/admin/producers", name=f"{read_topic}-p", topic=read_topic)
+def databases() -> Iterator[dict[str, str]]:
+    """A fresh PostgreSQL database per run (the type tables are not keyed by job), dropped after."""
+    require_service("127.0.0.1", 5432, "PostgreSQL")
+    names = {where: f"mqgate_{uuid.uuid4().hex[:10]}" for where in ("local", "cluster")}
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(f"CREATE DATABASE {name}")
+    yield {where: f"postgresql://postgres@127.0.0.1:5432/{name}" for where, name in names.items()}
+    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
+        for name in names.values():
+            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+def read_messages() -> list[dict[str, Any]]:
     sent: list[dict[str, Any]] = []
     for i in range(3000):
         m: dict[str, Any] = {"message": f"m{i} ü", "keys": [f"k{i % 97}"]}
@@ -110,6 +125,24 @@ def spark_jobs(
         if i % 11 == 0:
             m["ttlMs"] = 3_600_000
         sent.append(m)
+    return sent
+
+
+@pytest.fixture(scope="module")
+def runs(
+    request: pytest.FixtureRequest,
+    executor_py: Path,
+    gateway: Server,
+    databases: dict[str, str],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Runs:
+    """The read, copy and pipeline jobs, in one driver on local[*] and one on the cluster, each
+    with topics, consumer groups and a database of its own where it writes."""
+    work = tmp_path_factory.mktemp("spark-jobs")
+    read_topic = unique("cluster-read")
+    gateway.admin("POST", "/admin/topics", name=read_topic, queues=3, maxPriority=1)
+    gateway.admin("POST", "/admin/producers", name=f"{read_topic}-p", topic=read_topic)
+    sent = read_messages()
     produce(gateway, f"{read_topic}-p", sent)
 
     source = unique("cluster-copy")
@@ -122,11 +155,23 @@ def spark_jobs(
         f"{source}-p",
         [{"message": b, "keys": k, "tags": t, "properties": p} for b, k, t, p in copy_sent],
     )
-    targets = {}
+
+    pipeline_work = generate(4000, keys=200, zipf_s=1.2, seed=15)
+    base = unique("cluster-pipe")
+    topics = {"like": f"{base}-likes", "comment": f"{base}-comments"}
+    for type_name, topic in topics.items():
+        gateway.admin("POST", "/admin/topics", name=topic, queues=4)
+        gateway.admin("POST", "/admin/producers", name=f"{topic}-p", topic=topic)
+        produce_events(
+            gateway.url, gateway.admin_token, f"{topic}-p", getattr(pipeline_work, f"{type_name}s")
+        )
+
+    targets, pipeline_jobs = {}, {}
     for where in ("local", "cluster"):
         targets[where] = f"{source}-to-{where}"
         gateway.setup_topic(targets[where], queues=3)
         gateway.admin("POST", "/admin/consumers", name=f"spark-{targets[where]}", topic=source)
+        pipeline_jobs[where] = f"{base}-{where}"
 
     def jobs(where: str) -> list[tuple[str, dict[str, Any]]]:
         common = {"gateway": gateway.url, "token": gateway.admin_token}
@@ -136,21 +181,48 @@ def spark_jobs(
             "consumer": f"spark-{targets[where]}",
             "workdir": str(work / where / "copy"),
         }
-        return [("read", {**common, "topic": read_topic}), ("copy", {**common, **copy})]
+        config = pipeline_config(
+            work / where / "pipeline", pipeline_jobs[where], gateway, topics, databases[where]
+        )
+        return [
+            ("read", {**common, "topic": read_topic}),
+            ("copy", {**common, **copy}),
+            ("pipeline", {"config": str(config)}),
+        ]
 
-    local = run_driver(jobs("local"), "local[*]", work / "local", None)
-    remote = run_driver(jobs("cluster"), cluster.url, work / "cluster", executor_py)
+    # local[*] needs no cluster: its driver runs while the cluster starts and runs its own.
+    started = time.monotonic()
+    drivers: list[Driver] = []
+    try:
+        drivers.append(start_driver(jobs("local"), "local[*]", work / "local", None))
+        cluster: SparkCluster = request.getfixturevalue("cluster")
+        drivers.append(start_driver(jobs("cluster"), cluster.url, work / "cluster", executor_py))
+        local, remote = (d.result() for d in drivers)
+    finally:
+        for d in drivers:
+            d.stop()
+    print(f"\nboth drivers done {time.monotonic() - started:.1f}s after the local one started")
     for where, r in (("local[*]", local), ("cluster", remote)):
-        read, copy = (job["seconds"] for job in r["results"])
-        took = f"session {r['started']:.1f}s, read {read:.1f}s, copy {copy:.1f}s"
-        print(f"\n{where} driver: {r['seconds']:.1f}s ({took})")
-    return SparkJobs(read_topic, len(sent), source, copy_sent, targets, work, local, remote)
+        took = ", ".join(f"{job} {res['seconds']:.1f}s" for job, res in zip(JOBS, r["results"], strict=True))
+        print(f"{where} driver: {r['seconds']:.1f}s (session {r['started']:.1f}s, {took})")
+    return Runs(
+        read_topic,
+        len(sent),
+        copy_sent,
+        targets,
+        pipeline_work,
+        pipeline_jobs,
+        databases,
+        work,
+        local,
+        remote,
+    )
 
 
 def test_the_jobs_ran_on_the_workers_with_the_shipped_code(
-    spark_jobs: SparkJobs, cluster: SparkCluster, executor_py: Path
+    runs: Runs, cluster: SparkCluster, executor_py: Path
 ) -> None:
-    remote, local = spark_jobs.remote, spark_jobs.local
+    remote, local = runs.remote, runs.local
     executor_dirs = assert_ran_on_workers(cluster, remote["appId"])
     probe = remote["probe"]
     assert len(probe["executors"]) == 2, probe
@@ -163,18 +235,18 @@ def test_the_jobs_ran_on_the_workers_with_the_shipped_code(
         assert task["python"] == str(executor_py), task
     # The data source's read tasks ran in the executors' directories on the workers; on
     # local[*] in the driver's process, with the driver's mqgate.
-    ran_in = {Path(d).resolve() for d in remote["results"][0]["ranIn"]}
+    ran_in = {Path(d).resolve() for d in runs.result("cluster", "read")["ranIn"]}
     assert ran_in and ran_in <= executor_dirs, ran_in
     assert local["probe"]["executors"] == []
-    assert local["results"][0]["ranIn"] == [str(spark_jobs.workdir / "local")]
+    assert runs.result("local", "read")["ranIn"] == [str(runs.workdir / "local")]
     assert {Path(t["mqgate"]).resolve().parent.parent for t in local["probe"]["tasks"]} == {mqgate_path()}
 
 
-def test_batch_read_on_the_cluster_gives_the_rows_of_local(spark_jobs: SparkJobs, gateway: Server) -> None:
-    local, remote = spark_jobs.local["results"][0]["rows"], spark_jobs.remote["results"][0]["rows"]
-    assert len(remote) == spark_jobs.read_sent
+def test_batch_read_on_the_cluster_gives_the_rows_of_local(runs: Runs, gateway: Server) -> None:
+    local, remote = runs.result("local", "read")["rows"], runs.result("cluster", "read")["rows"]
+    assert len(remote) == runs.read_sent
     assert remote == local
-    truth = read_all(gateway, spark_jobs.read_topic)
+    truth = read_all(gateway, runs.read_topic)
     assert sorted((r["messageId"], r["body"]) for r in remote) == sorted(
         (m["messageId"], m["message"]) for m in truth
     )
@@ -182,39 +254,23 @@ def test_batch_read_on_the_cluster_gives_the_rows_of_local(spark_jobs: SparkJobs
     assert sum(1 for r in remote if r["deadline"] is not None) == len(range(0, 3000, 11))
 
 
-def test_streaming_copy_on_the_cluster_gives_the_copy_of_local(
-    spark_jobs: SparkJobs, gateway: Server
-) -> None:
-    local, remote = spark_jobs.local["results"][1], spark_jobs.remote["results"][1]
+def test_streaming_copy_on_the_cluster_gives_the_copy_of_local(runs: Runs, gateway: Server) -> None:
+    local, remote = runs.result("local", "copy"), runs.result("cluster", "copy")
     # Same micro-batches (700 messages, cut over the queues by backlog), every message once.
-    assert remote["batches"] == local["batches"] and sum(remote["batches"]) == len(spark_jobs.copy_sent)
+    assert remote["batches"] == local["batches"] and sum(remote["batches"]) == len(runs.copy_sent)
     assert remote["batches"] == [700, 700, 600]
 
     def copied(where: str) -> list[tuple[str, list[str], list[str], dict[str, str]]]:
-        stored = read_all(gateway, spark_jobs.targets[where])
+        stored = read_all(gateway, runs.targets[where])
         return sorted((m["message"], m["keys"], m["tags"], m["properties"]) for m in stored)
 
-    assert copied("cluster") == copied("local") == sorted(spark_jobs.copy_sent)
+    assert copied("cluster") == copied("local") == sorted(runs.copy_sent)
     for where in ("local", "cluster"):
-        consumer = f"spark-{spark_jobs.targets[where]}"
+        consumer = f"spark-{runs.targets[where]}"
         assert gateway.admin("GET", f"/admin/consumers/{consumer}/progress")["lag"] == 0, where
 
 
 # --- the event pipeline ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def two_databases() -> Iterator[list[str]]:
-    """Two fresh PostgreSQL databases (the type tables are not keyed by job), dropped afterwards."""
-    require_service("127.0.0.1", 5432, "PostgreSQL")
-    names = [f"mqgate_{uuid.uuid4().hex[:10]}" for _ in range(2)]
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f"CREATE DATABASE {name}")
-    yield [f"postgresql://postgres@127.0.0.1:5432/{name}" for name in names]
-    with psycopg.connect(PG_ADMIN_URL, autocommit=True) as conn:
-        for name in names:
-            conn.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 def pipeline_config(path: Path, job: str, gateway: Server, topics: dict[str, str], db: str) -> Path:
@@ -259,32 +315,6 @@ def pipeline_config(path: Path, job: str, gateway: Server, topics: dict[str, str
     )
 
 
-def run_pipeline(config: Path, master: str | None, python: Path | None) -> float:
-    """`python -m mqgate.pipeline run CONFIG --available-now [--master M]`; its wall time."""
-    master_args = ["--master", master] if master else []
-    command = python_command("mqgate.pipeline", "run", str(config), "--available-now", *master_args)
-    log_path = config.parent / "run.log"
-    started = time.monotonic()
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            command,
-            cwd=config.parent,
-            env=driver_env(python),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    try:
-        code = proc.wait(DRIVER_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        code = None
-    finally:
-        stop_group(proc, grace_s=5)
-    tail = log_path.read_text(errors="replace")[-4000:]
-    assert code == 0, f"pipeline on {master or 'local[*]'} ended with {code}:\n{tail}"
-    return time.monotonic() - started
-
-
 def tables(db: str, job: str) -> dict[str, Any]:
     """What the pipeline wrote, with the job's own name (in the hot topic's) taken out."""
     with psycopg.connect(db) as conn:
@@ -302,26 +332,14 @@ def tables(db: str, job: str) -> dict[str, Any]:
         }
 
 
-def test_event_pipeline_on_the_cluster_gives_the_tables_of_local(
-    cluster: SparkCluster, executor_py: Path, gateway: Server, two_databases: list[str], tmp_path: Path
-) -> None:
+def test_event_pipeline_on_the_cluster_gives_the_tables_of_local(runs: Runs, gateway: Server) -> None:
     """The same events through two jobs of their own (consumer groups, hot and retry topics,
     databases): one on local[*], one on the cluster; the tables must match row for row."""
-    work = generate(4000, keys=200, zipf_s=1.2, seed=15)
-    base = unique("cluster-pipe")
-    topics = {"like": f"{base}-likes", "comment": f"{base}-comments"}
-    for type_name, topic in topics.items():
-        gateway.admin("POST", "/admin/topics", name=topic, queues=4)
-        gateway.admin("POST", "/admin/producers", name=f"{topic}-p", topic=topic)
-        produce_events(gateway.url, gateway.admin_token, f"{topic}-p", getattr(work, f"{type_name}s"))
-
     results: dict[str, dict[str, Any]] = {}
-    runs = (("local", None, None), ("cluster", cluster.url, executor_py))
-    for (where, master, python), db in zip(runs, two_databases, strict=True):
-        job = f"{base}-{where}"
-        seconds = run_pipeline(pipeline_config(tmp_path / where, job, gateway, topics, db), master, python)
-        print(f"\npipeline on {master or 'local[*]'}: {seconds:.1f}s")
-        results[where] = tables(db, job)
+    for where, job in runs.pipeline_jobs.items():
+        summary = runs.result(where, "pipeline")
+        print(f"\npipeline on {where}: {summary['seconds']:.1f}s, {summary}")
+        results[where] = tables(runs.databases[where], job)
         for suffix in ("like", "comment", "hot", "retry"):
             lag = gateway.admin("GET", f"/admin/consumers/spark-{job}-{suffix}/progress")["lag"]
             assert lag == 0, (where, suffix)
@@ -330,7 +348,7 @@ def test_event_pipeline_on_the_cluster_gives_the_tables_of_local(
     totals: Counter[tuple[str, str]] = Counter()
     for type_name, table in (("like", "likes"), ("comment", "comments")):
         totals.update((type_name, row[1]) for row in remote[table])
-    assert totals == work.totals
+    assert totals == runs.pipeline_work.totals
     assert remote["dead_letters"] == [(0,)]
     # Part of the hottest videos' events took the hot path (produced by executors, read
     # back by the hot query), on both.
@@ -338,6 +356,3 @@ def test_event_pipeline_on_the_cluster_gives_the_tables_of_local(
     assert remote["hot_keys"]
     for name in ("likes", "comments", "ledger", "hot_keys", "dead_letters"):
         assert remote[name] == local[name], name
-
-    app = cluster.finished_app(name=f"mqgate-pipeline-{base}-cluster")
-    assert_ran_on_workers(cluster, app["id"])
