@@ -41,6 +41,11 @@ DRIVER_TIMEOUT_S = 240.0
 # Environment the cluster must not inherit: with the test's PYTHONPATH the executors would
 # import mqgate from the source tree instead of the shipped zip.
 NOT_INHERITED = ("PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON", "SPARK_CONF_DIR", "CLASSPATH")
+# Every JVM of the test (master, workers, drivers, executors) lives a minute or two: the C1
+# compiler alone and the serial collector spend a fraction of the CPU the default tiered
+# compilation and G1 threads do there, on a machine of 2 cores.
+SHORT_JVM = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+SHORT_JVM_CONF = {"spark.driver.extraJavaOptions": SHORT_JVM, "spark.executor.extraJavaOptions": SHORT_JVM}
 
 
 def spark_home() -> Path:
@@ -71,7 +76,12 @@ def require_spark() -> None:
 def cluster_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in NOT_INHERITED}
     # SPARK_LOCAL_IP also binds the web UIs, which otherwise listen on 0.0.0.0.
-    return {**env, "SPARK_HOME": str(spark_home()), "SPARK_LOCAL_IP": "127.0.0.1"}
+    return {
+        **env,
+        "SPARK_HOME": str(spark_home()),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_DAEMON_JAVA_OPTS": SHORT_JVM,
+    }
 
 
 def mqgate_path() -> Path:
@@ -388,7 +398,8 @@ def main(spec_path: str) -> None:
 
     spec = json.loads(Path(spec_path).read_text())
     started = time.monotonic()
-    spark = mqgate.spark.session("mqgate-test-" + "-".join(job for job, _ in spec["jobs"]), spec["master"])
+    name = "mqgate-test-" + "-".join(job for job, _ in spec["jobs"])
+    spark = mqgate.spark.session(name, spec["master"], SHORT_JVM_CONF)
     try:
         result: dict[str, Any] = {"started": time.monotonic() - started, "results": []}
         for job, params in spec["jobs"]:
