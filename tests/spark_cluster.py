@@ -193,7 +193,7 @@ class SparkCluster:
                 raise AssertionError(f"{name} exited with {proc.returncode}:\n{self.log_tail(name)}")
         try:
             return check(self.state())
-        except OSError:  # not listening yet
+        except (OSError, ValueError):  # not listening yet, or an empty page while it starts
             return False
 
     def alive_workers(self, state: dict[str, Any]) -> int:
@@ -248,7 +248,7 @@ class SparkCluster:
         def find() -> dict[str, Any] | None:
             try:
                 apps = self.state()["completedapps"]
-            except OSError:  # the master busy for a moment: ask again
+            except (OSError, ValueError):  # the master busy for a moment: ask again
                 return None
             for app in apps:
                 if (app["id"] == app_id or app["name"] == name) and app["state"] == "FINISHED":
