@@ -252,6 +252,7 @@ def test_batch_read_on_the_cluster_gives_the_rows_of_local(runs: Runs, gateway: 
     )
     assert {r["queue"] for r in remote} == set(range(6))  # priority lane 1: store queues 3..5
     assert sum(1 for r in remote if r["deadline"] is not None) == len(range(0, 3000, 11))
+    print(f"\nbatch read: {len(local)} rows on local[*], {len(remote)} on the cluster, equal in every column")
 
 
 def test_streaming_copy_on_the_cluster_gives_the_copy_of_local(runs: Runs, gateway: Server) -> None:
@@ -259,6 +260,7 @@ def test_streaming_copy_on_the_cluster_gives_the_copy_of_local(runs: Runs, gatew
     # Same micro-batches (700 messages, cut over the queues by backlog), every message once.
     assert remote["batches"] == local["batches"] and sum(remote["batches"]) == len(runs.copy_sent)
     assert remote["batches"] == [700, 700, 600]
+    print(f"\ncopy micro-batches on local[*] {local['batches']}, on the cluster {remote['batches']}")
 
     def copied(where: str) -> list[tuple[str, list[str], list[str], dict[str, str]]]:
         stored = read_all(gateway, runs.targets[where])
@@ -356,3 +358,7 @@ def test_event_pipeline_on_the_cluster_gives_the_tables_of_local(runs: Runs, gat
     assert remote["hot_keys"]
     for name in ("likes", "comments", "ledger", "hot_keys", "dead_letters"):
         assert remote[name] == local[name], name
+    print(
+        f"pipeline tables, the same on both: likes {len(remote['likes'])}, comments "
+        f"{len(remote['comments'])}, ledger {remote['ledger']}, hot keys {len(remote['hot_keys'])}"
+    )
