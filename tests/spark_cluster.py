@@ -11,9 +11,10 @@ interpreter's site-packages (pyspark, pyarrow, httpx, psycopg...) but not the pr
 editable install is a `.pth` file that a path listed in another `.pth` does not process. On it,
 a task can import mqgate only from the zip `mqgate.spark.session()` ships to the executors.
 
-`run_driver` runs jobs of this module (`python -m tests.spark_cluster SPEC.json`) in a
-process of its own with its own JVM, as `spark-submit` would: the test process keeps the
-suite's local SparkSession, and a JVM holds one SparkContext at a time.
+`start_driver` runs jobs of this module (read, copy, pipeline) in a driver process of its own
+with its own JVM, as `spark-submit` would: the test process keeps the suite's local
+SparkSession, and a JVM holds one SparkContext at a time. A cluster driver's environment
+gives mqgate to no Python process (`driver_env`), so the jobs work only if the code is shipped.
 """
 
 from __future__ import annotations
