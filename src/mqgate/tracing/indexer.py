@@ -63,6 +63,7 @@ class TraceIndexer:
         max_age_ms: int | None = None,
         max_events: int | None = None,
         prune_every_s: float = 60.0,
+        gather_s: float = 0.1,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.store = store
@@ -75,6 +76,11 @@ class TraceIndexer:
         self.max_age_ms = max_age_ms
         self.max_events = max_events
         self.prune_every_s = prune_every_s
+        # After a round that was not full, wait this long (or for a poke) before the next:
+        # one transaction then takes what a busy gateway wrote meanwhile, instead of one per
+        # record (a round costs far more than a row). It bounds the index's lag when busy.
+        self.gather_s = gather_s
+        self._full = False  # the last round stopped at batch_events: more is waiting
         self._last_prune = time.monotonic()
         self.clock_ms = clock_ms
         self.counters = IndexerCounters()
@@ -135,6 +141,10 @@ class TraceIndexer:
                 done = 0
             if done == 0:
                 await self._wait_for_events()
+            elif not self._full and self.gather_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poke.wait(), self.gather_s)
+                self._poke.clear()
 
     async def _wait_for_events(self) -> None:
         """Until a trace topic is written (here or, for a shared store, on another gateway),
@@ -181,6 +191,7 @@ class TraceIndexer:
         rows: list[IndexRow] = []
         moves: dict[Position, PositionMove] = {}
         passed = malformed = skipped = held = 0
+        self._full = False
         for topic in sorted(self._topics):
             if not self.store.has_topic(topic):
                 continue
@@ -195,10 +206,12 @@ class TraceIndexer:
                     moves[where] = PositionMove(known, start)
                 room = self.batch_events - len(rows)
                 if start >= bounds.max or room <= 0:
+                    self._full |= start < bounds.max
                     continue
                 records = await self.store.read_raw(topic, bounds.queue, start, room)
                 if not records:
                     continue
+                self._full |= len(records) >= room
                 last = start
                 for offset, raw in records:
                     found = self._decode(raw)
@@ -209,7 +222,8 @@ class TraceIndexer:
                         held += found[1]
                     passed += 1
                     last = offset
-                    if len(rows) >= self.batch_events:  # a batch record holds many rows
+                    if len(rows) >= self.batch_events:
+                        self._full = True
                         break
                 moves[where] = PositionMove(known, last + 1)
         if not moves:
