@@ -157,9 +157,22 @@ def test_append_with_companions_writes_both_and_a_failed_companion_fails_nothing
         )
         assert firsts == {0: 1} and isinstance(failed, NotFound)
         assert [m for _, m in await s.read("data", 0, 0, 10)] == [msg(1), msg(4)]
+        # Many at once (the embedded store writes their companions together): none lost.
+        results = await asyncio.gather(
+            *(
+                s.append_many_with(
+                    "data", {1: [msg(10 + i)]}, lambda f: {"side": {0: [(7, raw_of(msg(f[1])))]}}
+                )
+                for i in range(50)
+            )
+        )
+        assert sorted(f[1] for f, err in results) == list(range(3, 53)) and all(e is None for _, e in results)
+        side = [m for _, m in await s.read("side", 0, 2, 100)]
+        assert sorted(m.msg_id for m in side) == sorted(msg(o).msg_id for o in range(3, 53))
         s = await h.reopen(s)  # durable, both
-        assert [m for _, m in await s.read("side", 0, 0, 10)] == [msg(900), msg(911)]
-        assert [m for _, m in await s.read("data", 1, 0, 10)] == [msg(0), msg(2), msg(3)]
+        assert [m for _, m in await s.read("side", 0, 0, 2)] == [msg(900), msg(911)]
+        assert len(await s.read("side", 0, 0, 100)) == 52
+        assert [m for _, m in await s.read("data", 1, 0, 4)] == [msg(0), msg(2), msg(3), msg(10)]
 
     run(kind, tmp_path, body)
 
