@@ -135,6 +135,48 @@ def raw_of(m: StoredMessage) -> bytes:
     return msgspec.json.encode(m)
 
 
+def test_append_with_companions_writes_both_and_a_failed_companion_fails_nothing(
+    kind: str, tmp_path: Path
+) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("data", 2, WEEK_MS))
+        await s.create_topic(TopicConfig("side", 1, WEEK_MS))
+        seen: list[dict[int, int]] = []
+
+        def side_records(firsts: dict[int, int]) -> dict[str, dict[int, list[tuple[int, bytes]]]]:
+            seen.append(dict(firsts))
+            return {"side": {0: [(5, raw_of(msg(900 + q * 10 + o))) for q, o in sorted(firsts.items())]}}
+
+        await s.append("data", 1, [msg(0)])
+        firsts, failed = await s.append_many_with("data", {0: [msg(1)], 1: [msg(2), msg(3)]}, side_records)
+        assert firsts == {0: 0, 1: 1} and failed is None and seen == [{0: 0, 1: 1}]
+        assert [m for _, m in await s.read("side", 0, 0, 10)] == [msg(900), msg(911)]
+        # A companion for a topic that does not exist: the messages are stored all the same.
+        firsts, failed = await s.append_many_with(
+            "data", {0: [msg(4)]}, lambda f: {"missing": {0: [(1, raw_of(msg(1)))]}}
+        )
+        assert firsts == {0: 1} and isinstance(failed, NotFound)
+        assert [m for _, m in await s.read("data", 0, 0, 10)] == [msg(1), msg(4)]
+        # Many at once (the embedded store writes their companions together): none lost.
+        results = await asyncio.gather(
+            *(
+                s.append_many_with(
+                    "data", {1: [msg(10 + i)]}, lambda f: {"side": {0: [(7, raw_of(msg(f[1])))]}}
+                )
+                for i in range(50)
+            )
+        )
+        assert sorted(f[1] for f, err in results) == list(range(3, 53)) and all(e is None for _, e in results)
+        side = [m for _, m in await s.read("side", 0, 2, 100)]
+        assert sorted(m.msg_id for m in side) == sorted(msg(o).msg_id for o in range(3, 53))
+        s = await h.reopen(s)  # durable, both
+        assert [m for _, m in await s.read("side", 0, 0, 2)] == [msg(900), msg(911)]
+        assert len(await s.read("side", 0, 0, 100)) == 52
+        assert [m for _, m in await s.read("data", 1, 0, 4)] == [msg(0), msg(2), msg(3), msg(10)]
+
+    run(kind, tmp_path, body)
+
+
 def test_bounds_per_queue(kind: str, tmp_path: Path) -> None:
     async def body(h: Harness, s: MessageStore) -> None:
         await s.create_topic(TopicConfig("t", 3, WEEK_MS))

@@ -5,6 +5,7 @@ lost to kill -9."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 from typing import Any
 
@@ -295,16 +296,37 @@ def test_a_trace_topic_reads_like_any_topic(server: Server) -> None:
     server.admin("POST", "/admin/trace-policies", mode="project", project="rd")
     msg_id = client.produce("rdt-p", "x").json()["result"]["msgId"]
     bounds = server.admin("GET", "/mq/bounds?topic=%25TRACE%25rd")
-    assert bounds["queues"][0]["max"] >= 2, bounds  # accepted and stored
+    assert bounds["queues"][0]["max"] == 1, bounds  # one record: the accepted and stored hops
     read = server.admin("GET", "/mq/read?topic=%25TRACE%25rd&queue=0&offset=0&max=10")["msgList"]
-    assert msg_id in read[0]["message"] and read[0]["tags"] == ["accepted"]
+    assert read[0]["tags"] == ["batch"]
+    held = json.loads(read[0]["message"])
+    assert held["kind"] == "batch" and held["msgIds"] == [msg_id] and held["hops"] == ["accepted", "stored"]
     token = server.admin("POST", "/admin/consumers", name="trace-reader", topic="%TRACE%rd")["token"]
     reader = Client(server, None, token)
     res = reader.pull("%TRACE%rd", "trace-reader", max=10).json()["result"]
-    assert res["status"] == "FOUND" and len(res["msgList"]) >= 2
+    assert res["status"] == "FOUND" and len(res["msgList"]) == 1
     reader.call("/mq/ack", requestId=res["requestId"])
     # Reading and consuming the trace topic traced nothing more (it would trace itself).
     after = server.admin("GET", "/mq/bounds?topic=%25TRACE%25rd")["queues"][0]["max"]
     assert after == bounds["queues"][0]["max"], (after, bounds)
     reader.close()
+    client.close()
+
+
+def test_a_refused_produce_is_traced_as_failed_and_found_by_its_key(server: Server) -> None:
+    client = setup(server, "refused", "rf")
+    server.admin("POST", "/admin/trace-policies", mode="project", project="refused", level="error")
+    r = client.produce("rf-p", "too high", keys=["bad-7"], priority=5)  # the topic has no lanes
+    assert r.status_code == 400, r.text
+    code = r.json()["result"]["code"]
+
+    def failed() -> dict[str, Any] | None:
+        found = traces(server, key="bad-7")
+        return found if found["paths"] and not found["mayBeIncomplete"] else None
+
+    [path] = wait_until(failed, 15, "the refused produce to be traced")["paths"]
+    [hop] = path["hops"]
+    assert hop["hop"] == "failed" and hop["status"] == "error", hop
+    assert hop["failure"]["cause"] == code and hop["failure"]["node"], hop
+    assert path["failures"] and path["keys"] == ["bad-7"]
     client.close()

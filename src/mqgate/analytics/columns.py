@@ -3,8 +3,9 @@
 The dataset is `<out>/events/date=YYYY-MM-DD/project=NAME/*.parquet` (the date of the
 event's time, UTC), one row per trace event; `<out>/malformed/` keeps the records that did
 not parse (their source position and a sample), so they are counted, never lost or fatal.
-A row's source position (`srcTopic`, `srcQueue`, `srcOffset`) is unique: compaction drops
-duplicates by it, so a batch written twice (a replay after a crash) is counted once.
+A row's source position (`srcTopic`, `srcQueue`, `srcOffset`) with its `msgId` and `hop` is
+unique (a batch record holds many messages' hops): compaction drops duplicates by them, so a
+record written twice (a replay after a crash) is counted once.
 """
 
 from __future__ import annotations
@@ -57,6 +58,26 @@ EVENT_JSON: Final = StructType(
         StructField("errorType", _S),
         StructField("errorNode", _S),
         StructField("detail", _S),
+    ]
+)
+
+# The JSON of mqgate.tracing.batch.TraceBatch: the produce hops of many messages in one record,
+# expanded into one row per message and hop (bodies and trace contexts are not read).
+BATCH_JSON: Final = StructType(
+    [
+        StructField("kind", _S),
+        StructField("hops", ArrayType(_S)),
+        StructField("timeMs", LongType()),
+        StructField("lastMs", LongType()),
+        StructField("project", _S),
+        StructField("topic", _S),
+        EVENT_JSON["resource"],
+        StructField("msgIds", ArrayType(_S)),
+        StructField("level", _S),
+        StructField("queue", IntegerType()),
+        StructField("firstOffset", LongType()),
+        StructField("producer", _S),
+        StructField("keys", ArrayType(ArrayType(_S))),
     ]
 )
 

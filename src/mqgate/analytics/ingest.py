@@ -20,6 +20,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from mqgate.analytics.columns import (
+    BATCH_JSON,
     EVENT_COLUMNS,
     EVENT_JSON,
     MALFORMED_COLUMNS,
@@ -29,6 +30,7 @@ from mqgate.analytics.columns import (
     events_dir,
     malformed_dir,
 )
+from mqgate.tracing.batch import BATCH_PREFIX
 from mqgate.tracing.events import HOPS, TRACE_TOPIC_PREFIX
 
 REQUIRED: Final = ("msgId", "hop", "timeMs", "project", "topic")
@@ -73,6 +75,46 @@ def _reason(e: Column) -> Column:
     )
 
 
+def _batch_of(body: Column) -> Column:
+    """The parsed batch of a batch record's body (tracing.batch), else null."""
+    parsed = F.from_json(body, BATCH_JSON)
+    return F.when(body.startswith(BATCH_PREFIX.decode()) & parsed["msgIds"].isNotNull(), parsed)
+
+
+def _expand_batches(batches: DataFrame) -> DataFrame:
+    """One row per message and hop of each batch, its `e` shaped like a parsed event (as
+    tracing.batch.expand does it)."""
+    b = F.col("b")
+    rows = batches.select(
+        *SOURCE_COLUMNS,
+        "b",
+        "body",
+        F.posexplode(b["msgIds"]).alias("i", "msgId"),
+    ).select("*", F.posexplode(F.col("b")["hops"]).alias("h", "hop"))
+    first = F.col("h") == 0
+    several = F.size(b["hops"]) > 1
+    event = F.struct(
+        F.col("msgId").alias("msgId"),
+        F.col("hop").alias("hop"),
+        F.when(first, b["timeMs"]).otherwise(b["lastMs"]).alias("timeMs"),
+        b["project"].alias("project"),
+        b["topic"].alias("topic"),
+        b["resource"].alias("resource"),
+        F.lit(None).cast("string").alias("status"),
+        b["level"].alias("level"),
+        F.lit(None).cast("string").alias("requestId"),
+        F.when(F.size(b["keys"]) > F.col("i"), b["keys"][F.col("i")]).alias("keys"),
+        b["queue"].alias("queue"),
+        F.when(first & several, F.lit(None)).otherwise(b["firstOffset"] + F.col("i")).alias("offset"),
+        b["producer"].alias("producer"),
+        *(F.lit(None).cast(EVENT_JSON[c].dataType).alias(c) for c in _NOT_IN_BATCHES),
+    )
+    return rows.select(*SOURCE_COLUMNS, event.alias("e"), F.col("body"))
+
+
+_NOT_IN_BATCHES: Final = ("consumer", "clientId", "clientAddr", "attempt", "errorType", "errorNode", "detail")
+
+
 def parse_raw(raw: DataFrame) -> DataFrame:
     """Raw records → one row per record: the dataset's columns plus `reason` (null for an
     event) and `sample` (the record's start, kept for malformed ones)."""
@@ -81,14 +123,19 @@ def parse_raw(raw: DataFrame) -> DataFrame:
         F.col("srcTopic").startswith(TRACE_TOPIC_PREFIX),
         F.expr(f"substring(srcTopic, {len(TRACE_TOPIC_PREFIX) + 1})"),
     )
-    parsed = raw.select(
+    source = (
         F.col("topic").alias("srcTopic"),
         F.col("queue").cast("int").alias("srcQueue"),
         F.col("offset").cast("long").alias("srcOffset"),
         F.unix_millis(F.col("timestamp")).alias("storedMs"),
-        F.from_json(F.col("body"), EVENT_JSON).alias("e"),
-        F.col("body"),
     )
+    with_batch = raw.select(*source, F.col("body"), _batch_of(F.col("body")).alias("b"))
+    # A batch that does not parse stays one row, found malformed like any other record.
+    batches = with_batch.where(F.col("b").isNotNull())
+    singles = with_batch.where(F.col("b").isNull()).select(
+        *SOURCE_COLUMNS, F.from_json(F.col("body"), EVENT_JSON).alias("e"), F.col("body")
+    )
+    parsed = singles.unionByName(_expand_batches(batches))
     return parsed.select(
         *SOURCE_COLUMNS,
         e["msgId"].alias("msgId"),
@@ -184,7 +231,7 @@ def compact(
         rows = sum(pq.read_metadata(str(f)).num_rows for f in files)
         tmp = target.parent / f".compact-{uuid.uuid4().hex}"
         df = spark.read.parquet(*(str(f) for f in files)).dropDuplicates(
-            ["srcTopic", "srcQueue", "srcOffset"]
+            ["srcTopic", "srcQueue", "srcOffset", "msgId", "hop"]
         )
         n_files = max(1, math.ceil(rows / ROWS_PER_FILE))
         df.repartition(n_files).sortWithinPartitions("timeMs").write.parquet(str(tmp))

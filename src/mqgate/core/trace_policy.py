@@ -146,11 +146,14 @@ def match(
     return MatchedTrace(level, frozenset(modes), tuple(ids))
 
 
+MEMO_SIZE: Final = 10_000
+
+
 class PolicySet:
     """Policies indexed by selector, so the hot path looks up a handful of dict keys instead of
     scanning every policy; `match` gives the same answer as the module's `match`."""
 
-    __slots__ = ("_by_project", "_by_queue", "_by_service", "_by_topic", "policies")
+    __slots__ = ("_by_project", "_by_queue", "_by_service", "_by_topic", "_memo", "policies")
 
     def __init__(self, policies: Iterable[TracePolicy]) -> None:
         self.policies = tuple(policies)
@@ -158,6 +161,9 @@ class PolicySet:
         self._by_topic: dict[str, list[TracePolicy]] = {}
         self._by_queue: dict[tuple[str, int], list[TracePolicy]] = {}
         self._by_service: dict[str, list[TracePolicy]] = {}
+        # Answers by (project, topic, queue, services): a set never changes, and the hot path
+        # asks the same few questions again and again. Bounded: cleared when full.
+        self._memo: dict[tuple[str, str, int | None, tuple[str, ...]], MatchedTrace | None] = {}
         for p in self.policies:
             if p.mode is Mode.PROJECT and p.project is not None:
                 self._by_project.setdefault(p.project, []).append(p)
@@ -176,6 +182,19 @@ class PolicySet:
     ) -> MatchedTrace | None:
         if not self.policies:
             return None
+        key = (project, topic, queue, tuple(services))
+        try:
+            return self._memo[key]
+        except KeyError:
+            pass
+        if len(self._memo) >= MEMO_SIZE:
+            self._memo.clear()
+        answer = self._memo[key] = self._match(project, topic, queue, key[3])
+        return answer
+
+    def _match(
+        self, project: str, topic: str, queue: int | None, services: tuple[str, ...]
+    ) -> MatchedTrace | None:
         found: list[TracePolicy] = []
         found += self._by_project.get(project, ())
         found += self._by_topic.get(topic, ())

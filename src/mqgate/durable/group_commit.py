@@ -64,6 +64,7 @@ class GroupCommitter:
         self._task: asyncio.Task[None] | None = None
         self._closing = False
         self._deferred_close: list[Callable[[], None]] = []
+        self._before_round: list[Callable[[], None]] = []
         self.rounds = 0
 
     @property
@@ -81,6 +82,12 @@ class GroupCommitter:
                 round_.closing.append(fd)
                 return True
         return False
+
+    def before_round(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call `hook` at the start of every round, before its files are collected (writes it
+        makes ride that round); returns the function that removes it. Hooks must not raise."""
+        self._before_round.append(hook)
+        return lambda: self._before_round.remove(hook)
 
     def mark_dirty(self, item: Syncable) -> None:
         self._dirty[id(item)] = item
@@ -119,6 +126,8 @@ class GroupCommitter:
                 self.health.fault("group_commit", "round_failed", repr(exc))
 
     async def _round(self) -> None:
+        for hook in self._before_round:
+            hook()
         dirty, self._dirty = self._dirty, {}
         waiters, self._waiters = self._waiters, []
         closers, self._deferred_close = self._deferred_close, []

@@ -39,13 +39,15 @@ STORED: Final = "stored"
 SCHEDULED: Final = "scheduled"
 
 
-def with_traceparent(properties: dict[str, str], incoming: str | None) -> dict[str, str]:
-    """The message's properties with its W3C trace context: its own, the request's, or a new
-    one (SPEC P6: a user's OpenTelemetry spans join the same trace)."""
+def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
+    """The message's properties with its W3C trace context: its own, else the request's (SPEC
+    P6: a user's OpenTelemetry spans join the same trace). `request_traceparent` is the
+    request's header or one generated for the request (`traceparent_for`): the messages of
+    one request share a trace, as they would had the producer sent one."""
     own = properties.get(TRACEPARENT)
     if own is not None and parse_traceparent(own) is not None:
         return properties
-    return {**properties, TRACEPARENT: traceparent_for(incoming)}
+    return {**properties, TRACEPARENT: request_traceparent}
 
 
 class Producing:
@@ -98,18 +100,35 @@ class Producing:
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         tracing = self.tracing
+        # Whether a queue's messages carry a trace context: the request sent one, or a policy
+        # traces them (one producer sent them all, so one match per queue).
+        traced: dict[int, bool] = {}
+        context = traceparent_for(traceparent) if traceparent is not None or tracing.active else ""
         for m, msg_id in zip(messages, ids, strict=True):
             q = self.store_queue_for(topic.name, topic.grid, 0, m.order_key or None)
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
             props = m.properties
-            if traceparent is not None or (tracing.active and tracing.match(topic, q, (producer.name,))):
-                props = with_traceparent(props, traceparent)
+            if context:
+                with_context = traced.get(q)
+                if with_context is None:
+                    with_context = traced[q] = traceparent is not None or (
+                        tracing.match(topic, q, (producer.name,)) is not None
+                    )
+                if with_context:
+                    props = with_traceparent(props, context)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        firsts = await self.ctx.store.append_many(topic.name, by_queue)
+        if tracing.active and await tracing.ready_for(topic):
+            # The trace records go in the messages' own group commit: no second durable wait.
+            companions, made = tracing.produce_companions(topic, by_queue, ts)
+            firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
+            tracing.produce_written(made, failed)
+        else:
+            firsts = await self.ctx.store.append_many(topic.name, by_queue)
+            if tracing.active:
+                found = (tracing.produce_batch(topic, q, b, firsts[q], ts) for q, b in by_queue.items())
+                await tracing.record([b for b in found if b is not None])
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
-        if tracing.active:
-            await tracing.record(self._stored_events(topic, by_queue, firsts, ts))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
 
@@ -170,10 +189,11 @@ class Producing:
         # (store topic, placement, message, store queue or -1 when held)
         plan: list[tuple[str, Placement, StoredMessage, int]] = []
         holds: list[tuple[bytes, list[Destination]]] = []
+        context = traceparent_for(traceparent) if traceparent is not None or self.tracing.active else ""
         for i, (m, msg_id) in enumerate(zip(messages, ids, strict=True)):
             props = m.properties
-            if traceparent is not None or self.tracing.active:
-                props = with_traceparent(props, traceparent)
+            if context:
+                props = with_traceparent(props, context)
             stored = StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props)
             later: list[Destination] = []
             for pl in placements(producer, m, ts):

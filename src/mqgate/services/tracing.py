@@ -14,18 +14,20 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqgate.core.layout import Slot
-from mqgate.core.trace_policy import MatchedTrace, PolicySet, TracePolicy, recorded_fields
+from mqgate.core.trace_policy import Level, MatchedTrace, Mode, PolicySet, TracePolicy, recorded_fields
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
-from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields
+from mqgate.store.interface import Companions
+from mqgate.tracing.batch import TraceBatch, cut_bodies
+from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields, trace_topic
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceAnswer, TraceQuery
@@ -72,6 +74,7 @@ class Tracing:
             on_new_topic=self.indexer.on_new_topic,
         )
         self.query = TraceQuery(self.index, self.indexer)
+        self._kept_cache: dict[tuple[frozenset[Mode], Level], frozenset[str]] = {}
 
     def collect(self) -> Iterator[Metric]:
         """The tracer's counters and the index's lag, as Prometheus metrics (read at scrape)."""
@@ -152,8 +155,7 @@ class Tracing:
             level=matched.level.label,  # type: ignore[arg-type]
             **fields,
         )
-        kept = recorded_fields(matched.modes, matched.level)
-        return keep_fields(ev, kept, self.ctx.settings.trace_body_max_bytes)
+        return keep_fields(ev, self._kept(matched), self.ctx.settings.trace_body_max_bytes)
 
     def message_events(
         self,
@@ -211,6 +213,94 @@ class Tracing:
                 )
         return out
 
+    def produce_batch(
+        self,
+        topic: TopicRecord,
+        queue: int,
+        batch: Sequence[StoredMessage],
+        first_offset: int,
+        accepted_ms: int,
+    ) -> TraceBatch | None:
+        """The accepted and stored hops of a produce's messages in one queue, as one record
+        (see tracing.batch), or None when no policy traces them. One producer sent them all,
+        so one match covers the batch."""
+        if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
+            return None
+        producer = batch[0].producer
+        matched = self.policies.match(
+            project=topic.project, topic=topic.name, queue=queue, services=(producer,)
+        )
+        if matched is None:
+            return None
+        kept = self._kept(matched)
+        body_max = self.ctx.settings.trace_body_max_bytes
+        return TraceBatch(
+            kind="batch",
+            hops=["accepted", "stored"],
+            time_ms=accepted_ms,
+            last_ms=now_ms(),
+            project=topic.project,
+            topic=topic.name,
+            resource=self.resource,
+            msg_ids=[m.msg_id for m in batch],
+            level=matched.level.label,  # type: ignore[arg-type]
+            queue=queue if "queue" in kept else None,
+            first_offset=first_offset if "offset" in kept else None,
+            producer=producer if "producer" in kept else None,
+            keys=[m.keys for m in batch] if any(m.keys for m in batch) else [],
+            traceparents=[m.properties.get(TRACEPARENT) for m in batch],
+            bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
+        )
+
+    async def ready_for(self, topic: TopicRecord) -> bool:
+        """Whether a produce to `topic` can write its trace records with its messages (the
+        project's trace topic exists); False sends them the separate way (`record`)."""
+        where = trace_topic(topic.project)
+        if self.recorder.knows(where):
+            return True
+        try:
+            await self.recorder.ensure_topic(where)
+        except MqgateError as exc:
+            log.warning("trace topic %s not ready (%s): traced the separate way", where, exc.message)
+            return False
+        return True
+
+    def produce_companions(
+        self, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], accepted_ms: int
+    ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
+        """For `MessageStore.append_many_with`: the produce's trace records, made once its
+        offsets are known, and the list they are kept in for `produce_written`."""
+        made: list[TraceBatch] = []
+
+        def companions(firsts: dict[int, int]) -> Companions:
+            for q, batch in by_queue.items():
+                found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms)
+                if found is not None:
+                    made.append(found)
+            return self.recorder.companions(made)[0]
+
+        return companions, made
+
+    def produce_written(self, made: list[TraceBatch], failed: MqgateError | None) -> None:
+        """After `append_many_with`: the trace records went with the messages, or (the store
+        refused them) they are buffered and retried like any trace event, never failing the
+        produce."""
+        if not made:
+            return
+        if failed is None:
+            self.recorder.written(sum(b.event_count for b in made))
+            return
+        log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
+        self.recorder.record_nowait(made)
+
+    def _kept(self, matched: MatchedTrace) -> frozenset[str]:
+        found = self._kept_cache.get((matched.modes, matched.level))
+        if found is None:
+            found = self._kept_cache[(matched.modes, matched.level)] = recorded_fields(
+                matched.modes, matched.level
+            )
+        return found
+
     def batch_events(
         self,
         hop: Hop,
@@ -226,7 +316,7 @@ class Tracing:
             hop, self.topic_of(c.topic), queue, msgs, (c.name,), consumer=c.name, **fields
         )
 
-    async def record(self, events: list[TraceEvent]) -> None:
+    async def record(self, events: Sequence[TraceEvent | TraceBatch]) -> None:
         """Durable before the caller answers (produce, ack). Tracing never fails the data path:
         events the store refuses now are buffered and retried (counted in the metrics), so the
         caller's message, already stored, is answered as stored."""

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from mqgate.errors import MqgateError
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.store.waiters import ANY_READER, Reader
 
 # A message already encoded as its stored JSON object (see `StoredMessage`), with its timestamp.
 Encoded = tuple[int, bytes]
+# Records that go with an append, by topic and queue (e.g. its trace record).
+Companions = dict[str, dict[int, list[Encoded]]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -58,6 +62,17 @@ class MessageStore(Protocol):
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         """`append_many` for messages that are already encoded (e.g. held by the scheduler)."""
+
+    async def append_many_with(
+        self,
+        topic: str,
+        batches: dict[int, list[StoredMessage]],
+        companions: Callable[[dict[int, int]], Companions],
+    ) -> tuple[dict[int, int], MqgateError | None]:
+        """`append_many`, then the records `companions(first offsets)` names, durable together
+        in one wait where the backend can share it (the embedded store's group commit). The
+        messages come first and decide the outcome: a companion that cannot be written fails
+        nothing; its error is returned with the offsets. The companions' topics must exist."""
 
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int

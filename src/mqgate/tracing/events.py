@@ -7,6 +7,7 @@ compact JSON (defaults omitted) with camelCase names a Spark job reads as they a
 from __future__ import annotations
 
 import os
+import random
 import re
 from collections.abc import Callable, Iterable
 from typing import Final, Literal
@@ -189,19 +190,30 @@ def _random_hex(nbytes: int, random_bytes: Callable[[int], bytes], zero: str) ->
             return value
 
 
-def new_traceparent(random_bytes: Callable[[int], bytes] = os.urandom, sampled: bool = True) -> str:
+# W3C asks for random ids, not secret ones: a generator seeded from the OS draws them without a
+# system call per traced request.
+_ids: Final = random.Random(os.urandom(32))
+
+
+def _pseudo_random_bytes(n: int) -> bytes:
+    return _ids.getrandbits(8 * n).to_bytes(n, "big")
+
+
+def new_traceparent(random_bytes: Callable[[int], bytes] = _pseudo_random_bytes, sampled: bool = True) -> str:
     """A traceparent header starting a new trace."""
     trace_id = _random_hex(16, random_bytes, _ZERO_TRACE)
     span_id = _random_hex(8, random_bytes, _ZERO_SPAN)
     return TraceParent(trace_id, span_id, 1 if sampled else 0).header()
 
 
-def child_traceparent(parent: TraceParent, random_bytes: Callable[[int], bytes] = os.urandom) -> str:
+def child_traceparent(
+    parent: TraceParent, random_bytes: Callable[[int], bytes] = _pseudo_random_bytes
+) -> str:
     """The header of a span of the gateway's own under `parent`: same trace, new span id."""
     return TraceParent(parent.trace_id, _random_hex(8, random_bytes, _ZERO_SPAN), parent.flags).header()
 
 
-def traceparent_for(incoming: str | None, random_bytes: Callable[[int], bytes] = os.urandom) -> str:
+def traceparent_for(incoming: str | None, random_bytes: Callable[[int], bytes] = _pseudo_random_bytes) -> str:
     """What to keep with a produced message: the producer's own traceparent when it sent a valid
     one (so its OpenTelemetry spans and the consumer's join one trace), else a new one."""
     parsed = parse_traceparent(incoming)

@@ -16,15 +16,16 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import sqlalchemy as sa
-from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
-from mqgate.tracing.events import decode_event
+from mqgate.tracing.batch import TraceBatch, decode_batch, expand
+from mqgate.tracing.events import TraceEvent, decode_event
 from mqgate.tracing.paths import MessagePath, build_path
 
 _meta: Final = sa.MetaData()
+ID_PREFIX_CHARS: Final = 20  # a message id's time and process parts (core.ids)
 # SQLite: an INTEGER PRIMARY KEY is the rowid (ordered, no extra index); elsewhere BIGINT.
 _Id: Final = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -53,6 +54,16 @@ keys = sa.Table(
     sa.Column("event_id", sa.BigInteger, nullable=False),  # the first event with it (retention)
     sa.Index("mqgate_trace_keys_event", "event_id"),
 )
+# A batch's message ids: [first_id, last_id] → the batch's row (event_id).
+ranges = sa.Table(
+    "mqgate_trace_ranges",
+    _meta,
+    sa.Column("first_id", sa.String(), nullable=False),
+    sa.Column("last_id", sa.String(), nullable=False),
+    sa.Column("event_id", sa.BigInteger, nullable=False),
+    sa.Index("mqgate_trace_ranges_first", "first_id"),
+    sa.Index("mqgate_trace_ranges_event", "event_id"),
+)
 positions = sa.Table(
     "mqgate_trace_positions",
     _meta,
@@ -70,11 +81,26 @@ class StalePositions(Exception):
 
 @dataclass(slots=True, frozen=True)
 class IndexRow:
+    """One indexed row: an event, or a batch (`msg_id` "", the batch's JSON, the range of its
+    message ids and each message's keys as (key, msg_id) pairs)."""
+
     msg_id: str
     request_id: str | None
     time_ms: int
     keys: Sequence[str]
     event_json: str
+    id_range: tuple[str, str] | None = None
+    key_pairs: Sequence[tuple[str, str]] = ()
+
+
+def batch_row(batch: TraceBatch, body: str) -> IndexRow:
+    """The one row of a batch record. Its messages get no row each: ids are time-sortable and
+    one request's are consecutive (core.ids), so the batch is found from the range of its ids
+    (then checked to hold the id) — the index costs a row per request, not per message."""
+    pairs = (
+        [(k, m) for m, ks in zip(batch.msg_ids, batch.keys, strict=True) for k in ks] if batch.keys else []
+    )
+    return IndexRow("", None, batch.time_ms, (), body, (min(batch.msg_ids), max(batch.msg_ids)), pairs)
 
 
 @dataclass(slots=True, frozen=True)
@@ -105,9 +131,18 @@ class TraceIndex:
         self.engine = sa.create_engine(url, **kwargs)
         if self.is_sqlite:
             sa.event.listen(self.engine, "connect", _sqlite_pragmas)
-        self._insert_key = (sqlite.insert if self.is_sqlite else postgresql.insert)(
-            keys
-        ).on_conflict_do_nothing()
+        mark = "?" if self.is_sqlite else "%s"
+        self._insert_events_sql = (
+            f"INSERT INTO {events.name} (id, msg_id, request_id, time_ms, event) "
+            f"VALUES ({mark}, {mark}, {mark}, {mark}, {mark})"
+        )
+        self._insert_ranges_sql = (
+            f"INSERT INTO {ranges.name} (first_id, last_id, event_id) VALUES ({mark}, {mark}, {mark})"
+        )
+        self._insert_keys_sql = (
+            f"INSERT INTO {keys.name} (key, msg_id, event_id) VALUES ({mark}, {mark}, {mark}) "
+            "ON CONFLICT DO NOTHING"
+        )
 
     def create_schema(self) -> None:
         try:
@@ -151,27 +186,32 @@ class TraceIndex:
         self._insert_with_ids(conn, list(enumerate(rows, start=int(high or 0) + 1)))
 
     def _insert_with_ids(self, conn: sa.Connection, rows: Sequence[tuple[int, IndexRow]]) -> None:
-        conn.execute(
-            sa.insert(events),
+        # The driver's own executemany: SQLAlchemy's per-row parameter handling cost more than
+        # SQLite's insert itself (py-spy, a traced produce load).
+        conn.exec_driver_sql(
+            self._insert_events_sql,
             [
-                {
-                    "id": i,
-                    "msg_id": r.msg_id,
-                    "request_id": r.request_id,
-                    "time_ms": r.time_ms,
-                    "event": r.event_json,
-                }
+                (
+                    i,
+                    r.msg_id,
+                    r.request_id,
+                    r.time_ms,
+                    r.event_json,
+                )
                 for i, r in rows
             ],
         )
+        spans = [(r.id_range[0], r.id_range[1], i) for i, r in rows if r.id_range is not None]
+        if spans:
+            conn.exec_driver_sql(self._insert_ranges_sql, spans)
         key_rows: dict[tuple[str, str], int] = {}
         for i, r in rows:
             for key in r.keys:
                 key_rows.setdefault((key, r.msg_id), i)
+            for pair in r.key_pairs:
+                key_rows.setdefault(pair, i)
         if key_rows:
-            conn.execute(
-                self._insert_key, [{"key": k, "msg_id": m, "event_id": i} for (k, m), i in key_rows.items()]
-            )
+            conn.exec_driver_sql(self._insert_keys_sql, [(k, m, i) for (k, m), i in key_rows.items()])
 
     def bulk_load(self, rows: Sequence[tuple[int, IndexRow]]) -> None:
         """Rows with their ids given, in one transaction, for loading a benchmark's millions of
@@ -213,14 +253,16 @@ class TraceIndex:
                     )
                 if not ids:
                     return []
-                found: dict[str, list[str]] = {i: [] for i in ids}
+                found: dict[str, list[str | TraceEvent]] = {i: [] for i in ids}
                 for row in conn.execute(
                     sa.select(events.c.msg_id, events.c.event).where(events.c.msg_id.in_(ids))
                 ):
                     found[row.msg_id].append(row.event)
+                for msg_id, batch in _batches_holding(conn, ids):
+                    found[msg_id] += expand(batch, only=msg_id)
         except SQLAlchemyError as exc:
             raise Unavailable(f"trace index database error: {exc}") from exc
-        return [build_path(i, [decode_event(e) for e in found[i]]) for i in ids if found[i]]
+        return [build_path(i, [_event(e) for e in found[i]]) for i in ids if found[i]]
 
     def event_count(self) -> int:
         """Events held (from the id range: retention removes only the oldest, so the range has
@@ -257,6 +299,7 @@ class TraceIndex:
                     return 0
                 removed = conn.execute(sa.delete(events).where(events.c.id < boundary)).rowcount
                 conn.execute(sa.delete(keys).where(keys.c.event_id < boundary))
+                conn.execute(sa.delete(ranges).where(ranges.c.event_id < boundary))
         except SQLAlchemyError as exc:
             raise Unavailable(f"trace index database error: {exc}") from exc
         self.counters.pruned += removed
@@ -278,6 +321,28 @@ def _move(conn: sa.Connection, topic: str, queue: int, move: PositionMove) -> No
     )
     if conn.execute(sa.update(positions).where(where).values(next_offset=move.new)).rowcount != 1:
         raise StalePositions(f"{topic} queue {queue} moved from {move.old}")
+
+
+def _batches_holding(conn: sa.Connection, ids: Sequence[str]) -> list[tuple[str, TraceBatch]]:
+    """The batches each id is in: those whose id range holds it, among the ranges of the same
+    millisecond and process (the id's first 20 characters), decoded and checked."""
+    out: list[tuple[str, TraceBatch]] = []
+    for msg_id in ids:
+        low = msg_id[:ID_PREFIX_CHARS].ljust(len(msg_id), "0")
+        query = (
+            sa.select(events.c.event)
+            .join(ranges, ranges.c.event_id == events.c.id)
+            .where(ranges.c.first_id >= low, ranges.c.first_id <= msg_id, ranges.c.last_id >= msg_id)
+        )
+        for (body,) in conn.execute(query):
+            batch = decode_batch(body)
+            if msg_id in batch.msg_ids:
+                out.append((msg_id, batch))
+    return out
+
+
+def _event(stored: str | TraceEvent) -> TraceEvent:
+    return stored if isinstance(stored, TraceEvent) else decode_event(stored)
 
 
 def _distinct(values: Iterable[str]) -> list[str]:

@@ -22,8 +22,9 @@ import msgspec
 from mqgate.errors import MqgateError
 from mqgate.model import decode_stored
 from mqgate.store.interface import MessageStore
-from mqgate.tracing.events import decode_event, is_trace_topic
-from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex
+from mqgate.tracing.batch import TraceBatch, decode_record
+from mqgate.tracing.events import is_trace_topic
+from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_row
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ class TraceIndexer:
         max_age_ms: int | None = None,
         max_events: int | None = None,
         prune_every_s: float = 60.0,
+        gather_s: float = 0.1,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.store = store
@@ -74,6 +76,11 @@ class TraceIndexer:
         self.max_age_ms = max_age_ms
         self.max_events = max_events
         self.prune_every_s = prune_every_s
+        # After a round that was not full, wait this long (or for a poke) before the next:
+        # one transaction then takes what a busy gateway wrote meanwhile, instead of one per
+        # record (a round costs far more than a row). It bounds the index's lag when busy.
+        self.gather_s = gather_s
+        self._full = False  # the last round stopped at batch_events: more is waiting
         self._last_prune = time.monotonic()
         self.clock_ms = clock_ms
         self.counters = IndexerCounters()
@@ -134,6 +141,10 @@ class TraceIndexer:
                 done = 0
             if done == 0:
                 await self._wait_for_events()
+            elif not self._full and self.gather_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._poke.wait(), self.gather_s)
+                self._poke.clear()
 
     async def _wait_for_events(self) -> None:
         """Until a trace topic is written (here or, for a shared store, on another gateway),
@@ -179,7 +190,8 @@ class TraceIndexer:
             self._positions = await asyncio.to_thread(self.index.positions)
         rows: list[IndexRow] = []
         moves: dict[Position, PositionMove] = {}
-        passed = malformed = skipped = 0
+        passed = malformed = skipped = held = 0
+        self._full = False
         for topic in sorted(self._topics):
             if not self.store.has_topic(topic):
                 continue
@@ -194,18 +206,26 @@ class TraceIndexer:
                     moves[where] = PositionMove(known, start)
                 room = self.batch_events - len(rows)
                 if start >= bounds.max or room <= 0:
+                    self._full |= start < bounds.max
                     continue
                 records = await self.store.read_raw(topic, bounds.queue, start, room)
                 if not records:
                     continue
-                for _offset, raw in records:
-                    row = self._decode(raw)
-                    if row is None:
+                self._full |= len(records) >= room
+                last = start
+                for offset, raw in records:
+                    found = self._decode(raw)
+                    if found is None:
                         malformed += 1
                     else:
-                        rows.append(row)
-                passed += len(records)
-                moves[where] = PositionMove(known, records[-1][0] + 1)
+                        rows += found[0]
+                        held += found[1]
+                    passed += 1
+                    last = offset
+                    if len(rows) >= self.batch_events:
+                        self._full = True
+                        break
+                moves[where] = PositionMove(known, last + 1)
         if not moves:
             self._note_lag()
             return 0
@@ -217,20 +237,23 @@ class TraceIndexer:
             return 0
         for where, move in moves.items():
             self._positions[where] = move.new
-        self.counters.indexed += len(rows)
+        self.counters.indexed += held
         self.counters.malformed += malformed
         self.counters.skipped_by_retention += skipped
         self._note_lag()
         return passed
 
-    def _decode(self, raw: bytes) -> IndexRow | None:
+    def _decode(self, raw: bytes) -> tuple[list[IndexRow], int] | None:
+        """The rows of a record and how many events it holds."""
         try:
             body = decode_stored(raw).body
-            event = decode_event(body)
+            record = decode_record(body)
         except (msgspec.DecodeError, msgspec.ValidationError, UnicodeError) as exc:
             log.warning("skipping a malformed trace record: %r", exc)
             return None
-        return IndexRow(event.msg_id, event.request_id, event.time_ms, event.keys, body)
+        if isinstance(record, TraceBatch):
+            return [batch_row(record, body)], record.event_count
+        return [IndexRow(record.msg_id, record.request_id, record.time_ms, record.keys, body)], 1
 
     async def _discover(self) -> None:
         if self.discover is None or time.monotonic() - self._last_discovery < self.discover_every_s:

@@ -25,7 +25,8 @@ import msgspec
 from mqgate.core.ids import new_message_id
 from mqgate.errors import Unavailable
 from mqgate.model import StoredMessage
-from mqgate.store.interface import Encoded, MessageStore, TopicConfig
+from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
+from mqgate.tracing.batch import TraceBatch, encode_batch
 from mqgate.tracing.events import TraceEvent, encode_event, trace_topic
 
 log = logging.getLogger(__name__)
@@ -47,21 +48,29 @@ class RecorderCounters:
 class _Item:
     """Encoded events of one call for one topic; `future` is None for record_nowait."""
 
-    __slots__ = ("events", "future", "topic")
+    __slots__ = ("events", "future", "topic", "weight")
 
-    def __init__(self, topic: str, events: list[tuple[int, Encoded]], future: asyncio.Future[None] | None):
+    def __init__(
+        self,
+        topic: str,
+        events: list[tuple[int, Encoded]],
+        future: asyncio.Future[None] | None,
+        weight: int | None = None,
+    ):
         self.topic = topic
         self.events = events  # (queue, (timestamp, payload))
         self.future = future
+        self.weight = len(events) if weight is None else weight  # events held (a batch holds many)
 
 
-def encode_for_store(event: TraceEvent, now_ms: int) -> bytes:
+def encode_for_store(event: TraceEvent | TraceBatch, now_ms: int) -> bytes:
     """The stored message carrying `event`: its JSON as the body, the traced message's id as
-    the key (a Spark job can filter on it), the hop as the tag."""
-    body = encode_event(event).decode()
-    message = StoredMessage(
-        new_message_id(now_ms), now_ms, TRACE_PRODUCER, body, [event.msg_id], [event.hop], {}
-    )
+    the key (a Spark job can filter on it), the hop as the tag; a batch is tagged `batch`."""
+    if isinstance(event, TraceBatch):
+        body, keys, tags = encode_batch(event).decode(), [], ["batch"]
+    else:
+        body, keys, tags = encode_event(event).decode(), [event.msg_id], [event.hop]
+    message = StoredMessage(new_message_id(now_ms), now_ms, TRACE_PRODUCER, body, keys, tags, {})
     return _encode_message(message)
 
 
@@ -121,7 +130,7 @@ class TraceRecorder:
 
     # --- calls --------------------------------------------------------------------------------
 
-    async def record(self, events: Sequence[TraceEvent]) -> None:
+    async def record(self, events: Sequence[TraceEvent | TraceBatch]) -> None:
         """Store `events` and return once they are durable; raises the store's error if the
         append failed (the caller decides whether its request fails with it)."""
         if not events:
@@ -131,30 +140,57 @@ class TraceRecorder:
         self.start()
         loop = asyncio.get_running_loop()
         futures: list[asyncio.Future[None]] = []
-        for topic, encoded in self._encode(events).items():
+        for topic, (encoded, weight) in self._encode(events).items():
             future: asyncio.Future[None] = loop.create_future()
-            self._items.append(_Item(topic, encoded, future))
+            self._items.append(_Item(topic, encoded, future, weight))
             futures.append(future)
         self._wake.set()
         await asyncio.gather(*futures)
 
-    def record_nowait(self, events: Sequence[TraceEvent]) -> int:
+    def record_nowait(self, events: Sequence[TraceEvent | TraceBatch]) -> int:
         """Buffer `events` for the next flush (within `flush_interval_ms`); return how many
-        were taken. Those past `max_pending_events` (or after close) are dropped and counted."""
+        were taken. Those past `max_pending_events` (or after close) are dropped and counted
+        (a batch counts as the events it holds)."""
         if not events:
             return 0
         room = 0 if self._closing else max(0, self.max_pending_events - self.counters.pending)
-        taken = events if len(events) <= room else events[:room]
-        self.counters.dropped += len(events) - len(taken)
+        taken: list[TraceEvent | TraceBatch] = []
+        for event in events:
+            weight = _weight(event)
+            if weight > room:
+                self.counters.dropped += weight
+                continue
+            taken.append(event)
+            room -= weight
         if not taken:
             return 0
         self.start()
-        for topic, encoded in self._encode(taken).items():
-            self._items.append(_Item(topic, encoded, None))
-        self.counters.pending += len(taken)
+        for topic, (encoded, weight) in self._encode(taken).items():
+            self._items.append(_Item(topic, encoded, None, weight))
+            self.counters.pending += weight
         if self._timer is None and not self._wake.is_set():
             self._timer = asyncio.get_running_loop().call_later(self.flush_interval_s, self._on_timer)
         return len(taken)
+
+    def companions(self, events: Sequence[TraceEvent | TraceBatch]) -> tuple[Companions, int]:
+        """`events` encoded as records of their trace topics, by queue, for a caller that writes
+        them itself (`MessageStore.append_many_with`), and how many events they hold. Their
+        topics must be known (`ensure_topic`); call `written` after."""
+        out: Companions = {}
+        held = 0
+        for topic, (encoded, weight) in self._encode(events).items():
+            queues = out.setdefault(topic, {})
+            for queue, record in encoded:
+                queues.setdefault(queue, []).append(record)
+            held += weight
+        return out, held
+
+    def written(self, events: int) -> None:
+        """Events a caller stored itself (see `companions`)."""
+        self.counters.recorded += events
+
+    def knows(self, topic: str) -> bool:
+        return topic in self._known_topics
 
     async def flush(self) -> None:
         """Return once everything buffered before this call was attempted (tests, shutdown)."""
@@ -170,14 +206,20 @@ class TraceRecorder:
         self._timer = None
         self._wake.set()
 
-    def _encode(self, events: Sequence[TraceEvent]) -> dict[str, list[tuple[int, Encoded]]]:
+    def _encode(
+        self, events: Sequence[TraceEvent | TraceBatch]
+    ) -> dict[str, tuple[list[tuple[int, Encoded]], int]]:
+        """Per trace topic: the encoded records by queue and how many events they hold."""
         now = self.clock_ms()
-        by_topic: dict[str, list[tuple[int, Encoded]]] = {}
+        by_topic: dict[str, tuple[list[tuple[int, Encoded]], int]] = {}
         for event in events:
-            queue = 0 if self.queues == 1 else zlib.crc32(event.msg_id.encode()) % self.queues
-            by_topic.setdefault(trace_topic(event.project), []).append(
-                (queue, (now, encode_for_store(event, now)))
-            )
+            msg_id = event.msg_ids[0] if isinstance(event, TraceBatch) else event.msg_id
+            weight = _weight(event)
+            queue = 0 if self.queues == 1 else zlib.crc32(msg_id.encode()) % self.queues
+            topic = trace_topic(event.project)
+            encoded, held = by_topic.get(topic, ([], 0))
+            encoded.append((queue, (now, encode_for_store(event, now))))
+            by_topic[topic] = (encoded, held + weight)
         return by_topic
 
     async def _flush_loop(self) -> None:
@@ -223,9 +265,9 @@ class TraceRecorder:
             for item in chunk:
                 for queue, encoded in item.events:
                     batches.setdefault(queue, []).append(encoded)
-                count += len(item.events)
+                count += item.weight
             try:
-                await self._ensure_topic(topic)
+                await self.ensure_topic(topic)
                 self.counters.appends += 1
                 await self.store.append_encoded(topic, batches)
             except Exception as exc:
@@ -240,12 +282,13 @@ class TraceRecorder:
             self.counters.recorded += count
             for item in chunk:
                 if item.future is None:
-                    self.counters.pending -= len(item.events)
+                    self.counters.pending -= item.weight
                 elif not item.future.done():
                     item.future.set_result(None)
         return retry
 
-    async def _ensure_topic(self, topic: str) -> None:
+    async def ensure_topic(self, topic: str) -> None:
+        """Create the trace topic if this recorder has not seen it (raises the store's error)."""
         if topic in self._known_topics:
             return
         if not self.store.has_topic(topic):
@@ -258,11 +301,15 @@ class TraceRecorder:
 
     def _give_up(self, item: _Item, exc: Exception) -> None:
         if item.future is None:
-            self.counters.pending -= len(item.events)
-            self.counters.dropped += len(item.events)
-            log.warning("trace recorder dropped %d events for %s: %r", len(item.events), item.topic, exc)
+            self.counters.pending -= item.weight
+            self.counters.dropped += item.weight
+            log.warning("trace recorder dropped %d events for %s: %r", item.weight, item.topic, exc)
         elif not item.future.done():
             item.future.set_exception(exc)
+
+
+def _weight(event: TraceEvent | TraceBatch) -> int:
+    return event.event_count if isinstance(event, TraceBatch) else 1
 
 
 def _chunks(items: list[_Item], max_events: int) -> list[list[_Item]]:
@@ -272,11 +319,11 @@ def _chunks(items: list[_Item], max_events: int) -> list[list[_Item]]:
     current: list[_Item] = []
     size = 0
     for item in items:
-        if current and size + len(item.events) > max_events:
+        if current and size + item.weight > max_events:
             chunks.append(current)
             current, size = [], 0
         current.append(item)
-        size += len(item.events)
+        size += item.weight
     if current:
         chunks.append(current)
     return chunks

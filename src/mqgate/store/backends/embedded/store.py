@@ -15,6 +15,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
 from typing import Final
@@ -25,12 +26,13 @@ from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
-from mqgate.errors import BadRequest, NotFound, StorageError
+from mqgate.errors import BadRequest, MqgateError, NotFound, StorageError
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
+from mqgate.store.backends.embedded.companions import CompanionWriter
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
-from mqgate.store.interface import Encoded, TopicConfig
+from mqgate.store.interface import Companions, Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 log = logging.getLogger(__name__)
@@ -94,6 +96,8 @@ class EmbeddedStore:
         self._lock_fd = -1
         self._checkpointer: asyncio.Task[None] | None = None
         self.recovered_bytes_cut = 0
+        self._companions = CompanionWriter(self._write_all)
+        self._unhook: Callable[[], None] = lambda: None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -112,6 +116,7 @@ class EmbeddedStore:
             self.committer = GroupCommitter(self._fsync_interval_ms, self.health)
             self.committer.start()
         self.handles = FileHandles(self._max_open_files, self.committer)
+        self._unhook = self.committer.before_round(self._companions.write_pending)
         for topic_dir in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
             try:
                 meta = json.loads((topic_dir / TOPIC_FILE).read_text())
@@ -147,6 +152,8 @@ class EmbeddedStore:
                 await self.committer.stop()
             else:
                 await self.committer.flush()
+            self._unhook()
+            self._unhook = lambda: None
         # Each queue's last checkpoint may fail (a full disk): reported, and the next start
         # verifies a little more; closing goes on.
         for topic in self._topics.values():
@@ -332,6 +339,32 @@ class EmbeddedStore:
         )
         await self._durable()
         return firsts
+
+    async def append_many_with(
+        self,
+        topic: str,
+        batches: dict[int, list[StoredMessage]],
+        companions: Callable[[dict[int, int]], Companions],
+    ) -> tuple[dict[int, int], MqgateError | None]:
+        firsts = self._write_all(
+            topic, {q: ([_encode(m) for m in msgs], msgs[-1].timestamp_ms) for q, msgs in batches.items()}
+        )
+        assert self.committer is not None
+        if self.committer.waits_for_fsync:
+            # Written with every other append's companions when the round begins that makes
+            # these messages durable: one write for many calls, the same fsync.
+            ticket = self._companions.add(companions(firsts))
+            await self._durable()
+            return firsts, ticket.error
+        failed: MqgateError | None = None
+        try:
+            for other, records in companions(firsts).items():
+                self._write_all(
+                    other, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in records.items() if msgs}
+                )
+        except MqgateError as exc:
+            failed = exc
+        return firsts, failed
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
         return self._queue(topic, queue).read(offset, max_count)

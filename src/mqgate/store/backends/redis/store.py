@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any, Final
 
@@ -17,12 +18,12 @@ import msgspec
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from mqgate.errors import BadRequest, NotFound
+from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
-from mqgate.store.interface import Encoded, TopicConfig
+from mqgate.store.interface import Companions, Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader
 
 log = logging.getLogger(__name__)
@@ -208,6 +209,21 @@ class RedisStore:
         return await self.append_encoded(
             topic, {q: [(m.timestamp_ms, _encode(m)) for m in messages] for q, messages in batches.items()}
         )
+
+    async def append_many_with(
+        self,
+        topic: str,
+        batches: dict[int, list[StoredMessage]],
+        companions: Callable[[dict[int, int]], Companions],
+    ) -> tuple[dict[int, int], MqgateError | None]:
+        firsts = await self.append_many(topic, batches)
+        try:
+            for other, records in companions(firsts).items():
+                if any(records.values()):
+                    await self.append_encoded(other, {q: msgs for q, msgs in records.items() if msgs})
+        except MqgateError as exc:
+            return firsts, exc
+        return firsts, None
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         t = await self._topic(topic)

@@ -1,0 +1,115 @@
+"""The produce hops of many traced messages in one trace record. Pure: no IO.
+
+A traced produce used to store two events per message (accepted, stored), each a record in
+the trace topic, each indexed on its own: seven times the work of the produce itself. The
+messages of one request that land in one queue share everything but their id, keys, trace
+context and body, so one `TraceBatch` holds them: one record to encode, append and index
+per request and queue. `expand` gives back exactly the events the per-message form held, so
+a path query, the analytics job and any reader of the trace topic see the same hops.
+
+A batch's JSON starts with `{"kind":"batch"` (msgspec encodes fields in order, and `kind` has
+no default), which tells it from an event without decoding it.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal
+
+import msgspec
+
+from mqgate.core.trace_policy import cut_body
+from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
+
+BATCH_PREFIX: Final = b'{"kind":"batch"'
+
+
+class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`hops` of the messages `msg_ids` (in offset order from `first_offset`) of one queue.
+    The first hop happened at `time_ms`, the others at `last_ms`; the first of several hops
+    has no offset yet (a produce is accepted before it is stored). Lists a policy does not
+    keep are empty."""
+
+    kind: Literal["batch"]
+    hops: list[Hop]
+    time_ms: int
+    last_ms: int
+    project: str
+    topic: str
+    resource: Resource
+    msg_ids: list[str]
+    level: LevelName = "info"
+    queue: int | None = None
+    first_offset: int | None = None
+    producer: str | None = None
+    keys: list[list[str]] = msgspec.field(default_factory=list)
+    traceparents: list[str | None] = msgspec.field(default_factory=list)
+    bodies: list[str | None] = msgspec.field(default_factory=list)
+
+    @property
+    def event_count(self) -> int:
+        return len(self.msg_ids) * len(self.hops)
+
+
+_encoder: Final = msgspec.json.Encoder()
+_batch_decoder: Final = msgspec.json.Decoder(TraceBatch)
+
+
+def encode_batch(batch: TraceBatch) -> bytes:
+    return _encoder.encode(batch)
+
+
+def is_batch(raw: bytes | str) -> bool:
+    head = raw[: len(BATCH_PREFIX)]
+    return (head if isinstance(head, bytes) else head.encode()) == BATCH_PREFIX
+
+
+def decode_batch(raw: bytes | str) -> TraceBatch:
+    """Raises msgspec.ValidationError or msgspec.DecodeError on a malformed batch (also one
+    whose per-message lists do not match its ids)."""
+    batch = _batch_decoder.decode(raw)
+    n = len(batch.msg_ids)
+    if n == 0 or not batch.hops:
+        raise msgspec.ValidationError("a trace batch needs msgIds and hops")
+    for name in ("keys", "traceparents", "bodies"):
+        if len(getattr(batch, name)) not in (0, n):
+            raise msgspec.ValidationError(f"a trace batch's {name} must have one item per message id")
+    return batch
+
+
+def decode_record(raw: bytes | str) -> TraceEvent | TraceBatch:
+    """A trace topic record's body: one event or a batch."""
+    return decode_batch(raw) if is_batch(raw) else decode_event(raw)
+
+
+def cut_bodies(bodies: list[str | None], max_bytes: int) -> list[str | None]:
+    return [None if b is None else cut_body(b, max_bytes) for b in bodies]
+
+
+def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
+    """The events the batch stands for, in message then hop order; `only`: of that message."""
+    out: list[TraceEvent] = []
+    several = len(batch.hops) > 1
+    for i, msg_id in enumerate(batch.msg_ids):
+        if only is not None and msg_id != only:
+            continue
+        offset = None if batch.first_offset is None else batch.first_offset + i
+        for h, hop in enumerate(batch.hops):
+            first = h == 0
+            out.append(
+                TraceEvent(
+                    msg_id=msg_id,
+                    hop=hop,
+                    time_ms=batch.time_ms if first else batch.last_ms,
+                    project=batch.project,
+                    topic=batch.topic,
+                    resource=batch.resource,
+                    level=batch.level,
+                    keys=batch.keys[i] if batch.keys else [],
+                    queue=batch.queue,
+                    offset=None if first and several else offset,
+                    producer=batch.producer,
+                    body=batch.bodies[i] if batch.bodies else None,
+                    traceparent=batch.traceparents[i] if batch.traceparents else None,
+                )
+            )
+    return out

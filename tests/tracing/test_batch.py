@@ -1,0 +1,136 @@
+"""A produce's hops of many messages in one trace record: the same events as one record per
+hop, found by message id and key once indexed, and far fewer records and index rows."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from mqgate.core.ids import new_message_ids
+from mqgate.store.interface import MessageStore
+from mqgate.tracing.batch import TraceBatch, decode_record, encode_batch, expand, is_batch
+from mqgate.tracing.events import encode_event
+from mqgate.tracing.index import TraceIndex
+from mqgate.tracing.indexer import TraceIndexer
+from mqgate.tracing.query import TraceQuery
+from mqgate.tracing.recorder import TraceRecorder
+from tests.tracing.conftest import GATEWAY, Stores, event, run_with_stores
+
+
+def batch(n: int = 3, **fields: object) -> TraceBatch:
+    given: dict[str, object] = {
+        "kind": "batch",
+        "hops": ["accepted", "stored"],
+        "time_ms": 1_000,
+        "last_ms": 1_003,
+        "project": "shop",
+        "topic": "orders",
+        "resource": GATEWAY,
+        "msg_ids": [f"m{i}" for i in range(n)],
+        "queue": 2,
+        "first_offset": 40,
+        "producer": "p1",
+        "keys": [[f"k{i}"] if i % 2 == 0 else [] for i in range(n)],
+        "traceparents": [f"00-{'1' * 32}-{'2' * 16}-01"] * n,
+    }
+    given.update(fields)
+    return TraceBatch(**given)  # type: ignore[arg-type]
+
+
+def test_a_batch_expands_to_the_events_one_record_per_hop_would_hold() -> None:
+    b = batch()
+    got = expand(b)
+    want = []
+    for i in range(3):
+        common = {"queue": 2, "producer": "p1", "traceparent": f"00-{'1' * 32}-{'2' * 16}-01"}
+        keys = [f"k{i}"] if i % 2 == 0 else []
+        want.append(event(f"m{i}", "accepted", 1_000, keys=keys, **common))
+        want.append(event(f"m{i}", "stored", 1_003, keys=keys, offset=40 + i, **common))
+    assert got == want
+    assert expand(b, only="m1") == want[2:4]
+    assert b.event_count == 6
+    # A batch of one hop: that hop has the offset.
+    [only] = expand(batch(1, hops=["stored"]))
+    assert only.offset == 40 and only.time_ms == 1_000
+
+
+def test_a_batch_is_told_from_an_event_by_its_first_bytes_and_round_trips() -> None:
+    b = batch(bodies=["a", None, "é"])
+    raw = encode_batch(b)
+    assert is_batch(raw) and is_batch(raw.decode())
+    assert decode_record(raw) == b
+    single = encode_event(event("m9", "acked", 5))
+    assert not is_batch(single) and decode_record(single) == event("m9", "acked", 5)
+    # Fields a policy does not keep are not written at all.
+    bare = encode_batch(batch(1, queue=None, first_offset=None, producer=None, keys=[], traceparents=[]))
+    assert b"queue" not in bare and b"producer" not in bare and b"keys" not in bare
+    with pytest.raises(msgspec.ValidationError):
+        decode_record(b'{"kind":"batch","hops":["accepted"]}')
+
+
+def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
+    store_kind: str, tmp_path: Path, index: TraceIndex
+) -> None:
+    async def body(stores: Stores, store: MessageStore) -> None:
+        indexer = TraceIndexer(store, index, batch_events=50)
+        recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
+        query = TraceQuery(index, indexer)
+        # One request of 6 messages, round robin over 2 queues: two batches whose id ranges
+        # overlap; then a bigger request in the same millisecond (the same id prefix).
+        ids = new_message_ids(1_000, 6)
+        keys = [[f"k{i}"] if i % 2 == 0 else [] for i in range(6)]
+        q0 = batch(3, msg_ids=ids[0::2], keys=keys[0::2], queue=0, first_offset=10)
+        q1 = batch(3, msg_ids=ids[1::2], keys=keys[1::2], queue=1, first_offset=40)
+        big = batch(120, msg_ids=new_message_ids(1_000, 120), keys=[])
+        await recorder.record([q0, q1, big])
+        await recorder.record([event(ids[3], "delivered", 1_050, consumer="c1", request_id="req-1")])
+        assert recorder.counters.recorded == 6 + 6 + 240 + 1  # events, not records
+        await indexer.run_until_caught_up()
+        assert indexer.counters.indexed == 253 and indexer.counters.malformed == 0
+        [path] = (await query.find(msg_id=ids[3])).paths
+        assert [(h.hop, h.queue, h.offset) for h in path.hops] == [
+            ("accepted", 1, None),
+            ("stored", 1, 41),
+            ("delivered", None, None),
+        ]
+        assert [h.latency_ms for h in path.hops] == [None, 3, 47]
+        [by_request] = (await query.find(request_id="req-1")).paths
+        assert by_request.msg_id == ids[3] and len(by_request.hops) == 3
+        [k2] = (await query.find(key="k2")).paths
+        assert k2.msg_id == ids[2] and [(h.hop, h.offset) for h in k2.hops] == [
+            ("accepted", None),
+            ("stored", 11),
+        ]
+        last = big.msg_ids[-1]
+        [in_big] = (await query.find(msg_id=last)).paths
+        assert [h.offset for h in in_big.hops] == [None, 40 + 119]
+        # An id of the same millisecond and process in no batch, and one of another millisecond.
+        assert (await query.find(msg_id=new_message_ids(1_000, 1)[0])).paths == []
+        assert (await query.find(msg_id=new_message_ids(2_000, 1)[0])).paths == []
+        await recorder.close()
+
+    run_with_stores(store_kind, tmp_path / "data", body)
+
+
+def test_a_malformed_batch_is_counted_and_passed(tmp_path: Path, index: TraceIndex) -> None:
+    async def body(stores: Stores, store: MessageStore) -> None:
+        from mqgate.store.interface import TopicConfig
+        from mqgate.tracing.recorder import encode_for_store
+
+        indexer = TraceIndexer(store, index)
+        await store.create_topic(TopicConfig("%TRACE%shop", 1, None, None))
+        indexer.add_topic("%TRACE%shop")
+        ids = new_message_ids(1_000, 2)
+        good = encode_for_store(batch(2, msg_ids=ids), 1_000)
+        bad = good.replace(b"msgIds", b"msgIdz")
+        await store.append_encoded("%TRACE%shop", {0: [(1_000, bad), (1_000, good)]})
+        await indexer.run_until_caught_up()
+        assert indexer.counters.malformed == 1 and indexer.counters.indexed == 4
+        assert [h.hop for h in (await TraceQuery(index, indexer).find(msg_id=ids[1])).paths[0].hops] == [
+            "accepted",
+            "stored",
+        ]
+
+    run_with_stores("embedded", tmp_path / "data", body)
