@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 from mqgate.metrics import Metrics
-from mqgate.services.alerts import Webhook
+from mqgate.services.alert_webhook import Webhook
 from mqgate.settings import Settings
 from tests.conftest import MACHINE_REDIS, Server, free_port, require_service, wait_until
 

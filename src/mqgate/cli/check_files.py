@@ -16,9 +16,9 @@ from mqgate.durable.append_file import install, write_new
 from mqgate.durable.framing import frame, scan
 from mqgate.offsets.backends.embedded import journal as offsets_journal
 from mqgate.scheduler.backends.embedded import log as schedule_log
+from mqgate.store.backends.embedded.data_format import FORMAT, FORMAT_FILE, TOPIC_FILE
 from mqgate.store.backends.embedded.queue_log import CHECKPOINT_FILE
 from mqgate.store.backends.embedded.segment import INDEX_SUFFIX, LOG_SUFFIX
-from mqgate.store.backends.embedded.store import FORMAT, FORMAT_FILE, TOPIC_FILE
 
 
 class LockedError(Exception):

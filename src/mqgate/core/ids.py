@@ -24,3 +24,9 @@ def new_message_ids(now_ms: int, count: int) -> list[str]:
     """`count` ids for one batch: the time prefix is formatted once."""
     prefix = f"{now_ms:012x}{_PROCESS_TAG:08x}"
     return [f"{prefix}{next(_counter) & 0xFFFFFFFFFFFF:012x}" for _ in range(count)]
+
+
+def lowest_id_like(msg_id: str) -> str:
+    """The lowest id of the same millisecond and process as `msg_id` (its counter at zero): the
+    start of a range holding every id one request of that process took in that millisecond."""
+    return msg_id[:20].ljust(len(msg_id), "0")

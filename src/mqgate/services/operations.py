@@ -79,14 +79,6 @@ class ResetOutcome:
     clamped: list[ClampedOffset]
 
 
-@dataclass(slots=True, frozen=True)
-class BacklogAlert:
-    consumer: str
-    topic: str
-    lag: int
-    threshold: int
-
-
 class Operations:
     def __init__(self, ctx: Context, topology: Topology, consuming: Consuming) -> None:
         self.ctx = ctx
@@ -204,15 +196,6 @@ class Operations:
                 await ctx.offsets.reset(name, client, b.queue, target)
         ctx.store.wake(c.topic)
         return ResetOutcome(await self.progress(name), clamped)
-
-    async def alerts(self) -> list[BacklogAlert]:
-        out = []
-        for c in list(self.ctx.registry.snapshot.consumers.values()):
-            if c.alert_backlog > 0:
-                lag = (await self.progress(c.name)).lag
-                if lag > c.alert_backlog:
-                    out.append(BacklogAlert(c.name, c.topic, lag, c.alert_backlog))
-        return out
 
     # --- lag gauges ---------------------------------------------------------------------
 

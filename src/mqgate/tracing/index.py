@@ -18,6 +18,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from mqgate.core.ids import lowest_id_like
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
 from mqgate.tracing.batch import TraceBatch, decode_batch, expand
@@ -25,7 +26,6 @@ from mqgate.tracing.events import TraceEvent, decode_event
 from mqgate.tracing.paths import MessagePath, build_path
 
 _meta: Final = sa.MetaData()
-ID_PREFIX_CHARS: Final = 20  # a message id's time and process parts (core.ids)
 # SQLite: an INTEGER PRIMARY KEY is the rowid (ordered, no extra index); elsewhere BIGINT.
 _Id: Final = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
@@ -328,7 +328,7 @@ def _batches_holding(conn: sa.Connection, ids: Sequence[str]) -> list[tuple[str,
     millisecond and process (the id's first 20 characters), decoded and checked."""
     out: list[tuple[str, TraceBatch]] = []
     for msg_id in ids:
-        low = msg_id[:ID_PREFIX_CHARS].ljust(len(msg_id), "0")
+        low = lowest_id_like(msg_id)
         query = (
             sa.select(events.c.event)
             .join(ranges, ranges.c.event_id == events.c.id)

@@ -31,17 +31,13 @@ from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.companions import CompanionWriter
+from mqgate.store.backends.embedded.data_format import FORMAT, TOPIC_FILE, data_format
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.interface import Companions, Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 log = logging.getLogger(__name__)
 
-TOPIC_FILE: Final = "topic.json"
-# Bumped whenever the on-disk record format changes; a data directory of another format is
-# refused rather than misread.
-FORMAT_FILE: Final = "FORMAT"
-FORMAT: Final = "mqgate-embedded-2 json-records"
 CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
 
 _encode = msgspec.json.Encoder().encode
@@ -126,15 +122,7 @@ class EmbeddedStore:
         self._checkpointer = asyncio.get_running_loop().create_task(self._checkpoint_loop())
 
     def _check_format(self) -> None:
-        path = self.root / FORMAT_FILE
-        try:
-            found = path.read_text().strip()
-        except FileNotFoundError:
-            if any(self.topics_dir.iterdir()):
-                found = "mqgate-embedded-1 (unmarked)"
-            else:
-                path.write_text(FORMAT + "\n")
-                return
+        found = data_format(self.root, self.topics_dir)
         if found != FORMAT:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -350,21 +338,14 @@ class EmbeddedStore:
             topic, {q: ([_encode(m) for m in msgs], msgs[-1].timestamp_ms) for q, msgs in batches.items()}
         )
         assert self.committer is not None
+        ticket = self._companions.add(companions(firsts))
         if self.committer.waits_for_fsync:
             # Written with every other append's companions when the round begins that makes
             # these messages durable: one write for many calls, the same fsync.
-            ticket = self._companions.add(companions(firsts))
             await self._durable()
-            return firsts, ticket.error
-        failed: MqgateError | None = None
-        try:
-            for other, records in companions(firsts).items():
-                self._write_all(
-                    other, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in records.items() if msgs}
-                )
-        except MqgateError as exc:
-            failed = exc
-        return firsts, failed
+        else:
+            self._companions.write_pending()
+        return firsts, ticket.error
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
         return self._queue(topic, queue).read(offset, max_count)
