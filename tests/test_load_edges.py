@@ -14,9 +14,9 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from mqgate.api.app import backends_for
 from mqgate.api.http import Request
 from mqgate.api.routes_log import LogRoutes
+from mqgate.backends import backends_for
 from mqgate.metrics import Metrics
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.records import ConsumerRecord, TopicRecord

@@ -88,12 +88,14 @@ decode_stored: Final = msgspec.json.Decoder(StoredMessage).decode
 
 
 class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
-    """Where one destination of a message went: "stored" at a queue and offset, or
-    "scheduled" (held until `deliver_at`, then stored). The produce answers encode it as is."""
+    """Where one destination of a message went: "stored" at a queue and offset, "scheduled"
+    (held until `deliver_at`, then stored), or "spooled" (kept on the gateway's disk while the
+    project's clusters cannot take it, then stored; SPEC P8, E7). The produce answers encode it
+    as is."""
 
     msg_id: str
     broker: str
-    status: Literal["stored", "scheduled"]
+    status: Literal["stored", "scheduled", "spooled"]
     queue: int | None = None
     offset: int | None = None
     destination: str | None = None  # set when the producer named destinations

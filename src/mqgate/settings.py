@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
+from mqgate.core.failover import DetectionRules
 from mqgate.errors import BadRequest
 from mqgate.names import validate_name
 
@@ -101,6 +102,29 @@ class Settings:
     # window (0: no dead-letter alerts).
     alert_dead_letters: int = 1
     alert_dead_letter_window_s: float = 300.0
+    # Failover between store clusters (SPEC P8, docs/FAILOVER.md). Clusters to add at start-up
+    # ("[pool/]name=url ..."; more through POST /admin/clusters). A cluster fails after
+    # failover_fail_after hard failures in a row (connect failure, no answer within
+    # failover_send_timeout_s) or when at least failover_error_rate of the last
+    # failover_error_window_s's outcomes (at least failover_min_samples) were errors; it serves
+    # again after failover_rejoin_probes good probes spanning failover_rejoin_min_s. Probes run
+    # every failover_probe_interval_s; every gateway reads the switch record every
+    # failover_check_s (two gateways disagree for at most 2 x that). An automatic fail-back
+    # waits failover_failback_dwell_s after a switch. Produces no cluster can take wait in the
+    # spool (<data_dir>/spool), at most spool_max_bytes; past that: 503.
+    failover_clusters: str = ""
+    failover_send_timeout_s: float = 60.0
+    failover_fail_after: int = 2
+    failover_error_window_s: float = 30.0
+    failover_error_rate: float = 0.5
+    failover_min_samples: int = 20
+    failover_rejoin_probes: int = 5
+    failover_rejoin_min_s: float = 0.0
+    failover_probe_interval_s: float = 1.0
+    failover_probe_timeout_s: float = 2.0
+    failover_check_s: float = 1.0
+    failover_failback_dwell_s: float = 60.0
+    spool_max_bytes: int = 256 * MIB
 
     @property
     def fsync_interval_ms(self) -> int | None:
@@ -110,6 +134,21 @@ class Settings:
     @property
     def uses_redis(self) -> bool:
         return self.store.startswith(REDIS_SCHEMES)
+
+    def detection_rules(self) -> DetectionRules:
+        """The failover detector's thresholds (BadRequest naming a setting out of range)."""
+        try:
+            return DetectionRules(
+                send_timeout_s=self.failover_send_timeout_s,
+                fail_after=self.failover_fail_after,
+                window_s=self.failover_error_window_s,
+                error_rate=self.failover_error_rate,
+                min_samples=self.failover_min_samples,
+                rejoin_probes=self.failover_rejoin_probes,
+                rejoin_min_s=self.failover_rejoin_min_s,
+            )
+        except ValueError as exc:
+            raise BadRequest(f"failover settings: {exc}", field="failover_send_timeout_s") from exc
 
     def resolved_registry_url(self) -> str:
         return self.registry or f"sqlite:///{Path(self.data_dir).resolve() / 'registry.db'}"
@@ -187,6 +226,15 @@ def load_settings(
             "redis_wait_replicas must be 0 or more and redis_wait_timeout_ms 1 or more",
             field="redis_wait_replicas",
         )
+    settings.detection_rules()
+    for name in (
+        "failover_probe_interval_s",
+        "failover_probe_timeout_s",
+        "failover_check_s",
+        "spool_max_bytes",
+    ):
+        if getattr(settings, name) <= 0:
+            raise BadRequest(f"{name} must be positive", field=name)
     if settings.disk_free_floor_bytes < 0:
         raise BadRequest("disk_free_floor_bytes must be 0 (off) or more", field="disk_free_floor_bytes")
     if not 1 <= settings.workers <= MAX_WORKERS:

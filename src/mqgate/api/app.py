@@ -6,8 +6,6 @@ import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -19,28 +17,27 @@ from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import build_openapi
 from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_alerts import AlertRoutes
+from mqgate.api.routes_clusters import ClusterRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.api.routes_projects import ProjectRoutes
+from mqgate.backends import backends_for
+from mqgate.clusters.pool import ClusterPool
+from mqgate.clusters.routed import RoutedOffsets, RoutedStore
+from mqgate.clusters.routing import ClusterRouter
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
-from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import StorageError
 from mqgate.health import Health
 from mqgate.metrics import Metrics
-from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
-from mqgate.offsets.interface import OffsetStore
-from mqgate.registry.cache import Notices, RegistryCache
+from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
-from mqgate.scheduler.backends.embedded import EmbeddedScheduler
-from mqgate.scheduler.interface import Scheduler
 from mqgate.services.alerts import Alerts
 from mqgate.services.context import Context
+from mqgate.services.failover import Failover
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
-from mqgate.store.backends.embedded import EmbeddedStore
-from mqgate.store.interface import MessageStore
 
 log = logging.getLogger("mqgate")
 
@@ -130,64 +127,6 @@ def prepare(settings: Settings) -> None:
         registry.dispose()
 
 
-@dataclass(slots=True)
-class Backends:
-    store: MessageStore
-    offsets: OffsetStore
-    scheduler: Scheduler
-    start: Callable[[], Awaitable[None]]
-    stop: Callable[[], Awaitable[None]]
-    # How registry changes reach the other gateways at once (None: one gateway, or refresh only).
-    notices: Notices | None = None
-
-
-def backends_for(settings: Settings, health: Health | None = None) -> Backends:
-    if settings.uses_redis:
-        from mqgate import redisio
-        from mqgate.offsets.backends.redis import RedisOffsetStore
-        from mqgate.registry.redis_notices import RedisRegistryNotices
-        from mqgate.scheduler.backends.redis import RedisScheduler
-        from mqgate.store.backends.redis import RedisStore
-
-        client = redisio.connect(settings.store)
-        broker, prefix = settings.broker_name, settings.redis_prefix
-        wait = None
-        if settings.redis_wait_replicas > 0:
-            wait = redisio.ReplicaWait(settings.redis_wait_replicas, settings.redis_wait_timeout_ms)
-
-        async def nothing() -> None:
-            return None
-
-        return Backends(
-            RedisStore(client, broker=broker, prefix=prefix, wait=wait),
-            RedisOffsetStore(client, broker=broker, prefix=prefix, wait=wait),
-            RedisScheduler(client, prefix=prefix, wait=wait),
-            nothing,
-            client.aclose,
-            RedisRegistryNotices(client, settings.redis_prefix),
-        )
-    health = health or Health()
-    committer = GroupCommitter(settings.fsync_interval_ms, health)
-    store = EmbeddedStore(
-        Path(settings.data_dir),
-        broker=settings.broker_name,
-        segment_bytes=settings.segment_bytes,
-        committer=committer,
-        checkpoint_interval_s=settings.checkpoint_interval_s,
-        health=health,
-        disk_free_floor_bytes=settings.disk_free_floor_bytes,
-    )
-
-    async def start() -> None:
-        committer.start()
-
-    offsets = EmbeddedOffsetStore(Path(settings.data_dir), committer, health)
-    scheduler = EmbeddedScheduler(
-        Path(settings.data_dir) / "scheduler", committer, health, settings.disk_free_floor_bytes
-    )
-    return Backends(store, offsets, scheduler, start, committer.stop)
-
-
 def build_app(settings: Settings) -> App:
     """The ASGI app of one gateway process."""
     protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
@@ -199,11 +138,28 @@ def build_app(settings: Settings) -> App:
     health = Health(metrics.registry)
     backends = backends_for(settings, health)
     registry = RegistryCache(sql, settings.registry_refresh_s, backends.notices)
-    gateway = Gateway(
-        Context(
-            settings, backends.store, backends.offsets, backends.scheduler, registry, metrics, secret, health
-        )
+    # Every store call goes through the router: a project with clusters is served by its active
+    # one (SPEC P8); everything else by the gateway's own store.
+    pool = ClusterPool(
+        settings,
+        settings.detection_rules(),
+        probe_interval_s=settings.failover_probe_interval_s,
+        probe_timeout_s=settings.failover_probe_timeout_s,
     )
+    router = ClusterRouter(backends.store, backends.offsets, pool, lambda: registry.snapshot)
+    ctx = Context(
+        settings,
+        RoutedStore(router),
+        RoutedOffsets(router),
+        backends.scheduler,
+        registry,
+        metrics,
+        secret,
+        health,
+    )
+    gateway = Gateway(ctx)
+    failover = Failover(ctx, sql.engine, router, pool)
+    gateway.producing.failover = failover
     limits = SettingsLimits(settings)
     alerts = Alerts(gateway, sql.engine)
     log_routes = LogRoutes(gateway)
@@ -214,6 +170,7 @@ def build_app(settings: Settings) -> App:
         *DeadLetterRoutes(gateway).routes(),
         *ProjectRoutes(gateway).routes(),
         *AlertRoutes(alerts).routes(),
+        *ClusterRoutes(failover).routes(),
     ]
     routes = audited_routes(routes, gateway, sql.engine)  # every admin change in the audit log
     log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
@@ -222,11 +179,13 @@ def build_app(settings: Settings) -> App:
     async def startup() -> None:
         await backends.start()
         await gateway.start()
+        await failover.start()
         await alerts.start()
         log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
     async def shutdown() -> None:
         await alerts.stop()
+        await failover.stop()
         await gateway.stop()
         await backends.stop()
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from mqgate.api.app import Backends, backends_for
+from mqgate.backends import Backends, backends_for
 from mqgate.core.failover import ClusterState, DetectionRules, Detector, Outcome, Transition
 from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.health import Health
@@ -276,6 +276,9 @@ class ClusterPool:
         if cluster is None:
             raise NotFound(f"no cluster named {name!r}", field="cluster")
         return cluster
+
+    def clusters(self) -> list[Cluster]:
+        return list(self._clusters.values())
 
     def names(self, pool: str | None = None) -> list[str]:
         return sorted(n for n, c in self._clusters.items() if pool is None or c.spec.pool == pool)

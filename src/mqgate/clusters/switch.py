@@ -71,8 +71,11 @@ class SwitchRecords(Protocol):
 class SqlSwitchRecords:
     """`SwitchRecords` in a SQL database (SQLite or PostgreSQL), e.g. the registry's."""
 
-    def __init__(self, url: str) -> None:
-        self.engine = sa.create_engine(url, pool_pre_ping=True)
+    def __init__(self, url_or_engine: str | sa.Engine) -> None:
+        if isinstance(url_or_engine, sa.Engine):
+            self.engine = url_or_engine  # e.g. the registry's: one connection pool, not two
+        else:
+            self.engine = sa.create_engine(url_or_engine, pool_pre_ping=True)
 
     def create_schema(self) -> None:
         create_all_shared(metadata, self.engine)

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mqgate.clusters.scope import request_scope
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import is_expired
@@ -70,6 +71,21 @@ class Consuming:
         return decode_token(request_id, self.ctx.secret)
 
     async def pull(
+        self,
+        c: ConsumerRecord,
+        *,
+        client_id: str | None,
+        max_count: int,
+        wait_s: float,
+        request_id: str | None,
+        owner: str,
+    ) -> PullResult:
+        with request_scope():  # lease, read and token on one cluster (SPEC P8)
+            return await self._pull(
+                c, client_id=client_id, max_count=max_count, wait_s=wait_s, request_id=request_id, owner=owner
+            )
+
+    async def _pull(
         self,
         c: ConsumerRecord,
         *,

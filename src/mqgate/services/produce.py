@@ -6,10 +6,11 @@ from __future__ import annotations
 import itertools
 import logging
 import zlib
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import msgspec
 
+from mqgate.clusters.scope import request_scope
 from mqgate.core.ids import new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
 from mqgate.errors import BadRequest, MqgateError, NotFound
@@ -37,6 +38,19 @@ log = logging.getLogger(__name__)
 
 STORED: Final = "stored"
 SCHEDULED: Final = "scheduled"
+SPOOLED: Final = "spooled"  # kept in the gateway's spool until a cluster takes it (SPEC P8, E7)
+
+
+class SpoolSink(Protocol):
+    """Where produces go that the project's cluster cannot take (services/failover.py)."""
+
+    def project_of_topic(self, topic: str) -> str | None: ...
+
+    def must_spool(self, project: str, topic: str, queues: list[int]) -> bool: ...
+
+    async def spool_produce(
+        self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
+    ) -> None: ...
 
 
 def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
@@ -57,6 +71,7 @@ class Producing:
         self.tracing = tracing
         self.queue_state = queue_state
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self.failover: SpoolSink | None = None
 
     def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
         """The queue of a message: by its order key's hash, else round robin."""
@@ -77,7 +92,8 @@ class Producing:
         """`traceparent`: the request's W3C trace context, kept with each message (SPEC P6)."""
         topic = await self.topology.topic(producer.topic)
         try:
-            receipts = await self._produce(producer, topic, messages, traceparent)
+            with request_scope():  # one cluster for the whole request (SPEC P8)
+                receipts = await self._produce(producer, topic, messages, traceparent)
         except MqgateError as exc:
             self.queue_state.produce_failed(topic, exc.code)
             if self.tracing.active:
@@ -118,7 +134,16 @@ class Producing:
                 if with_context:
                     props = with_traceparent(props, context)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        if tracing.active and await tracing.ready_for(topic):
+        project = self.failover.project_of_topic(topic.name) if self.failover is not None else None
+        if project is not None:
+            placed_firsts = await self._append_or_spool(project, topic.name, by_queue)
+            if placed_firsts is None:
+                return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
+            firsts = placed_firsts
+            if tracing.active:
+                found = (tracing.produce_batch(topic, q, b, firsts[q], ts) for q, b in by_queue.items())
+                await tracing.record([b for b in found if b is not None])
+        elif tracing.active and await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
             companions, made = tracing.produce_companions(topic, by_queue, ts)
             firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
@@ -131,6 +156,27 @@ class Producing:
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
+
+    async def _append_or_spool(
+        self, project: str, topic: str, by_queue: dict[int, list[StoredMessage]]
+    ) -> dict[int, int] | None:
+        """Append to the project's active cluster; when it cannot take them (or earlier
+        produces of these queues wait in the spool, whose order they must keep), keep them in
+        the spool instead: None."""
+        assert self.failover is not None
+        if self.failover.must_spool(project, topic, list(by_queue)):
+            await self.failover.spool_produce(project, topic, by_queue, tried=False)
+            return None
+        try:
+            return await self.ctx.store.append_many(topic, by_queue)
+        except MqgateError as exc:
+            if exc.http_status < 500:
+                raise
+            log.warning("project %s: spooling %d messages of %s: %s", project,
+                        sum(map(len, by_queue.values())), topic, exc.message)  # fmt: skip
+            # It may have reached the cluster before failing: its resend is counted.
+            await self.failover.spool_produce(project, topic, by_queue, tried=True)
+            return None
 
     def _trace_failed(
         self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError

@@ -31,7 +31,9 @@ class MessageStore(Protocol):
     messages below it are visible; `min` is the oldest offset still retained.
     """
 
-    broker: str
+    @property
+    def broker(self) -> str:
+        """The broker name in ack tokens and receipts."""
 
     async def open(self) -> None: ...
 

@@ -1,0 +1,213 @@
+"""`MessageStore` and `OffsetStore` facades over `ClusterRouter` (see clusters/routing.py).
+
+Data-path calls to a cluster report their outcome to the pool's detector (SPEC P8: connect
+failures, send time-outs and the error rate fail a cluster), within the send time-out.
+Calls that concern every store (retention, waking readers) go to each opened one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+from mqgate.clusters.routing import ClusterRouter
+from mqgate.core.acks import AckRefusal
+from mqgate.core.tokens import AckToken
+from mqgate.errors import MqgateError
+from mqgate.model import QueueBounds, StoredMessage
+from mqgate.offsets.interface import Lease, OffsetEntry, OffsetStore
+from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
+from mqgate.store.waiters import ANY_READER, Reader
+
+T = TypeVar("T")
+
+
+class RoutedStore:
+    def __init__(self, router: ClusterRouter) -> None:
+        self.router = router
+
+    @property
+    def broker(self) -> str:
+        return self.router.broker()
+
+    async def _on(self, topic: str, call: Callable[[MessageStore], Awaitable[T]]) -> T:
+        store, cluster = self.router.store_for(topic)
+        return await self.router.call(cluster, lambda: call(store))
+
+    async def open(self) -> None:
+        await self.router.default_store.open()
+
+    async def close(self) -> None:
+        await self.router.default_store.close()
+
+    async def create_topic(self, config: TopicConfig) -> None:
+        await self._on(config.name, lambda s: s.create_topic(config))
+
+    async def delete_topic(self, topic: str) -> None:
+        await self._on(topic, lambda s: s.delete_topic(topic))
+
+    def forget_topic(self, topic: str) -> None:
+        for store in self.router.opened_stores():
+            store.forget_topic(topic)
+
+    def has_topic(self, topic: str) -> bool:
+        try:
+            return self.router.store_for(topic)[0].has_topic(topic)
+        except MqgateError:
+            return False
+
+    async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
+        return await self._on(topic, lambda s: s.append(topic, queue, messages))
+
+    async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        return await self._on(topic, lambda s: s.append_many(topic, batches))
+
+    async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        return await self._on(topic, lambda s: s.append_encoded(topic, batches))
+
+    async def append_many_with(
+        self,
+        topic: str,
+        batches: dict[int, list[StoredMessage]],
+        companions: Callable[[dict[int, int]], Companions],
+    ) -> tuple[dict[int, int], MqgateError | None]:
+        store, cluster = self.router.store_for(topic)
+        if cluster is None:
+            return await store.append_many_with(topic, batches, companions)
+        # The companions (trace records) live in the gateway's own store, not the cluster's.
+        firsts = await self._on(topic, lambda s: s.append_many(topic, batches))
+        failed: MqgateError | None = None
+        for name, by_queue in companions(firsts).items():
+            try:
+                await self.router.default_store.append_encoded(name, by_queue)
+            except MqgateError as exc:
+                failed = exc
+        return firsts, failed
+
+    async def read(
+        self, topic: str, queue: int, offset: int, max_count: int
+    ) -> list[tuple[int, StoredMessage]]:
+        return await self._on(topic, lambda s: s.read(topic, queue, offset, max_count))
+
+    async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
+        return await self._on(topic, lambda s: s.read_raw(topic, queue, offset, max_count))
+
+    async def bounds(self, topic: str) -> list[QueueBounds]:
+        return await self._on(topic, lambda s: s.bounds(topic))
+
+    async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        return await self._on(topic, lambda s: s.offset_for_time(topic, queue, timestamp_ms))
+
+    async def wait_for_data(
+        self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
+    ) -> None:
+        # Not guarded: waiting the whole timeout is what it is for.
+        await self.router.store_for(topic)[0].wait_for_data(topic, timeout_s, reader, recheck_s)
+
+    def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
+        for store in self.router.opened_stores():
+            store.wake(topic, consumer=consumer, count=count)
+
+    def wake_all(self) -> None:
+        for store in self.router.opened_stores():
+            store.wake_all()
+
+    async def enforce_retention(self, now_ms: int) -> int:
+        dropped = await self.router.default_store.enforce_retention(now_ms)
+        for store in self.router.opened_stores()[1:]:
+            with contextlib.suppress(MqgateError):  # a failed cluster: the next round
+                dropped += await store.enforce_retention(now_ms)
+        return dropped
+
+
+class RoutedOffsets:
+    def __init__(self, router: ClusterRouter) -> None:
+        self.router = router
+
+    async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
+        offsets, cluster = self.router.offsets_for(group)
+        return await self.router.call(cluster, lambda: call(offsets))
+
+    async def _token(self, token: AckToken, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
+        offsets, cluster = self.router.offsets_of_token(token)
+        return await self.router.call(cluster, lambda: call(offsets))
+
+    async def open(self) -> None:
+        await self.router.default_offsets.open()
+
+    async def close(self) -> None:
+        await self.router.default_offsets.close()
+
+    async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
+        return await self._group(group, lambda o: o.ensure_table(group, client_id, starts, now_ms))
+
+    async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None:
+        return await self._group(group, lambda o: o.table(group, client_id))
+
+    async def clients(self, group: str) -> list[str]:
+        return await self._group(group, lambda o: o.clients(group))
+
+    async def lease(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+    ) -> Lease | None:
+        return await self._group(
+            group,
+            lambda o: o.lease(
+                group,
+                client_id,
+                bounds,
+                now_ms=now_ms,
+                max_count=max_count,
+                lock_timeout_ms=lock_timeout_ms,
+                max_attempts=max_attempts,
+                owner=owner,
+            ),
+        )
+
+    async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        return await self._token(token, lambda o: o.ack(token, now_ms))
+
+    async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        return await self._token(token, lambda o: o.release(token, now_ms))
+
+    async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
+        return await self._token(token, lambda o: o.extend(token, now_ms, seconds))
+
+    async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._token(token, lambda o: o.record_dead_letters(token, count, now_ms))
+
+    async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        return await self._token(token, lambda o: o.add_dead_letters(token, count, now_ms))
+
+    async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
+        await self._group(group, lambda o: o.reset(group, client_id, queue, offset))
+
+    async def advance(
+        self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
+    ) -> dict[int, int]:
+        return await self._group(group, lambda o: o.advance(group, client_id, offsets, now_ms))
+
+    async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
+        return await self._group(group, lambda o: o.expire_clients(group, idle_before_ms))
+
+    async def drop_group(self, group: str) -> None:
+        await self.router.default_offsets.drop_group(group)
+        for offsets in self.router.opened_offsets()[1:]:
+            with contextlib.suppress(MqgateError):  # a failed cluster keeps it until retention
+                await offsets.drop_group(group)
+
+    async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
+        return await self._group(group, lambda o: o.take_tokens(group, rate_per_s, wanted, now_ms))
+
+    async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
+        await self._group(group, lambda o: o.return_tokens(group, rate_per_s, count))
