@@ -40,6 +40,12 @@ class FailoverRedis(RedisServer):
         self.proc.send_signal(signal.SIGCONT)
         self.paused = False
 
+    def config_set(self, name: str, value: str) -> None:
+        import redis
+
+        with redis.Redis.from_url(self.url) as r:
+            r.config_set(name, value)
+
     def stop(self) -> None:
         if self.paused:
             self.resume()

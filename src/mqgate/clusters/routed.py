@@ -106,8 +106,9 @@ class RoutedStore:
         await self.router.store_for(topic)[0].wait_for_data(topic, timeout_s, reader, recheck_s)
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
-        for store in self.router.opened_stores():
-            store.wake(topic, consumer=consumer, count=count)
+        # The readers of `topic` wait on the store it routes to (a failed cluster's: nobody).
+        with contextlib.suppress(MqgateError):
+            self.router.store_for(topic)[0].wake(topic, consumer=consumer, count=count)
 
     def wake_all(self) -> None:
         for store in self.router.opened_stores():

@@ -1,0 +1,244 @@
+"""Failover through the gateway's HTTP API (SPEC P8, E7): two real redis-servers of the test's
+own as a project's primary and backup, gateways started as processes, the primary killed -9,
+hung by SIGSTOP, or both clusters down. Producers and consumers use one gateway URL and the
+same tokens throughout."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.conftest import Server, wait_until
+from tests.failover.conftest import FailoverRedis
+
+QUEUES = 4
+# Short thresholds so a test sees a switch within a second or two (defaults: docs/FAILOVER.md).
+FAST = {
+    "MQGATE_FAILOVER_SEND_TIMEOUT_S": "1.0",
+    "MQGATE_FAILOVER_PROBE_INTERVAL_S": "0.1",
+    "MQGATE_FAILOVER_PROBE_TIMEOUT_S": "0.3",
+    "MQGATE_FAILOVER_CHECK_S": "0.2",
+    "MQGATE_FAILOVER_REJOIN_PROBES": "3",
+}
+
+
+def gateway(data: Path, **env: str) -> Server:
+    data.parent.mkdir(parents=True, exist_ok=True)
+    return Server(data, admin_token="mqa_failover_test", env={**FAST, **env})
+
+
+def project_on(gw: Server, primary: FailoverRedis, backup: FailoverRedis) -> tuple[str, str]:
+    """Project `shop` on clusters p (primary) and b (backup), topic `orders` with producer and
+    consumer; their tokens."""
+    gw.admin("POST", "/admin/clusters", name="p", url=primary.url)
+    gw.admin("POST", "/admin/clusters", name="b", url=backup.url)
+    gw.admin("POST", "/admin/projects", name="shop")
+    gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b")
+    gw.admin("POST", "/admin/topics", name="orders", queues=QUEUES, project="shop")
+    ptoken = gw.admin("POST", "/admin/producers", name="orders-p", topic="orders")["token"]
+    ctoken = gw.admin("POST", "/admin/consumers", name="orders-c", topic="orders", lockTimeoutS=2)["token"]
+    return ptoken, ctoken
+
+
+@dataclass
+class Traffic:
+    """Producers and consumers against one gateway; what each saw."""
+
+    url: str
+    ptoken: str
+    ctoken: str
+    stop: threading.Event = field(default_factory=threading.Event)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    acked: dict[str, float] = field(default_factory=dict)  # msgId -> when its produce was answered
+    statuses: dict[str, int] = field(default_factory=dict)  # receipt status -> count
+    errors: list[tuple[float, int, str]] = field(default_factory=list)
+    consumed: dict[str, int] = field(default_factory=dict)  # msgId -> deliveries acked
+    found_at: list[float] = field(default_factory=list)  # when each pull that found messages came back
+    latencies: list[tuple[float, float]] = field(default_factory=list)  # (when, produce seconds)
+
+    def produce(self, n: int) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as c:
+            i = 0
+            while not self.stop.is_set():
+                body = {"producer": "orders-p", "messages": [{"message": f"w{n}-{i}-{k}"} for k in range(5)]}
+                started = time.monotonic()
+                r = c.post("/mq/produce/batch", json=body, headers={"Authorization": f"Bearer {self.ptoken}"})
+                now = time.monotonic()
+                with self.lock:
+                    if r.status_code != 200:
+                        self.errors.append((now, r.status_code, r.text[:200]))
+                        continue
+                    self.latencies.append((now, now - started))
+                    for rc in r.json()["result"]["receipts"]:
+                        self.acked[rc["msgId"]] = now
+                        self.statuses[rc["status"]] = self.statuses.get(rc["status"], 0) + 1
+                i += 1
+                time.sleep(0.005)
+
+    def consume(self) -> None:
+        headers = {"Authorization": f"Bearer {self.ctoken}"}
+        with httpx.Client(base_url=self.url, timeout=30) as c:
+            while not self.stop.is_set():
+                r = c.get("/mq/message", params={"topic": "orders", "consumer": "orders-c", "max": 50, "wait": 1},
+                          headers=headers)  # fmt: skip
+                if r.status_code != 200:
+                    with self.lock:
+                        self.errors.append((time.monotonic(), r.status_code, "pull " + r.text[:200]))
+                    time.sleep(0.05)
+                    continue
+                res = r.json()["result"]
+                if res["status"] != "FOUND":
+                    continue
+                ack = c.post("/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers)
+                with self.lock:
+                    self.found_at.append(time.monotonic())
+                    if ack.status_code == 200:
+                        for m in res["msgList"]:
+                            self.consumed[m["messageId"]] = self.consumed.get(m["messageId"], 0) + 1
+
+    def run(self, producers: int, consumers: int) -> list[threading.Thread]:
+        threads = [threading.Thread(target=self.produce, args=(n,)) for n in range(producers)]
+        threads += [threading.Thread(target=self.consume) for _ in range(consumers)]
+        for t in threads:
+            t.start()
+        return threads
+
+
+def failover_state(gw: Server) -> Any:
+    return gw.admin("GET", "/admin/projects/shop/failover")
+
+
+def test_kill9_of_the_primary_under_load(tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]) -> None:
+    primary, backup = redis_pair
+    gw = gateway(tmp_path / "gw" / "data").start()
+    try:
+        ptoken, ctoken = project_on(gw, primary, backup)
+        assert failover_state(gw)["active"] == "p"
+        traffic = Traffic(gw.url, ptoken, ctoken)
+        threads = traffic.run(producers=4, consumers=4)
+        wait_until(lambda: len(traffic.consumed) > 500, 30, "traffic on the primary")
+        primary.kill9()
+        killed = time.monotonic()
+        wait_until(lambda: failover_state(gw)["active"] == "b", 15, "the switch to the backup")
+        switched = time.monotonic() - killed
+        count_at_switch = len(traffic.acked)
+        wait_until(lambda: len(traffic.acked) > count_at_switch + 500, 20, "produces after the switch")
+        traffic.stop.set()
+        for t in threads:
+            t.join(30)
+        # Drain: consumers pull until every acknowledged message was consumed (from the backup,
+        # or from the primary before it died).
+        primary.start()
+        state = wait_until(lambda: (s := failover_state(gw)) and not s["draining"] and s, 30, "the drain")
+        rest = Traffic(gw.url, ptoken, ctoken, consumed=traffic.consumed)
+        threads = rest.run(producers=0, consumers=2)
+        wait_until(lambda: not set(traffic.acked) - set(rest.consumed), 60,
+                   "every acknowledged message consumed")  # fmt: skip
+        rest.stop.set()
+        for t in threads:
+            t.join(30)
+        produce_errors = [e for e in traffic.errors if not e[2].startswith("pull")]
+        spool = gw.admin("GET", "/admin/spool")
+        duplicates = sum(n - 1 for n in rest.consumed.values())
+        first_pull = min(t for t in traffic.found_at if t > killed) - killed
+        around = sorted(d for t, d in traffic.latencies if killed - 1 <= t <= killed + 3)
+        p99 = around[int(len(around) * 0.99)] if around else 0.0
+        print(
+            f"\nkill -9 of the primary: switched in {switched:.2f}s, first pull served after "
+            f"{first_pull:.2f}s, produce p99 around the switch {p99 * 1000:.0f} ms, "
+            f"{len(traffic.acked)} produced ({traffic.statuses}), produce errors {len(produce_errors)}, "
+            f"pull errors {len(traffic.errors) - len(produce_errors)}, duplicates {duplicates} "
+            f"(possible: {spool['possibleDuplicates']}), spooled {spool['spooledTotal']} resent "
+            f"{spool['resentTotal']}, {state['reason']}"
+        )
+        assert not produce_errors, produce_errors[:5]
+        assert switched < 5
+        assert first_pull < switched + 5
+        assert spool["pending"] == 0 and spool["resentTotal"] == spool["spooledTotal"]
+        # A message is stored twice only by the resend of a produce that failed mid-call.
+        assert duplicates <= spool["possibleDuplicates"]
+    finally:
+        gw.stop()
+
+
+def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    """SIGSTOP: nothing answers, the send time-out fails it. Then fail-back to the primary, and
+    an out-of-memory primary (maxmemory with noeviction refuses every write): the error rate
+    fails it. Nothing acknowledged is lost across the three moves."""
+    primary, backup = redis_pair
+    gw = gateway(tmp_path / "gw" / "data").start()
+    try:
+        ptoken, ctoken = project_on(gw, primary, backup)
+        produced: list[str] = []
+        headers = {"Authorization": f"Bearer {ptoken}"}
+
+        def produce(n: int) -> list[dict[str, Any]]:
+            r = httpx.post(gw.url + "/mq/produce/batch", headers=headers, timeout=30,
+                           json={"producer": "orders-p", "messages": [{"message": f"m{i}"} for i in range(n)]})  # fmt: skip
+            assert r.status_code == 200, r.text
+            receipts = r.json()["result"]["receipts"]
+            produced.extend(rc["msgId"] for rc in receipts)
+            return receipts
+
+        produce(20)
+        primary.pause()
+        paused = time.monotonic()
+        receipts = produce(10)  # waits up to the send time-out, then spooled
+        assert {rc["status"] for rc in receipts} <= {"spooled", "stored"}
+        wait_until(lambda: failover_state(gw)["active"] == "b", 10, "the switch after SIGSTOP")
+        hung_switch = time.monotonic() - paused
+        state = failover_state(gw)
+        assert "p is failed" in state["reason"]
+        produce(20)
+        primary.resume()
+        wait_until(lambda: gw.admin("GET", "/admin/clusters/p")["state"] == "healthy", 15, "p healthy")
+        wait_until(lambda: not failover_state(gw)["draining"], 15, "the drain of p")
+
+        back = gw.admin("POST", "/admin/projects/shop/failback")
+        assert back["active"] == "p" and back["reason"] == "manual fail-back"
+        produce(20)
+        primary.config_set("maxmemory", "1")  # every write now fails with OOM
+        primary.config_set("maxmemory-policy", "noeviction")
+        refused_at = time.monotonic()
+        deadline = refused_at + 15
+        while failover_state(gw)["active"] != "b":
+            produce(5)  # each refused write counts towards the error rate (min samples 20)
+            assert time.monotonic() < deadline, "no switch on a primary refusing writes"
+        oom_switch = time.monotonic() - refused_at
+        assert "p is failed" in failover_state(gw)["reason"]
+        produce(20)
+        primary.config_set("maxmemory", "0")
+        wait_until(lambda: not failover_state(gw)["draining"], 20, "the drain of p")
+        wait_until(lambda: gw.admin("GET", "/admin/spool")["pending"] == 0, 20, "the spool replayed")
+        consumed = drain_all(gw.url, ctoken, set(produced), 30)
+        print(f"\nSIGSTOP -> switch in {hung_switch:.2f}s; OOM -> switch in {oom_switch:.2f}s; "
+              f"{len(produced)} produced, all consumed")  # fmt: skip
+        assert set(produced) <= consumed
+    finally:
+        gw.stop()
+
+
+def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[str]:
+    """Pull and ack until every id of `wanted` was consumed; what was consumed."""
+    headers = {"Authorization": f"Bearer {ctoken}"}
+    got: set[str] = set()
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=url, timeout=30) as c:
+        while not wanted <= got:
+            assert time.monotonic() < deadline, f"{len(wanted - got)} of {len(wanted)} never consumed"
+            r = c.get("/mq/message", params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
+                      headers=headers)  # fmt: skip
+            res = r.json()["result"]
+            if r.status_code != 200 or res["status"] != "FOUND":
+                continue
+            ack = c.post("/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers)
+            if ack.status_code == 200:
+                got.update(m["messageId"] for m in res["msgList"])
+    return got
