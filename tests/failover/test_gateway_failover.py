@@ -84,8 +84,11 @@ class Traffic:
         headers = {"Authorization": f"Bearer {self.ctoken}"}
         with httpx.Client(base_url=self.url, timeout=30) as c:
             while not self.stop.is_set():
-                r = c.get("/mq/message", params={"topic": "orders", "consumer": "orders-c", "max": 50, "wait": 1},
-                          headers=headers)  # fmt: skip
+                r = c.get(
+                    "/mq/message",
+                    params={"topic": "orders", "consumer": "orders-c", "max": 50, "wait": 1},
+                    headers=headers,
+                )
                 if r.status_code != 200:
                     with self.lock:
                         self.errors.append((time.monotonic(), r.status_code, "pull " + r.text[:200]))
@@ -94,7 +97,9 @@ class Traffic:
                 res = r.json()["result"]
                 if res["status"] != "FOUND":
                     continue
-                ack = c.post("/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers)
+                ack = c.post(
+                    "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
+                )
                 with self.lock:
                     self.found_at.append(time.monotonic())
                     if ack.status_code == 200:
@@ -113,7 +118,9 @@ def failover_state(gw: Server) -> Any:
     return gw.admin("GET", "/admin/projects/shop/failover")
 
 
-def test_kill9_of_the_primary_under_load(tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]) -> None:
+def test_kill9_of_the_primary_under_load(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
     primary, backup = redis_pair
     gw = gateway(tmp_path / "gw" / "data").start()
     try:
@@ -137,8 +144,9 @@ def test_kill9_of_the_primary_under_load(tmp_path: Path, redis_pair: tuple[Failo
         state = wait_until(lambda: (s := failover_state(gw)) and not s["draining"] and s, 30, "the drain")
         rest = Traffic(gw.url, ptoken, ctoken, consumed=traffic.consumed)
         threads = rest.run(producers=0, consumers=2)
-        wait_until(lambda: not set(traffic.acked) - set(rest.consumed), 60,
-                   "every acknowledged message consumed")  # fmt: skip
+        wait_until(
+            lambda: not set(traffic.acked) - set(rest.consumed), 60, "every acknowledged message consumed"
+        )
         rest.stop.set()
         for t in threads:
             t.join(30)
@@ -180,8 +188,12 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
         headers = {"Authorization": f"Bearer {ptoken}"}
 
         def produce(n: int) -> list[dict[str, Any]]:
-            r = httpx.post(gw.url + "/mq/produce/batch", headers=headers, timeout=30,
-                           json={"producer": "orders-p", "messages": [{"message": f"m{i}"} for i in range(n)]})  # fmt: skip
+            r = httpx.post(
+                gw.url + "/mq/produce/batch",
+                headers=headers,
+                timeout=30,
+                json={"producer": "orders-p", "messages": [{"message": f"m{i}"} for i in range(n)]},
+            )
             assert r.status_code == 200, r.text
             receipts = r.json()["result"]["receipts"]
             produced.extend(rc["msgId"] for rc in receipts)
@@ -218,8 +230,10 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
         wait_until(lambda: not failover_state(gw)["draining"], 20, "the drain of p")
         wait_until(lambda: gw.admin("GET", "/admin/spool")["pending"] == 0, 20, "the spool replayed")
         consumed = drain_all(gw.url, ctoken, set(produced), 30)
-        print(f"\nSIGSTOP -> switch in {hung_switch:.2f}s; OOM -> switch in {oom_switch:.2f}s; "
-              f"{len(produced)} produced, all consumed")  # fmt: skip
+        print(
+            f"\nSIGSTOP -> switch in {hung_switch:.2f}s; OOM -> switch in {oom_switch:.2f}s; "
+            f"{len(produced)} produced, all consumed"
+        )
         assert set(produced) <= consumed
     finally:
         gw.stop()
@@ -233,12 +247,17 @@ def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[
     with httpx.Client(base_url=url, timeout=30) as c:
         while not wanted <= got:
             assert time.monotonic() < deadline, f"{len(wanted - got)} of {len(wanted)} never consumed"
-            r = c.get("/mq/message", params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
-                      headers=headers)  # fmt: skip
+            r = c.get(
+                "/mq/message",
+                params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
+                headers=headers,
+            )
             res = r.json()["result"]
             if r.status_code != 200 or res["status"] != "FOUND":
                 continue
-            ack = c.post("/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers)
+            ack = c.post(
+                "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
+            )
             if ack.status_code == 200:
                 got.update(m["messageId"] for m in res["msgList"])
     return got

@@ -37,6 +37,17 @@ project_clusters_table = sa.Table(
     sa.Column("auto_failback", sa.Boolean, nullable=False),
 )
 
+# Which gateway drains a cluster a project left (clusters/drain.py): one at a time, the claim
+# expires so a gateway that died mid-drain does not block the others.
+drain_claims_table = sa.Table(
+    "mqgate_drain_claims",
+    metadata,
+    sa.Column("project", sa.String(128), primary_key=True),
+    sa.Column("cluster", sa.String(128), primary_key=True),
+    sa.Column("owner", sa.String(64), nullable=False),
+    sa.Column("until_ms", sa.BigInteger, nullable=False),
+)
+
 
 @dataclass(slots=True, frozen=True)
 class Assignment:
@@ -122,6 +133,37 @@ class SqlFailoverConfig:
     def unassign(self, project: str) -> None:
         with self.engine.begin() as conn:
             conn.execute(sa.delete(project_clusters_table).where(project_clusters_table.c.project == project))
+
+    def claim_drain(self, project: str, cluster: str, owner: str, now_ms: int, hold_ms: int) -> bool:
+        """True when `owner` may drain (project, cluster) until now + hold_ms."""
+        t = drain_claims_table
+        values = {"owner": owner, "until_ms": now_ms + hold_ms}
+        try:
+            with self.engine.begin() as conn:
+                done = conn.execute(
+                    sa.update(t)
+                    .where(t.c.project == project, t.c.cluster == cluster)
+                    .where((t.c.owner == owner) | (t.c.until_ms < now_ms))
+                    .values(**values)
+                )
+                if done.rowcount == 1:
+                    return True
+                held = conn.execute(
+                    sa.select(t.c.owner).where(t.c.project == project, t.c.cluster == cluster)
+                ).first()
+                if held is not None:
+                    return False
+                conn.execute(sa.insert(t).values(project=project, cluster=cluster, **values))
+                return True
+        except sa.exc.IntegrityError:
+            return False  # another gateway claimed it first
+
+    def release_drain(self, project: str, cluster: str, owner: str) -> None:
+        t = drain_claims_table
+        with self.engine.begin() as conn:
+            conn.execute(
+                sa.delete(t).where(t.c.project == project, t.c.cluster == cluster, t.c.owner == owner)
+            )
 
 
 def parse_clusters(text: str) -> list[ClusterSpec]:

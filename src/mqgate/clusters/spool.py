@@ -233,6 +233,19 @@ class Spool:
     def _disk_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
 
+    def check_room(self, records: list[tuple[str, str, str, str, bytes]]) -> None:
+        """SpoolFull unless all of these (project, topic, key, msg id, payload) fit: a produce
+        is spooled whole or not at all."""
+        need = sum(
+            len(framing.frame(ENCODE(SpoolRecord(self._next_seq, p, t, k, m, 0, d)))) + 16
+            for p, t, k, m, d in records
+        )  # the spooled_ms of 0 is a digit or a few shorter than the real one: + 16
+        if self._disk_bytes() + need > self.max_bytes:
+            raise SpoolFull(
+                f"the producer spool is full ({self._disk_bytes()} of {self.max_bytes} bytes, "
+                f"{len(self._entries)} messages waiting for a cluster; {need} more asked): retry later"
+            )
+
     async def append(
         self, project: str, topic: str, key: str, msg_id: str, payload: bytes, *, tried: bool = False
     ) -> int:

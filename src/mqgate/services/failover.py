@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+import secrets
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,12 +31,13 @@ from mqgate.clusters.routing import ClusterRouter
 from mqgate.clusters.spool import QueueKey, Spool, SpoolRecord, SpoolStats
 from mqgate.clusters.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
 from mqgate.core.failover import ClusterState
-from mqgate.errors import AlreadyExists, MqgateError, NotFound
+from mqgate.errors import AlreadyExists, MqgateError, NotFound, Unavailable
 from mqgate.model import StoredMessage
 from mqgate.names import validate_name
 from mqgate.services.context import Context, now_ms
 
 log = logging.getLogger("mqgate.failover")
+DRAIN_CLAIM_MS = 60_000  # a drain claim lapses after this (a gateway that died mid-drain)
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder(StoredMessage)
 
@@ -53,13 +56,6 @@ class ProjectFailover:
     changed_ms: int
     spooled: int  # produces of the project waiting in this gateway's spool
     draining: list[str]  # clusters it left that still hold its consumers' backlog
-
-
-@dataclass(slots=True)
-class _Left:
-    project: str
-    cluster: str
-    switched_ms: int
 
 
 class Failover:
@@ -82,10 +78,14 @@ class Failover:
             on_switch=self._switched,
         )
         router.active = self.coordinator.active
-        self._left: list[_Left] = []  # clusters this gateway switched projects away from
+        # (project, cluster it left) -> when: to drain once that cluster is healthy again.
+        self._left: dict[tuple[str, str], int] = {}
+        self.instance = secrets.token_hex(8)  # this gateway, in drain claims
         self.history: deque[SwitchEvent] = deque(maxlen=100)
         self._task: asyncio.Task[None] | None = None
         self._kick = asyncio.Event()
+        self._sync_lock = asyncio.Lock()
+        self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
         r = ctx.metrics.registry
         self.m_switches = Counter(
             "mqgate_project_switches", "Projects moved to another cluster", ["project", "to"], registry=r
@@ -115,6 +115,7 @@ class Failover:
         await self.pool.start()
         await self.sync()
         await self.coordinator.start()
+        self._check_left_clusters()
         self._task = asyncio.get_running_loop().create_task(self._run(), name="failover")
 
     async def stop(self) -> None:
@@ -135,6 +136,7 @@ class Failover:
             started = loop.time()
             try:
                 await self.sync()
+                await self.declare_pending()
                 await self.replay()
                 await self.drain_left()
             except Exception as exc:  # the registry or a cluster is away: next round
@@ -151,7 +153,12 @@ class Failover:
     # --- configuration -------------------------------------------------------------------
 
     async def sync(self) -> None:
-        """Bring this gateway in line with the shared configuration, then check every switch."""
+        """Bring this gateway in line with the shared configuration (one at a time: a read
+        older than an admin change must not undo it)."""
+        async with self._sync_lock:
+            await self._sync()
+
+    async def _sync(self) -> None:
         config = await asyncio.to_thread(self.config.read)
         for name in set(self.pool.names()) - set(config.clusters):
             await self.pool.remove(name)
@@ -159,13 +166,13 @@ class Failover:
             if spec.name not in self.pool.names():
                 await self.pool.add(spec)
         new = [p for p in config.projects if p not in self._assigned]
+        self._declared = {d for d in self._declared if d[0] in config.projects}
         self._assigned = config.projects
         self.router.assign(self._assigned)
         self._state_changed(None)
         if new:
             await self.coordinator.check()
-        for project in new:
-            await self._declare(project, self.coordinator.active(project))
+        await self.declare_pending()
 
     def _project_clusters(self) -> dict[str, ProjectClusters]:
         return {
@@ -219,7 +226,7 @@ class Failover:
             "" if rec is None else rec.reason,
             0 if rec is None else rec.changed_ms,
             pending,
-            [x.cluster for x in self._left if x.project == project],
+            sorted(c for p, c in self._left if p == project),
         )
 
     async def failback(self, project: str) -> ProjectFailover:
@@ -232,21 +239,34 @@ class Failover:
 
     # --- around a switch -----------------------------------------------------------------
 
-    async def _declare(self, project: str, cluster: str) -> None:
-        target = self.pool.get(cluster).backends
-        top = project_topology(self.ctx.registry.snapshot, project)
-        await self.pool.guarded(cluster, lambda: redeclare(top, target.store, target.offsets, now_ms()))
+    async def declare_pending(self) -> None:
+        """Declare each project on its active cluster, once per cluster it moves to; a cluster
+        that cannot be reached now gets it when it answers (the next round)."""
+        for project in self._assigned:
+            rec = self.coordinator.record(project)
+            if rec is None or (project, rec.cluster) in self._declared:
+                continue
+            cluster = self.pool.get(rec.cluster)
+            if not self._serving(rec.cluster):
+                continue
+            target = cluster.backends
+            top = project_topology(self.ctx.registry.snapshot, project)
+            try:
+                declare = functools.partial(redeclare, top, target.store, target.offsets, now_ms())
+                await self.pool.guarded(rec.cluster, declare)
+            except MqgateError as exc:
+                log.warning("declaring project %s on %s failed (next round): %s", project, rec.cluster, exc)
+                continue
+            self._declared.add((project, rec.cluster))
 
     async def _switched(self, event: SwitchEvent) -> None:
         self.history.append(event)
         self.m_switches.labels(event.project, event.after).inc()
-        try:
-            await self._declare(event.project, event.after)
-        except MqgateError as exc:
-            log.warning("declaring project %s on %s failed: %s", event.project, event.after, exc)
-        if event.won and event.before is not None:
-            self._left.append(_Left(event.project, event.before, now_ms()))
-        self._left = [x for x in self._left if not (x.project == event.project and x.cluster == event.after)]
+        self._declared.discard((event.project, event.after))
+        await self.declare_pending()
+        if event.before is not None:
+            self._left[event.project, event.before] = now_ms()
+        self._left.pop((event.project, event.after), None)
         self.ctx.store.wake_all()  # waiting pulls look at the new cluster
         self._kick.set()  # replay the spool there now
 
@@ -262,22 +282,33 @@ class Failover:
     async def spool_produce(
         self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
     ) -> None:
-        """Keep the messages for a later send (each fsynced before this returns)."""
-        appends = [
-            self.spool.append(project, topic, str(q), m.msg_id, _ENCODE.encode(m), tried=tried)
-            for q, msgs in batches.items()
-            for m in msgs
+        """Keep the messages for a later send (each fsynced before this returns), all of them
+        or none (SpoolFull)."""
+        records = [
+            (project, topic, str(q), m.msg_id, _ENCODE.encode(m)) for q, msgs in batches.items() for m in msgs
         ]
+        self.spool.check_room(records)
+        appends = [self.spool.append(*r, tried=tried) for r in records]
         await asyncio.gather(*appends)  # started in order: each writes before its first wait
         self.m_spooled.labels(project).inc(len(appends))
 
+    def _serving(self, cluster: str) -> bool:
+        c = self.pool.get(cluster)
+        return c.opened and c.state in (ClusterState.HEALTHY, ClusterState.SUSPECT)
+
     async def replay(self) -> None:
-        if self.spool.stats().pending:
-            await self.replayer.replay(self._send)
+        """Resend the spooled produces of each project whose active cluster serves and has the
+        project declared (a failing one would only fail the sends and stop the queues)."""
+        for project in {k[0] for k in self.spool.queues()}:
+            rec = self.coordinator.record(project)
+            if rec is not None and (project, rec.cluster) in self._declared and self._serving(rec.cluster):
+                await self.replayer.replay(self._send, project)
 
     async def _send(self, key: QueueKey, batch: list[SpoolRecord]) -> None:
         project, topic, queue = key
         cluster = self.coordinator.active(project)
+        if (project, cluster) not in self._declared:
+            raise Unavailable(f"project {project} is not declared on {cluster} yet")
         store = self.pool.get(cluster).backends.store
         msgs = [_DECODE.decode(r.payload) for r in batch]
         await self.pool.guarded(cluster, lambda: store.append(topic, int(queue), msgs))
@@ -285,28 +316,53 @@ class Failover:
 
     # --- the clusters projects left ------------------------------------------------------
 
+    def _check_left_clusters(self) -> None:
+        """Every cluster of a project that is not its active one may hold a backlog (a switch
+        this gateway did not see through, e.g. it was restarted): look at each once."""
+        for project, a in self._assigned.items():
+            rec = self.coordinator.record(project)
+            if rec is None:
+                continue
+            for cluster in (a.primary, a.backup):
+                if cluster is not None and cluster != rec.cluster:
+                    self._left.setdefault((project, cluster), rec.changed_ms)
+
     async def drain_left(self) -> None:
         """Once a left cluster is healthy: release its stale locks, move its consumers' backlog
-        to the active cluster, and let it go (it serves again as a primary or backup)."""
-        for left in list(self._left):
-            source = self.pool.get(left.cluster)
-            if source.state is not ClusterState.HEALTHY or not source.opened:
+        to the active cluster, and let it go (it serves again as a primary or backup). One
+        gateway at a time drains a cluster (a claim in the shared database)."""
+        for (project, cluster), switched_ms in list(self._left.items()):
+            source = self.pool.get(cluster)
+            active = self.coordinator.active(project)
+            if active == cluster:
+                del self._left[project, cluster]
                 continue
-            active = self.coordinator.active(left.project)
-            if active == left.cluster:
-                self._left.remove(left)
+            if source.state is not ClusterState.HEALTHY or not source.opened or not self._serving(active):
                 continue
-            top = project_topology(self.ctx.registry.snapshot, left.project)
-            src = source.backends
-            dst = self.pool.get(active).backends.store
             t = now_ms()
-            cleaned = await clean_up(top, src.store, src.offsets, now_ms=t, locked_before_ms=left.switched_ms)
-            report = await drain_backlog(top, src.store, src.offsets, dst, t)
-            self.m_drained.labels(left.project).inc(report.total)
+            claimed = await asyncio.to_thread(
+                self.config.claim_drain, project, cluster, self.instance, t, DRAIN_CLAIM_MS
+            )
+            if not claimed:
+                continue  # another gateway drains it; looked at again next round
+            try:
+                await self._drain(project, cluster, active, switched_ms)
+            finally:
+                await asyncio.to_thread(self.config.release_drain, project, cluster, self.instance)
+            del self._left[project, cluster]
+            self.ctx.store.wake_all()  # the inboxes have news
+
+    async def _drain(self, project: str, cluster: str, active: str, switched_ms: int) -> None:
+        top = project_topology(self.ctx.registry.snapshot, project)
+        src = self.pool.get(cluster).backends
+        dst = self.pool.get(active).backends.store
+        t = now_ms()
+        cleaned = await clean_up(top, src.store, src.offsets, now_ms=t, locked_before_ms=switched_ms)
+        report = await drain_backlog(top, src.store, src.offsets, dst, t)
+        self.m_drained.labels(project).inc(report.total)
+        if report.total or cleaned.released:
             log.warning(
                 "project %s: cluster %s drained (%d messages moved to %s, %d locks released, "
                 "%d possible duplicates)",
-                left.project, left.cluster, report.total, active, len(cleaned.released), report.duplicates,
+                project, cluster, report.total, active, len(cleaned.released), report.duplicates,
             )  # fmt: skip
-            self._left.remove(left)
-            self.ctx.store.wake_all()  # the inboxes have news

@@ -1,0 +1,172 @@
+"""The producer spool through the gateway (SPEC E7), two gateways on one project, and bad
+failover input: real redis-servers and gateway processes, killed by PID."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.conftest import Server, wait_until
+from tests.failover.conftest import FailoverRedis
+from tests.failover.test_gateway_failover import failover_state, gateway, project_on
+
+
+def _produce(gw: Server, token: str, bodies: list[str]) -> httpx.Response:
+    messages = [{"message": b, "orderKey": "one-queue"} for b in bodies]
+    return httpx.post(
+        gw.url + "/mq/produce/batch",
+        headers={"Authorization": f"Bearer {token}"},
+        timeout=30,
+        json={"producer": "orders-p", "messages": messages},
+    )
+
+
+def _consume_in_order(gw: Server, ctoken: str, count: int, timeout_s: float) -> list[str]:
+    headers = {"Authorization": f"Bearer {ctoken}"}
+    got: list[str] = []
+    deadline = time.monotonic() + timeout_s
+    with httpx.Client(base_url=gw.url, timeout=30) as c:
+        while len(got) < count:
+            assert time.monotonic() < deadline, f"{len(got)} of {count} consumed"
+            r = c.get(
+                "/mq/message",
+                params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
+                headers=headers,
+            )
+            res = r.json()["result"]
+            if r.status_code != 200 or res["status"] != "FOUND":
+                continue
+            ack = c.post(
+                "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
+            )
+            if ack.status_code == 200:
+                got += [m["message"] for m in res["msgList"]]
+    return got
+
+
+def test_both_clusters_down_spool_then_503_then_replay_in_order_after_a_gateway_kill9(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    primary, backup = redis_pair
+    data = tmp_path / "gw" / "data"
+    gw = gateway(data, MQGATE_SPOOL_MAX_BYTES=str(64 * 1024))
+    gw.start()
+    try:
+        ptoken, ctoken = project_on(gw, primary, backup)
+        sent = [f"s{i:05d}" for i in range(50)]
+        assert _produce(gw, ptoken, sent).status_code == 200
+        primary.kill9()
+        backup.kill9()
+        spooled: list[str] = []
+        refused = None
+        for batch in range(200):
+            bodies = [f"s{50 + batch * 10 + i:05d}" for i in range(10)]
+            r = _produce(gw, ptoken, bodies)
+            if r.status_code != 200:
+                refused = r
+                break
+            assert {rc["status"] for rc in r.json()["result"]["receipts"]} == {"spooled"}
+            spooled += bodies
+        assert refused is not None, "the spool never filled up"
+        assert refused.status_code == 503 and refused.json()["result"]["code"] == "spool_full"
+        assert int(refused.headers["Retry-After"]) >= 1
+        stats = gw.admin("GET", "/admin/spool")
+        assert stats["pending"] == len(spooled) > 0
+        gw.kill9()  # with a non-empty spool
+
+        gw.start()  # the same data directory: the spool is found again
+        assert gw.admin("GET", "/admin/spool")["pending"] == len(spooled)
+        backup.start()  # one cluster returns: the project moves there, the spool is replayed
+        wait_until(lambda: gw.admin("GET", "/admin/spool")["pending"] == 0, 30, "the spool replayed")
+        state = failover_state(gw)
+        primary.start()
+        wait_until(lambda: not failover_state(gw)["draining"], 30, "the primary drained")
+        got = _consume_in_order(gw, ctoken, len(sent) + len(spooled), 60)
+        print(
+            f"\nboth down: {len(spooled)} spooled, then 503 spool_full; after the gateway's kill -9 "
+            f"and restart all replayed to {state['active']}, {len(got)} consumed"
+        )
+        # Every acknowledged produce consumed; the spooled ones in the order they were produced
+        # (the 50 from before the failure were drained from the primary after them).
+        assert sorted(set(got)) == sorted(sent + spooled)
+        assert [b for b in got if b in set(spooled)] == spooled
+    finally:
+        gw.stop()
+
+
+def test_two_gateways_switch_a_project_the_same_way(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    primary, backup = redis_pair
+    data = tmp_path / "shared" / "data"  # one registry (SQLite) shared by both gateways
+    data.parent.mkdir(parents=True)
+    gws = [gateway(data), gateway(data)]
+    # The second gateway needs its own data directory for its spool but the same registry.
+    gws[1].data_dir = tmp_path / "second" / "data"
+    gws[1].data_dir.parent.mkdir(parents=True)
+    gws[1].env["MQGATE_REGISTRY"] = f"sqlite:///{data.resolve() / 'registry.db'}"
+    for g in gws:
+        g.start()
+    try:
+        ptoken, _ = project_on(gws[0], primary, backup)
+        wait_until(
+            lambda: failover_state(gws[1]).get("active") == "p", 10, "the second gateway sees the project"
+        )
+        primary.kill9()
+        killed = time.monotonic()
+        seen = {}
+        while len(seen) < 2:
+            for i, g in enumerate(gws):
+                if i not in seen and failover_state(g)["active"] == "b":
+                    seen[i] = time.monotonic() - killed
+            assert time.monotonic() - killed < 10, f"switched: {seen}"
+        states = [failover_state(g) for g in gws]
+        assert states[0]["epoch"] == states[1]["epoch"] == 2
+        for g in gws:
+            r = _produce(g, ptoken, ["after"])
+            assert r.status_code == 200 and r.json()["result"]["receipts"][0]["status"] == "stored"
+        print(f"\ntwo gateways switched after {seen[0]:.2f}s and {seen[1]:.2f}s (one epoch)")
+    finally:
+        for g in gws:
+            g.stop()
+
+
+BAD = [
+    ("POST", "/admin/clusters", {"name": "x", "url": "http://nope"}, 400, "url"),
+    ("POST", "/admin/clusters", {"name": "x", "url": "embedded:"}, 400, "url"),
+    ("POST", "/admin/clusters", {"name": "bad name", "url": "redis://127.0.0.1:1/0"}, 400, "name"),
+    ("POST", "/admin/clusters", {"name": "x"}, 400, "url"),
+    ("POST", "/admin/clusters", {"name": "p", "url": "redis://127.0.0.1:2/0"}, 409, "name"),
+    ("PUT", "/admin/projects/shop/clusters", {"primary": "nosuch"}, 400, "primary"),
+    ("PUT", "/admin/projects/shop/clusters", {"primary": "p", "backup": "nosuch"}, 400, "backup"),
+    ("PUT", "/admin/projects/shop/clusters", {"primary": "p", "backup": "p"}, 400, "backup"),
+    ("PUT", "/admin/projects/nosuch/clusters", {"primary": "p"}, 404, "project"),
+    ("GET", "/admin/clusters/nosuch", None, 404, "cluster"),
+    ("GET", "/admin/projects/shop/failover", None, 404, "project"),
+    ("POST", "/admin/projects/shop/failback", None, 404, "project"),
+]
+
+
+def test_bad_failover_input_is_a_4xx_naming_the_field(tmp_path: Path) -> None:
+    gw = gateway(tmp_path / "gw" / "data").start()
+    auth = {"Authorization": f"Bearer {gw.admin_token}"}
+    try:
+        gw.admin("POST", "/admin/clusters", name="p", url="redis://127.0.0.1:1/0")
+        gw.admin("POST", "/admin/clusters", name="b", url="redis://127.0.0.1:2/0")
+        gw.admin("POST", "/admin/projects", name="shop")
+        for method, path, body, status, field in BAD:
+            r = httpx.request(method, gw.url + path, json=body, headers=auth)
+            assert (r.status_code, r.json()["result"].get("field")) == (status, field), (method, path, r.text)
+        assert (
+            httpx.post(gw.url + "/admin/clusters", json={"name": "z", "url": "redis://h/0"}).status_code
+            == 401
+        )
+        gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b")
+        used = httpx.delete(gw.url + "/admin/clusters/p", headers=auth)
+        assert used.status_code == 409 and used.json()["result"]["field"] == "name"
+        # Both clusters unreachable from the start: the project has an active record all the same.
+        assert gw.admin("GET", "/admin/projects/shop/failover")["active"] in ("p", "b")
+    finally:
+        gw.stop()
