@@ -5,11 +5,13 @@ same tokens throughout."""
 
 from __future__ import annotations
 
+import http.server
+import json
 import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -118,11 +120,26 @@ def failover_state(gw: Server) -> Any:
     return gw.admin("GET", "/admin/projects/shop/failover")
 
 
+class _Hook(http.server.BaseHTTPRequestHandler):
+    received: ClassVar[list[dict[str, Any]]] = []
+
+    def do_POST(self) -> None:
+        self.received.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
 def test_kill9_of_the_primary_under_load(
     tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
 ) -> None:
     primary, backup = redis_pair
-    gw = gateway(tmp_path / "gw" / "data").start()
+    hook = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{hook.server_address[1]}/alerts"
+    gw = gateway(tmp_path / "gw" / "data", MQGATE_ALERT_WEBHOOK_URL=url).start()
     try:
         ptoken, ctoken = project_on(gw, primary, backup)
         assert failover_state(gw)["active"] == "p"
@@ -132,6 +149,8 @@ def test_kill9_of_the_primary_under_load(
         primary.kill9()
         killed = time.monotonic()
         wait_until(lambda: failover_state(gw)["active"] == "b", 15, "the switch to the backup")
+        degraded = httpx.get(gw.url + "/healthz").json()["result"]["degraded"]
+        assert "cluster p" in degraded, degraded
         switched = time.monotonic() - killed
         count_at_switch = len(traffic.acked)
         wait_until(lambda: len(traffic.acked) > count_at_switch + 500, 20, "produces after the switch")
@@ -168,10 +187,20 @@ def test_kill9_of_the_primary_under_load(
         assert switched < 5
         assert first_pull < switched + 5
         assert spool["pending"] == 0 and spool["resentTotal"] == spool["spooledTotal"]
+        health = httpx.get(gw.url + "/healthz").json()["result"]
+        assert "cluster p" not in health["degraded"]  # back and healthy
+        metrics = httpx.get(gw.url + "/metrics").text
+        assert 'mqgate_project_switches_total{project="shop",to="b"} 1.0' in metrics
+        switched_events = [e for e in _Hook.received if e.get("kind") == "project_switched"]
+        assert [(e["before"], e["after"], e["reason"]) for e in switched_events] == [
+            ("p", "b", "p is failed")
+        ]
         # A message is stored twice only by the resend of a produce that failed mid-call.
         assert duplicates <= spool["possibleDuplicates"]
     finally:
         gw.stop()
+        hook.shutdown()
+        hook.server_close()
 
 
 def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(

@@ -3,12 +3,13 @@ failover input: real redis-servers and gateway processes, killed by PID."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.conftest import Server, wait_until
+from tests.conftest import MQGATE, Server, wait_until
 from tests.failover.conftest import FailoverRedis
 from tests.failover.test_gateway_failover import failover_state, gateway, project_on
 
@@ -168,5 +169,48 @@ def test_bad_failover_input_is_a_4xx_naming_the_field(tmp_path: Path) -> None:
         assert used.status_code == 409 and used.json()["result"]["field"] == "name"
         # Both clusters unreachable from the start: the project has an active record all the same.
         assert gw.admin("GET", "/admin/projects/shop/failover")["active"] in ("p", "b")
+    finally:
+        gw.stop()
+
+
+def test_the_cli_adds_clusters_assigns_a_project_and_fails_it_back(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    primary, backup = redis_pair
+    gw = gateway(tmp_path / "gw" / "data").start()
+
+    def cli(*args: str) -> str:
+        done = subprocess.run(
+            [MQGATE, "cluster", *args, "--url", gw.url, "--admin-token", gw.admin_token],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    try:
+        assert "cluster p added to pool main: healthy" in cli("add", "p", primary.url, "--pool", "main")
+        cli("add", "b", backup.url, "--pool", "main")
+        listing = cli("list")
+        assert "p " in listing and "b " in listing and "healthy" in listing
+        gw.admin("POST", "/admin/projects", name="shop")
+        assigned = cli("assign", "shop", "--primary", "p", "--backup", "b")
+        assert "project shop: active p (primary p, backup b, epoch 1)" in assigned
+        primary.kill9()
+        wait_until(lambda: "active b" in cli("failover", "shop"), 10, "the switch")
+        assert "last switch: p is failed" in cli("failover", "shop")
+        primary.start()
+        wait_until(lambda: gw.admin("GET", "/admin/clusters/p")["state"] == "healthy", 15, "p healthy")
+        assert "active p" in cli("failback", "shop")
+        assert '"pending": 0' in subprocess.run(
+            [MQGATE, "--json", "cluster", "spool", "--url", gw.url, "--admin-token", gw.admin_token],
+            capture_output=True, text=True, timeout=30, check=True,
+        ).stdout  # fmt: skip
+        refused = subprocess.run(
+            [MQGATE, "cluster", "delete", "p", "--url", gw.url, "--admin-token", gw.admin_token],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+        assert refused.returncode != 0 and "serves projects shop" in refused.stderr
     finally:
         gw.stop()

@@ -162,6 +162,7 @@ def build_app(settings: Settings) -> App:
     gateway.producing.failover = failover
     limits = SettingsLimits(settings)
     alerts = Alerts(gateway, sql.engine)
+    failover.on_event = alerts.event
     log_routes = LogRoutes(gateway)
     routes = [
         *DataRoutes(gateway).routes(),

@@ -7,13 +7,25 @@ import os
 import sys
 
 from mqgate import __version__
-from mqgate.cli import analytics, check, consumer, dlq, pipeline, producer, project, serve, topic, user
+from mqgate.cli import (
+    analytics,
+    check,
+    cluster,
+    consumer,
+    dlq,
+    pipeline,
+    producer,
+    project,
+    serve,
+    topic,
+    user,
+)
 from mqgate.cli.admin import JSON_HELP
 from mqgate.errors import MqgateError
 
 # Each module adds its command group; none imports more than argparse and mqgate.client until
 # its command runs, so `mqgate --help` and the admin commands stay light.
-COMMAND_GROUPS = (serve, project, topic, producer, consumer, dlq, pipeline, analytics, check, user)
+COMMAND_GROUPS = (serve, project, topic, producer, consumer, dlq, pipeline, analytics, check, user, cluster)
 
 # The exit status of a program stopped by SIGPIPE, as a shell reports it.
 CLOSED_PIPE = 128 + 13

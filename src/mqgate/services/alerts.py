@@ -258,6 +258,13 @@ class Alerts:
                 m.child(m.alerts_active, kind).set(sum(a.kind == kind for a in self.active))
             return self.active
 
+    def event(self, kind: str, summary: str, **fields: Any) -> None:
+        """A one-off event, not a condition that holds (e.g. a project moved to its backup
+        cluster): logged and POSTed to the webhook with status "event"."""
+        key = f"{kind}:{fields.get('project', '')}"
+        self._notify({"status": "event", "key": key, "kind": kind, "summary": summary, **fields,
+                      "gateway": self.source, "at": now_ms()})  # fmt: skip
+
     def _notify(self, body: dict[str, Any]) -> None:
         log.warning("alert %s: %s", body["status"], body["summary"])
         if self.webhook is not None:

@@ -15,6 +15,7 @@ import functools
 import logging
 import secrets
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,6 +84,8 @@ class Failover:
         self.instance = secrets.token_hex(8)  # this gateway, in drain claims
         self.history: deque[SwitchEvent] = deque(maxlen=100)
         self._task: asyncio.Task[None] | None = None
+        # Told of every switch this gateway made (the alerts' webhook: SPEC P8 "recorded").
+        self.on_event: Callable[..., None] | None = None
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
@@ -147,6 +150,10 @@ class Failover:
         for status in self.pool.statuses():
             for state in ClusterState:
                 self.m_state.labels(status.name, state.value).set(1 if status.state == state.value else 0)
+            if status.state == ClusterState.FAILED.value:
+                self.ctx.health.degrade(f"cluster {status.name}", status.reason)
+            else:
+                self.ctx.health.restore(f"cluster {status.name}")
         self.coordinator.notice()
         self._kick.set()  # a cluster came back: replay and drain now
 
@@ -162,6 +169,7 @@ class Failover:
         config = await asyncio.to_thread(self.config.read)
         for name in set(self.pool.names()) - set(config.clusters):
             await self.pool.remove(name)
+            self.ctx.health.restore(f"cluster {name}")
         for spec in config.clusters.values():
             if spec.name not in self.pool.names():
                 await self.pool.add(spec)
@@ -267,6 +275,16 @@ class Failover:
         if event.before is not None:
             self._left[event.project, event.before] = now_ms()
         self._left.pop((event.project, event.after), None)
+        if event.won and event.before is not None and self.on_event is not None:
+            self.on_event(
+                "project_switched",
+                f"project {event.project} moved from {event.before} to {event.after}: {event.reason}",
+                project=event.project,
+                before=event.before,
+                after=event.after,
+                epoch=event.epoch,
+                reason=event.reason,
+            )
         self.ctx.store.wake_all()  # waiting pulls look at the new cluster
         self._kick.set()  # replay the spool there now
 
