@@ -62,6 +62,7 @@ class Traffic:
     consumed: dict[str, int] = field(default_factory=dict)  # msgId -> deliveries acked
     found_at: list[float] = field(default_factory=list)  # when each pull that found messages came back
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (when, produce seconds)
+    brokers: list[tuple[float, str]] = field(default_factory=list)  # (when, cluster that stored a batch)
 
     def produce(self, n: int) -> None:
         with httpx.Client(base_url=self.url, timeout=30) as c:
@@ -76,6 +77,7 @@ class Traffic:
                         self.errors.append((now, r.status_code, r.text[:200]))
                         continue
                     self.latencies.append((now, now - started))
+                    self.brokers.append((now, r.json()["result"]["receipts"][0]["broker"]))
                     for rc in r.json()["result"]["receipts"]:
                         self.acked[rc["msgId"]] = now
                         self.statuses[rc["status"]] = self.statuses.get(rc["status"], 0) + 1
