@@ -167,8 +167,19 @@ def test_bad_failover_input_is_a_4xx_naming_the_field(tmp_path: Path) -> None:
         gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b")
         used = httpx.delete(gw.url + "/admin/clusters/p", headers=auth)
         assert used.status_code == 409 and used.json()["result"]["field"] == "name"
-        # Both clusters unreachable from the start: the project has an active record all the same.
+        # Both clusters unreachable from the start: the project has an active record all the same,
+        # its produces are spooled, and the other projects' topics are made and served as usual.
         assert gw.admin("GET", "/admin/projects/shop/failover")["active"] in ("p", "b")
+        gw.admin("POST", "/admin/topics", name="orders", queues=2, project="shop")
+        gw.admin("POST", "/admin/topics", name="other", queues=2)
+        tokens = {
+            t: gw.admin("POST", "/admin/producers", name=f"{t}-p", topic=t)["token"]
+            for t in ("orders", "other")
+        }
+        for topic, status in (("other", "stored"), ("orders", "spooled")):
+            r = httpx.post(gw.url + "/mq/produce", json={"producer": f"{topic}-p", "message": "m"},
+                           headers={"Authorization": f"Bearer {tokens[topic]}"}, timeout=30)  # fmt: skip
+            assert r.status_code == 200 and r.json()["result"].get("status", "stored") == status, r.text
     finally:
         gw.stop()
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
-from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
+from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound, Unavailable
 from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
 from mqgate.names import INTERNAL_PREFIXES, REDRIVE_PREFIX, dlq_topic, validate_name, validate_topic_name
 from mqgate.registry.cache import Removed
@@ -126,13 +126,24 @@ class Topology:
 
     async def sync(self, snapshot: Snapshot) -> None:
         """Make the store topics of every registered topic and consumer exist (at start-up and
-        after each registry change, so a registration through another gateway is served)."""
+        after each registry change, so a registration through another gateway is served). A
+        store that does not answer (a project's failed cluster) does not keep the others' topics
+        from being made: the first such error is raised after all were tried."""
+        failed: Unavailable | None = None
         for topic in snapshot.topics.values():
-            await self._ensure_store_topic(topic)
+            try:
+                await self._ensure_store_topic(topic)
+            except Unavailable as exc:
+                failed = failed or exc
         for c in snapshot.consumers.values():
             t = snapshot.topics.get(c.topic)
             if t is not None:
-                await self._ensure_side_topics(c, t)
+                try:
+                    await self._ensure_side_topics(c, t)
+                except Unavailable as exc:
+                    failed = failed or exc
+        if failed is not None:
+            raise failed
 
     async def _ensure_store_topic(self, topic: TopicRecord) -> None:
         """The store topic exists, with every queue of every lane (it may have grown through
