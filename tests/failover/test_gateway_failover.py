@@ -292,3 +292,36 @@ def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[
             if ack.status_code == 200:
                 got.update(m["messageId"] for m in res["msgList"])
     return got
+
+
+def test_automatic_failback_once_the_primary_is_healthy(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    primary, backup = redis_pair
+    gw = gateway(tmp_path / "gw" / "data", MQGATE_FAILOVER_FAILBACK_DWELL_S="1").start()
+    try:
+        ptoken, ctoken = project_on(gw, primary, backup)
+        gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b", autoFailback=True)
+        headers = {"Authorization": f"Bearer {ptoken}"}
+        produced: list[str] = []
+
+        def produce(n: int) -> None:
+            body = {"producer": "orders-p", "messages": [{"message": f"m{i}"} for i in range(n)]}
+            r = httpx.post(gw.url + "/mq/produce/batch", headers=headers, timeout=30, json=body)
+            assert r.status_code == 200, r.text
+            produced.extend(rc["msgId"] for rc in r.json()["result"]["receipts"])
+
+        produce(20)
+        primary.kill9()
+        wait_until(lambda: failover_state(gw)["active"] == "b", 10, "the switch to the backup")
+        produce(20)
+        primary.start()
+        back = wait_until(
+            lambda: (s := failover_state(gw))["active"] == "p" and s, 20, "the automatic fail-back"
+        )
+        assert back["epoch"] == 3 and "fail-back" in back["reason"], back
+        produce(20)
+        wait_until(lambda: not failover_state(gw)["draining"], 20, "the drain of b")
+        assert set(produced) <= drain_all(gw.url, ctoken, set(produced), 30)
+    finally:
+        gw.stop()

@@ -129,6 +129,7 @@ def test_two_gateways_switch_a_project_the_same_way(
             r = _produce(g, ptoken, ["after"])
             assert r.status_code == 200 and r.json()["result"]["receipts"][0]["status"] == "stored"
         print(f"\ntwo gateways switched after {seen[0]:.2f}s and {seen[1]:.2f}s (one epoch)")
+        assert abs(seen[0] - seen[1]) < 2.0  # the bound: 2 x failover_check_s (0.4 s) plus the polling here
     finally:
         for g in gws:
             g.stop()
