@@ -301,6 +301,10 @@ class Spool:
         """Spooled records of this queue wait: a new produce for it goes to the spool too."""
         return bool(self._queues.get((project, topic, key)))
 
+    def pending(self, project: str) -> int:
+        """Records of `project` not yet resent."""
+        return sum(len(q) for k, q in self._queues.items() if k[0] == project)
+
     def queues(self, project: str | None = None) -> list[QueueKey]:
         """Queue keys with pending records, the one with the oldest record first."""
         keys = [k for k, q in self._queues.items() if q and (project is None or k[0] == project)]

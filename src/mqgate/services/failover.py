@@ -213,6 +213,8 @@ class Failover:
         self, project: str, primary: str, backup: str | None, auto_failback: bool
     ) -> ProjectFailover:
         if self.ctx.registry.project(project) is None:
+            await self.ctx.registry.refresh_on_miss()
+        if self.ctx.registry.project(project) is None:
             raise NotFound(f"project {project} does not exist", field="project")
         await asyncio.to_thread(self.config.assign, Assignment(project, primary, backup, auto_failback))
         await self.sync()
@@ -223,7 +225,7 @@ class Failover:
         if a is None:
             raise NotFound(f"project {project} has no clusters", field="project")
         rec = self.coordinator.record(project)
-        pending = sum(len(self.spool.head(k, 1_000_000)) for k in self.spool.queues(project))
+        pending = self.spool.pending(project)
         return ProjectFailover(
             project,
             a.primary,
@@ -357,6 +359,8 @@ class Failover:
                 continue
             if source.state is not ClusterState.HEALTHY or not source.opened or not self._serving(active):
                 continue
+            if (project, active) not in self._declared:
+                continue  # the inboxes it drains into are made by the declaration
             t = now_ms()
             claimed = await asyncio.to_thread(
                 self.config.claim_drain, project, cluster, self.instance, t, DRAIN_CLAIM_MS
