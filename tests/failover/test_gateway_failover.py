@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass, field
@@ -323,5 +324,30 @@ def test_automatic_failback_once_the_primary_is_healthy(
         produce(20)
         wait_until(lambda: not failover_state(gw)["draining"], 20, "the drain of b")
         assert set(produced) <= drain_all(gw.url, ctoken, set(produced), 30)
+    finally:
+        gw.stop()
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_an_idle_gateway_with_failover_rounds_stays_idle(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    """The failover rounds run every failover_check_s (0.2 s here), not in a loop: a round that
+    re-armed itself kept a gateway at a full core while nothing happened."""
+    primary, backup = redis_pair
+    gw = gateway(tmp_path / "gw" / "data").start()
+    try:
+        project_on(gw, primary, backup)
+        assert gw.proc is not None
+        time.sleep(1.0)  # start-up work done; measuring a quiet interval, not waiting for an event
+        before, started = _cpu_s(gw.proc.pid), time.monotonic()
+        time.sleep(3.0)
+        share = (_cpu_s(gw.proc.pid) - before) / (time.monotonic() - started)
+        print(f"\nidle gateway with a project on two clusters: {share:.1%} of a core")
+        assert share < 0.25
     finally:
         gw.stop()

@@ -147,6 +147,12 @@ class Failover:
                 log.warning("failover check failed after %.2fs: %r", loop.time() - started, exc)
 
     def _state_changed(self, _change: object) -> None:
+        """A cluster changed state: check the switches and do this round's work now."""
+        self._show_states()
+        self.coordinator.notice()
+        self._kick.set()  # a cluster came back: replay and drain now
+
+    def _show_states(self) -> None:
         for status in self.pool.statuses():
             for state in ClusterState:
                 self.m_state.labels(status.name, state.value).set(1 if status.state == state.value else 0)
@@ -154,8 +160,6 @@ class Failover:
                 self.ctx.health.degrade(f"cluster {status.name}", status.reason)
             else:
                 self.ctx.health.restore(f"cluster {status.name}")
-        self.coordinator.notice()
-        self._kick.set()  # a cluster came back: replay and drain now
 
     # --- configuration -------------------------------------------------------------------
 
@@ -177,7 +181,7 @@ class Failover:
         self._declared = {d for d in self._declared if d[0] in config.projects}
         self._assigned = config.projects
         self.router.assign(self._assigned)
-        self._state_changed(None)
+        self._show_states()
         if new:
             await self.coordinator.check()
         await self.declare_pending()
