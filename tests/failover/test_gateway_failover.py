@@ -231,16 +231,28 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
             produced.extend(rc["msgId"] for rc in receipts)
             return receipts
 
+        gw.admin("POST", "/admin/trace-policies", mode="project", project="shop", level="debug")
         produce(20)
         primary.pause()
         paused = time.monotonic()
         receipts = produce(10)  # waits up to the send time-out, then spooled
-        assert {rc["status"] for rc in receipts} <= {"spooled", "stored"}
+        assert {rc["status"] for rc in receipts} == {"spooled"}
         wait_until(lambda: failover_state(gw)["active"] == "b", 10, "the switch after SIGSTOP")
         hung_switch = time.monotonic() - paused
         state = failover_state(gw)
         assert "p is failed" in state["reason"]
         produce(20)
+        # The path of a spooled message: accepted, spooled (why), stored on the backup when resent.
+        spooled_id = receipts[0]["msgId"]
+
+        def path_hops() -> list[tuple[str, str]]:
+            paths = gw.admin("GET", f"/admin/traces?msgId={spooled_id}")["paths"]
+            return [(h["hop"], h.get("detail", "")) for p in paths for h in p["hops"]]
+
+        hops = wait_until(lambda: (h := path_hops()) and "stored" in [x[0] for x in h] and h, 10, "the trace")
+        names = [h for h, _ in hops]
+        assert names.index("accepted") < names.index("spooled") < names.index("stored"), hops
+        assert "did not answer" in dict(hops)["spooled"] and "cluster b" in dict(hops)["stored"], hops
         primary.resume()
         wait_until(lambda: gw.admin("GET", "/admin/clusters/p")["state"] == "healthy", 15, "p healthy")
         wait_until(lambda: not failover_state(gw)["draining"], 15, "the drain of p")

@@ -86,6 +86,8 @@ class Failover:
         self._task: asyncio.Task[None] | None = None
         # Told of every switch this gateway made (the alerts' webhook: SPEC P8 "recorded").
         self.on_event: Callable[..., None] | None = None
+        # Told of every spooled batch stored at last (its trace hops).
+        self.on_resent: Callable[[str, int, list[StoredMessage], int, str], None] | None = None
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
@@ -335,8 +337,10 @@ class Failover:
             raise Unavailable(f"project {project} is not declared on {cluster} yet")
         store = self.pool.get(cluster).backends.store
         msgs = [_DECODE.decode(r.payload) for r in batch]
-        await self.pool.guarded(cluster, lambda: store.append(topic, int(queue), msgs))
+        first = await self.pool.guarded(cluster, lambda: store.append(topic, int(queue), msgs))
         self.ctx.store.wake(topic)
+        if self.on_resent is not None:
+            self.on_resent(topic, int(queue), msgs, first, cluster)
 
     # --- the clusters projects left ------------------------------------------------------
 

@@ -136,7 +136,7 @@ class Producing:
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
         project = self.failover.project_of_topic(topic.name) if self.failover is not None else None
         if project is not None:
-            placed_firsts = await self._append_or_spool(project, topic.name, by_queue)
+            placed_firsts = await self._append_or_spool(project, topic, by_queue, ts)
             if placed_firsts is None:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
@@ -158,25 +158,49 @@ class Producing:
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
 
     async def _append_or_spool(
-        self, project: str, topic: str, by_queue: dict[int, list[StoredMessage]]
+        self, project: str, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int
     ) -> dict[int, int] | None:
         """Append to the project's active cluster; when it cannot take them (or earlier
         produces of these queues wait in the spool, whose order they must keep), keep them in
         the spool instead: None."""
         assert self.failover is not None
-        if self.failover.must_spool(project, topic, list(by_queue)):
-            await self.failover.spool_produce(project, topic, by_queue, tried=False)
+        if self.failover.must_spool(project, topic.name, list(by_queue)):
+            await self.failover.spool_produce(project, topic.name, by_queue, tried=False)
+            self._trace_spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
             return None
         try:
-            return await self.ctx.store.append_many(topic, by_queue)
+            return await self.ctx.store.append_many(topic.name, by_queue)
         except MqgateError as exc:
             if exc.http_status < 500:
                 raise
-            log.warning("project %s: spooling %d messages of %s: %s", project,
-                        sum(map(len, by_queue.values())), topic, exc.message)  # fmt: skip
+            count = sum(map(len, by_queue.values()))
+            log.warning("project %s: spooling %d messages of %s: %s", project, count, topic.name, exc.message)
             # It may have reached the cluster before failing: its resend is counted.
-            await self.failover.spool_produce(project, topic, by_queue, tried=True)
+            await self.failover.spool_produce(project, topic.name, by_queue, tried=True)
+            self._trace_spooled(topic, by_queue, ts, exc.message)
             return None
+
+    def _trace_spooled(
+        self, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int, why: str
+    ) -> None:
+        if self.tracing.active:
+            events: list[TraceEvent] = []
+            for q, msgs in by_queue.items():
+                placed = [(None, m, {"detail": why}) for m in msgs]
+                events += self.tracing.hops_of(("accepted", "spooled"), topic, q, placed, (), ts)
+            self.tracing.record_later(events)
+
+    def trace_resent(
+        self, topic: str, queue: int, msgs: list[StoredMessage], first: int, cluster: str
+    ) -> None:
+        """Spooled messages were stored at last (SPEC P8): their stored hop."""
+        if self.tracing.active:
+            placed = [(first + i, m) for i, m in enumerate(msgs)]
+            detail = f"resent from the spool to cluster {cluster}"
+            events = self.tracing.message_events(
+                "stored", self.ctx.registry.topic(topic), queue, placed, (), detail=detail
+            )
+            self.tracing.record_later(events)
 
     def _trace_failed(
         self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError

@@ -24,6 +24,7 @@ Hop = Literal[
     "accepted",
     "stored",
     "scheduled",
+    "spooled",
     "due",
     "delivered",
     "acked",
@@ -41,6 +42,7 @@ Hop = Literal[
 HOP_ORDER: Final[dict[str, int]] = {
     "accepted": 0,
     "scheduled": 1,
+    "spooled": 1,
     "due": 2,
     "stored": 3,
     "delivered": 4,
