@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -283,14 +284,16 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
         gw.stop()
 
 
-def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[str]:
-    """Pull and ack until every id of `wanted` was consumed; what was consumed."""
+def consume_until(
+    url: str, ctoken: str, done: Callable[[list[dict[str, Any]]], bool], timeout_s: float
+) -> list[dict[str, Any]]:
+    """Pull and ack until `done(every message consumed so far, in order)`; those messages."""
     headers = {"Authorization": f"Bearer {ctoken}"}
-    got: set[str] = set()
+    got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
     with httpx.Client(base_url=url, timeout=30) as c:
-        while not wanted <= got:
-            assert time.monotonic() < deadline, f"{len(wanted - got)} of {len(wanted)} never consumed"
+        while not done(got):
+            assert time.monotonic() < deadline, f"only {len(got)} consumed"
             r = c.get(
                 "/mq/message",
                 params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
@@ -303,8 +306,14 @@ def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[
                 "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
             )
             if ack.status_code == 200:
-                got.update(m["messageId"] for m in res["msgList"])
+                got += res["msgList"]
     return got
+
+
+def drain_all(url: str, ctoken: str, wanted: set[str], timeout_s: float) -> set[str]:
+    """Pull and ack until every id of `wanted` was consumed; the ids consumed."""
+    found = consume_until(url, ctoken, lambda got: wanted <= {m["messageId"] for m in got}, timeout_s)
+    return {m["messageId"] for m in found}
 
 
 def test_automatic_failback_once_the_primary_is_healthy(

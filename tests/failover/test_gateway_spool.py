@@ -11,7 +11,7 @@ import httpx
 
 from tests.conftest import MQGATE, Server, wait_until
 from tests.failover.conftest import FailoverRedis
-from tests.failover.test_gateway_failover import failover_state, gateway, project_on
+from tests.failover.test_gateway_failover import consume_until, failover_state, gateway, project_on
 
 
 def _produce(gw: Server, token: str, bodies: list[str]) -> httpx.Response:
@@ -22,29 +22,6 @@ def _produce(gw: Server, token: str, bodies: list[str]) -> httpx.Response:
         timeout=30,
         json={"producer": "orders-p", "messages": messages},
     )
-
-
-def _consume_in_order(gw: Server, ctoken: str, count: int, timeout_s: float) -> list[str]:
-    headers = {"Authorization": f"Bearer {ctoken}"}
-    got: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(base_url=gw.url, timeout=30) as c:
-        while len(got) < count:
-            assert time.monotonic() < deadline, f"{len(got)} of {count} consumed"
-            r = c.get(
-                "/mq/message",
-                params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
-                headers=headers,
-            )
-            res = r.json()["result"]
-            if r.status_code != 200 or res["status"] != "FOUND":
-                continue
-            ack = c.post(
-                "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
-            )
-            if ack.status_code == 200:
-                got += [m["message"] for m in res["msgList"]]
-    return got
 
 
 def test_both_clusters_down_spool_then_503_then_replay_in_order_after_a_gateway_kill9(
@@ -84,7 +61,8 @@ def test_both_clusters_down_spool_then_503_then_replay_in_order_after_a_gateway_
         state = failover_state(gw)
         primary.start()
         wait_until(lambda: not failover_state(gw)["draining"], 30, "the primary drained")
-        got = _consume_in_order(gw, ctoken, len(sent) + len(spooled), 60)
+        count = len(sent) + len(spooled)
+        got = [m["message"] for m in consume_until(gw.url, ctoken, lambda got: len(got) >= count, 60)]
         print(
             f"\nboth down: {len(spooled)} spooled, then 503 spool_full; after the gateway's kill -9 "
             f"and restart all replayed to {state['active']}, {len(got)} consumed"
