@@ -107,7 +107,7 @@ class ClusterRoutes:
         return Response(out(state, ProjectFailoverOut))
 
     async def project(self, req: Request) -> Response:
-        return Response(out(self.failover.project(req.input.name), ProjectFailoverOut))
+        return Response(out(await self.failover.state_of(req.input.name), ProjectFailoverOut))
 
     async def failback(self, req: Request) -> Response:
         return Response(out(await self.failover.failback(req.input.name), ProjectFailoverOut))

@@ -226,6 +226,13 @@ class Failover:
         await self.sync()
         return self.project(project)
 
+    async def state_of(self, project: str) -> ProjectFailover:
+        """A project's state; a project assigned through another gateway moments ago is found
+        (the shared configuration is read again on a miss)."""
+        if project not in self._assigned:
+            await self.sync()
+        return self.project(project)
+
     def project(self, project: str) -> ProjectFailover:
         a = self._assigned.get(project)
         if a is None:
@@ -246,7 +253,7 @@ class Failover:
         )
 
     async def failback(self, project: str) -> ProjectFailover:
-        self.project(project)  # 404 for a project without clusters
+        await self.state_of(project)  # 404 for a project without clusters
         await self.coordinator.failback(project)
         return self.project(project)
 
