@@ -3,6 +3,10 @@
 Data-path calls to a cluster report their outcome to the pool's detector (SPEC P8: connect
 failures, send time-outs and the error rate fail a cluster), within the send time-out.
 Calls that concern every store (retention, waking readers) go to each opened one.
+
+While no project has clusters, the data-path methods of a facade are the gateway's own
+store's bound methods (set on the instance, `_go_direct`), so a gateway that does not use
+failover pays nothing per call; they route again as soon as a project gets clusters.
 """
 
 from __future__ import annotations
@@ -23,9 +27,30 @@ from mqgate.store.waiters import ANY_READER, Reader
 T = TypeVar("T")
 
 
+STORE_CALLS = (
+    "create_topic", "delete_topic", "has_topic", "append", "append_many", "append_encoded",
+    "append_many_with", "read", "read_raw", "bounds", "offset_for_time", "wait_for_data", "wake",
+)  # fmt: skip
+OFFSET_CALLS = (
+    "ensure_table", "table", "clients", "lease", "ack", "release", "extend", "record_dead_letters",
+    "add_dead_letters", "reset", "advance", "expire_clients", "take_tokens", "return_tokens",
+)  # fmt: skip
+
+
+def _go_direct(facade: object, target: object, names: tuple[str, ...], direct: bool) -> None:
+    """Make `names` on `facade` the target's own methods (direct) or the facade's (routing)."""
+    slots = facade.__dict__
+    for name in names:
+        if direct:
+            slots[name] = getattr(target, name)
+        else:
+            slots.pop(name, None)
+
+
 class RoutedStore:
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
+        router.on_assign(lambda routing: _go_direct(self, router.default_store, STORE_CALLS, not routing))
 
     @property
     def broker(self) -> str:
@@ -33,7 +58,9 @@ class RoutedStore:
 
     async def _on(self, topic: str, call: Callable[[MessageStore], Awaitable[T]]) -> T:
         store, cluster = self.router.store_for(topic)
-        return await self.router.call(cluster, lambda: call(store))
+        if cluster is None:
+            return await call(store)
+        return await self.router.pool.guarded(cluster, lambda: call(store))
 
     async def open(self) -> None:
         await self.router.default_store.open()
@@ -61,7 +88,10 @@ class RoutedStore:
         return await self._on(topic, lambda s: s.append(topic, queue, messages))
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
-        return await self._on(topic, lambda s: s.append_many(topic, batches))
+        store, cluster = self.router.store_for(topic)
+        if cluster is None:  # the common case, kept to one call
+            return await store.append_many(topic, batches)
+        return await self.router.pool.guarded(cluster, lambda: store.append_many(topic, batches))
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         return await self._on(topic, lambda s: s.append_encoded(topic, batches))
@@ -91,10 +121,18 @@ class RoutedStore:
         return await self._on(topic, lambda s: s.read(topic, queue, offset, max_count))
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
-        return await self._on(topic, lambda s: s.read_raw(topic, queue, offset, max_count))
+        store, cluster = self.router.store_for(topic)
+        if cluster is None:  # the common case, kept to one call
+            return await store.read_raw(topic, queue, offset, max_count)
+        return await self.router.pool.guarded(
+            cluster, lambda: store.read_raw(topic, queue, offset, max_count)
+        )
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
-        return await self._on(topic, lambda s: s.bounds(topic))
+        store, cluster = self.router.store_for(topic)
+        if cluster is None:  # the common case, kept to one call
+            return await store.bounds(topic)
+        return await self.router.pool.guarded(cluster, lambda: store.bounds(topic))
 
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         return await self._on(topic, lambda s: s.offset_for_time(topic, queue, timestamp_ms))
@@ -125,14 +163,19 @@ class RoutedStore:
 class RoutedOffsets:
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
+        router.on_assign(lambda routing: _go_direct(self, router.default_offsets, OFFSET_CALLS, not routing))
 
     async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_for(group)
-        return await self.router.call(cluster, lambda: call(offsets))
+        if cluster is None:
+            return await call(offsets)
+        return await self.router.pool.guarded(cluster, lambda: call(offsets))
 
     async def _token(self, token: AckToken, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_of_token(token)
-        return await self.router.call(cluster, lambda: call(offsets))
+        if cluster is None:
+            return await call(offsets)
+        return await self.router.pool.guarded(cluster, lambda: call(offsets))
 
     async def open(self) -> None:
         await self.router.default_offsets.open()

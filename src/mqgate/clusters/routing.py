@@ -16,7 +16,7 @@ offset store; these facades send each call to the cluster the project is active 
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mqgate.clusters.declare import project_topology
@@ -58,6 +58,7 @@ class ClusterRouter:
         self._version = -1
         self._topics: dict[str, str] = {}  # store topic -> project (projects with clusters only)
         self._groups: dict[str, str] = {}  # consumer -> project
+        self._listeners: list[Callable[[bool], None]] = []
 
     def assign(self, projects: Mapping[str, Any]) -> None:
         """The projects that have clusters (from the shared configuration)."""
@@ -65,6 +66,13 @@ class ClusterRouter:
         if names != self._assigned:
             self._assigned = names
             self._version = -1
+            for listener in self._listeners:
+                listener(bool(names))
+
+    def on_assign(self, listener: Callable[[bool], None]) -> None:
+        """Call `listener(routes_any)` now and whenever the set of projects with clusters changes."""
+        self._listeners.append(listener)
+        listener(bool(self._assigned))
 
     def _refresh(self) -> None:
         snap = self.snapshot()
@@ -137,11 +145,10 @@ class ClusterRouter:
                 return offsets, cluster.name
         return self.default_offsets, None  # an unknown broker: the default store refuses it
 
-    async def call(self, cluster: str | None, operation: Callable[[], Awaitable[T]]) -> T:
-        """Run a store call; on a cluster, within the send time-out and seen by its detector."""
-        if cluster is None:
-            return await operation()
-        return await self.pool.guarded(cluster, operation)
+    @property
+    def routes_any(self) -> bool:
+        """Some project has clusters (else every call is the gateway's own store's)."""
+        return bool(self._assigned)
 
     def broker(self) -> str:
         """The broker of the cluster the current task worked with (the default store's if none)."""

@@ -305,6 +305,10 @@ class Failover:
 
     # --- the spool -----------------------------------------------------------------------
 
+    @property
+    def routes_any(self) -> bool:
+        return self.router.routes_any
+
     def project_of_topic(self, topic: str) -> str | None:
         return self.router.project_of_topic(topic)
 

@@ -44,6 +44,9 @@ SPOOLED: Final = "spooled"  # kept in the gateway's spool until a cluster takes 
 class SpoolSink(Protocol):
     """Where produces go that the project's cluster cannot take (services/failover.py)."""
 
+    @property
+    def routes_any(self) -> bool: ...
+
     def project_of_topic(self, topic: str) -> str | None: ...
 
     def must_spool(self, project: str, topic: str, queues: list[int]) -> bool: ...
@@ -92,7 +95,10 @@ class Producing:
         """`traceparent`: the request's W3C trace context, kept with each message (SPEC P6)."""
         topic = await self.topology.topic(producer.topic)
         try:
-            with request_scope():  # one cluster for the whole request (SPEC P8)
+            if self.failover is not None and self.failover.routes_any:
+                with request_scope():  # one cluster for the whole request (SPEC P8)
+                    receipts = await self._produce(producer, topic, messages, traceparent)
+            else:
                 receipts = await self._produce(producer, topic, messages, traceparent)
         except MqgateError as exc:
             self.queue_state.produce_failed(topic, exc.code)
@@ -134,7 +140,10 @@ class Producing:
                 if with_context:
                     props = with_traceparent(props, context)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        project = self.failover.project_of_topic(topic.name) if self.failover is not None else None
+        failover = self.failover
+        project = (
+            failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
+        )
         if project is not None:
             placed_firsts = await self._append_or_spool(project, topic, by_queue, ts)
             if placed_firsts is None:
