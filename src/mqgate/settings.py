@@ -82,6 +82,9 @@ class Settings:
     trace_body_max_bytes: int = 4 * KIB
     trace_retention_s: float = 7 * 86400.0
     trace_max_events: int = 50_000_000
+    # The trace index is decoded and written by a process of its own (started at the first
+    # traced event), off the gateway's event loop and GIL; false: a thread of the gateway.
+    trace_index_process: bool = True
     # Per-project queue state (SPEC P1): sampled this often, rolled up per interval, kept this long.
     queue_state_sample_s: float = 5.0
     queue_state_interval_s: float = 60.0

@@ -29,6 +29,7 @@ from mqgate.store.interface import Companions
 from mqgate.tracing.batch import TraceBatch, cut_bodies
 from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields, trace_topic
 from mqgate.tracing.index import TraceIndex
+from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceAnswer, TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
@@ -104,6 +105,8 @@ class Tracing:
         self.recorder.start()
         for topic in await self._trace_topics():
             self.indexer.add_topic(topic)
+        if self.ctx.settings.trace_index_process:
+            self.indexer.writer = ProcessWriter(self.index.url)
         self.indexer.start()
 
     async def stop(self) -> None:
@@ -111,6 +114,8 @@ class Tracing:
             self.ctx.metrics.registry.unregister(self)
         await self.recorder.close()
         await self.indexer.close()
+        if self.indexer.writer is not None:
+            await asyncio.to_thread(self.indexer.writer.close)
         await asyncio.to_thread(self.index.dispose)
 
     async def _trace_topics(self) -> list[str]:

@@ -17,14 +17,11 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-import msgspec
-
 from mqgate.errors import MqgateError
-from mqgate.model import decode_stored
 from mqgate.store.interface import MessageStore
-from mqgate.tracing.batch import TraceBatch, decode_record
 from mqgate.tracing.events import is_trace_topic
-from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_row
+from mqgate.tracing.index import Position, PositionMove, StalePositions, TraceIndex
+from mqgate.tracing.index_writer import ProcessWriter, decode_and_write
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +88,8 @@ class TraceIndexer:
         self._last_discovery = 0.0
         self._task: asyncio.Task[None] | None = None
         self._poke = asyncio.Event()
+        # Decodes and writes in a process of its own when set (tracing/index_writer.py).
+        self.writer: ProcessWriter | None = None
 
     # --- topics -------------------------------------------------------------------------------
 
@@ -188,9 +187,9 @@ class TraceIndexer:
         await self._discover()
         if self._positions is None:
             self._positions = await asyncio.to_thread(self.index.positions)
-        rows: list[IndexRow] = []
+        raws: list[bytes] = []
         moves: dict[Position, PositionMove] = {}
-        passed = malformed = skipped = held = 0
+        passed = skipped = 0
         self._full = False
         for topic in sorted(self._topics):
             if not self.store.has_topic(topic):
@@ -204,7 +203,7 @@ class TraceIndexer:
                     skipped += bounds.min - start
                     start = bounds.min
                     moves[where] = PositionMove(known, start)
-                room = self.batch_events - len(rows)
+                room = self.batch_events - len(raws)
                 if start >= bounds.max or room <= 0:
                     self._full |= start < bounds.max
                     continue
@@ -212,48 +211,29 @@ class TraceIndexer:
                 if not records:
                     continue
                 self._full |= len(records) >= room
-                last = start
-                for offset, raw in records:
-                    found = self._decode(raw)
-                    if found is None:
-                        malformed += 1
-                    else:
-                        rows += found[0]
-                        held += found[1]
-                    passed += 1
-                    last = offset
-                    if len(rows) >= self.batch_events:
-                        self._full = True
-                        break
-                moves[where] = PositionMove(known, last + 1)
+                raws += [raw for _, raw in records]
+                passed += len(records)
+                moves[where] = PositionMove(known, records[-1][0] + 1)
         if not moves:
             self._note_lag()
             return 0
         try:
-            await asyncio.to_thread(self.index.write, rows, moves)
+            if self.writer is not None:
+                written = await self.writer.write(raws, moves)
+                self.index.counters.written += written.rows
+            else:
+                written = await asyncio.to_thread(decode_and_write, self.index, raws, moves)
         except StalePositions:
             self.counters.stale += 1
             self._positions = None  # reload: another indexer did this part
             return 0
         for where, move in moves.items():
             self._positions[where] = move.new
-        self.counters.indexed += held
-        self.counters.malformed += malformed
+        self.counters.indexed += written.held
+        self.counters.malformed += written.malformed
         self.counters.skipped_by_retention += skipped
         self._note_lag()
         return passed
-
-    def _decode(self, raw: bytes) -> tuple[list[IndexRow], int] | None:
-        """The rows of a record and how many events it holds."""
-        try:
-            body = decode_stored(raw).body
-            record = decode_record(body)
-        except (msgspec.DecodeError, msgspec.ValidationError, UnicodeError) as exc:
-            log.warning("skipping a malformed trace record: %r", exc)
-            return None
-        if isinstance(record, TraceBatch):
-            return [batch_row(record, body)], record.event_count
-        return [IndexRow(record.msg_id, record.request_id, record.time_ms, record.keys, body)], 1
 
     async def _discover(self) -> None:
         if self.discover is None or time.monotonic() - self._last_discovery < self.discover_every_s:
