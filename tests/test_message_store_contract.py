@@ -21,7 +21,7 @@ from mqgate.errors import BadRequest, NotFound
 from mqgate.model import StoredMessage
 from mqgate.redisio import connect
 from mqgate.store.backends.embedded import EmbeddedStore
-from mqgate.store.interface import MessageStore, TopicConfig
+from mqgate.store.interface import Companions, MessageStore, TopicConfig
 from tests.conftest import require_service
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -173,6 +173,52 @@ def test_append_with_companions_writes_both_and_a_failed_companion_fails_nothing
         assert [m for _, m in await s.read("side", 0, 0, 2)] == [msg(900), msg(911)]
         assert len(await s.read("side", 0, 0, 100)) == 52
         assert [m for _, m in await s.read("data", 1, 0, 4)] == [msg(0), msg(2), msg(3), msg(10)]
+
+    run(kind, tmp_path, body)
+
+
+class Joined:
+    """A CompanionGroup: the message ids its calls add, written as one record when sealed."""
+
+    def __init__(self) -> None:
+        self.ids: list[str] = []
+        self.seals = 0
+
+    def seal(self) -> list[tuple[int, bytes]]:
+        self.seals += 1
+        if self.seals > 1:
+            return []
+        joined = StoredMessage(",".join(self.ids), 9, "p", "", [], [], {})
+        return [(9, raw_of(joined))]
+
+
+def test_a_companion_group_shared_by_many_appends_is_written_once_with_all_of_them(
+    kind: str, tmp_path: Path
+) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("data", 1, WEEK_MS))
+        await s.create_topic(TopicConfig("side", 1, WEEK_MS))
+        groups: list[Joined] = []
+
+        def joining(i: int) -> Callable[[dict[int, int]], Companions]:
+            def companions(firsts: dict[int, int]) -> Companions:
+                if not groups or groups[-1].seals:
+                    groups.append(Joined())
+                groups[-1].ids.append(f"c{i}")
+                return {"side": {0: [groups[-1], groups[-1]]}}  # listed twice: written once
+
+            return companions
+
+        results = await asyncio.gather(
+            *(s.append_many_with("data", {0: [msg(i)]}, joining(i)) for i in range(40))
+        )
+        assert all(err is None for _, err in results)
+        records = [m.msg_id for _, m in await s.read("side", 0, 0, 100)]
+        written = [i for r in records for i in r.split(",")]
+        assert sorted(written) == sorted(f"c{i}" for i in range(40))  # each once
+        assert all(g.seals >= 1 for g in groups) and len(records) == len(groups)
+        if kind == "embedded":  # fsync=always: the calls of one group-commit round share a record
+            assert len(records) < 40
 
     run(kind, tmp_path, body)
 

@@ -1,10 +1,12 @@
 """The job on a gateway's own trace topic: a project with a trace policy, produces, pulls,
-acks and a release through HTTP, then `mqgate analytics --project NAME` counts them from
-`%TRACE%<project>` (read with format("mqgate"), its consumer group `analytics-<project>`)."""
+acks and a release through HTTP (concurrent produces, so trace round records too), then
+`mqgate analytics --project NAME` counts them from `%TRACE%<project>` (read with
+format("mqgate"), its consumer group `analytics-<project>`)."""
 
 from __future__ import annotations
 
 import argparse
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +40,20 @@ def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -
         srv.admin("POST", "/admin/trace-policies", mode="project", project="shop")
         http = httpx.Client(base_url=srv.url, timeout=30)
         p, c = {"Authorization": f"Bearer {ptoken}"}, {"Authorization": f"Bearer {ctoken}"}
-        ids = []
-        for i in range(MESSAGES):
+        ids: list[str] = []
+
+        def produce(i: int) -> str:
             r = http.post("/mq/produce", json={"producer": "orders-p", "message": f"order {i}"}, headers=p)
             assert r.status_code == 200, r.text
-            ids.append(r.json()["result"]["msgId"])
+            return str(r.json()["result"]["msgId"])
+
+        def shared_a_round() -> bool:  # concurrent produces, until one commit round held several
+            with ThreadPoolExecutor(MESSAGES) as pool:
+                ids.extend(pool.map(produce, range(len(ids), len(ids) + MESSAGES)))
+            with Client(srv.url, srv.admin_token) as gw:
+                return b'["round"]' in gw.read("%TRACE%shop", 0, 0, 10_000)
+
+        wait_until(shared_a_round, 60, "the trace records of several produces in one round record")
 
         def pull(most: int) -> dict[str, Any]:
             params = {"topic": "orders", "consumer": "orders-c", "max": most, "wait": 1}
@@ -91,9 +102,9 @@ def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -
         summary = run_analytics(opts, spark)
         counts = summary.report["counts"]["byProject"]["shop"]
         assert (counts["produced"], counts["delivered"], counts["acked"], counts["released"]) == (
-            MESSAGES,
+            len(ids),
             delivered,
-            MESSAGES,
+            len(ids),
             released,
         )
         assert counts["redelivered"] == released and counts["failed"] == 0

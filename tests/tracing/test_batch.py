@@ -3,19 +3,30 @@ hop, found by message id and key once indexed, and far fewer records and index r
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from mqgate.core.ids import new_message_ids
-from mqgate.store.interface import MessageStore
-from mqgate.tracing.batch import TraceBatch, decode_record, encode_batch, expand, is_batch
-from mqgate.tracing.events import encode_event
+from mqgate.model import StoredMessage, decode_stored
+from mqgate.store.interface import Companions, MessageStore, TopicConfig
+from mqgate.tracing.batch import (
+    TraceBatch,
+    TraceRound,
+    batches_of,
+    decode_record,
+    encode_batch,
+    expand,
+    is_batch,
+    shared_or_each,
+)
+from mqgate.tracing.events import TraceEvent, encode_event
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
-from mqgate.tracing.recorder import TraceRecorder
+from mqgate.tracing.recorder import ROUND_MESSAGES, RoundGroup, TraceRecorder
 from tests.tracing.conftest import GATEWAY, Stores, event, run_with_stores
 
 
@@ -54,6 +65,18 @@ def test_a_batch_expands_to_the_events_one_record_per_hop_would_hold() -> None:
     # A batch of one hop: that hop has the offset.
     [only] = expand(batch(1, hops=["stored"]))
     assert only.offset == 40 and only.time_ms == 1_000
+
+
+def test_a_trace_context_the_messages_share_is_written_once() -> None:
+    shared = f"00-{'1' * 32}-{'2' * 16}-01"
+    assert shared_or_each([shared] * 3) == (shared, [])
+    assert shared_or_each([shared, None]) == (None, [shared, None])
+    assert shared_or_each([]) == (None, [])
+    once = batch(traceparents=[], traceparent=shared)
+    assert encode_batch(once).count(shared.encode()) == 1
+    # Expanded, each message has it, as the per-message form gives it.
+    assert expand(once) == expand(batch())
+    assert decode_record(encode_batch(once)) == once
 
 
 def test_a_batch_is_told_from_an_event_by_its_first_bytes_and_round_trips() -> None:
@@ -134,3 +157,64 @@ def test_a_malformed_batch_is_counted_and_passed(tmp_path: Path, index: TraceInd
         ]
 
     run_with_stores("embedded", tmp_path / "data", body)
+
+
+def test_the_batches_of_a_commit_round_share_one_record_and_each_message_is_found(
+    store_kind: str, tmp_path: Path, index: TraceIndex
+) -> None:
+    async def body(stores: Stores, store: MessageStore) -> None:
+        indexer = TraceIndexer(store, index, batch_events=50)
+        recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
+        await store.create_topic(TopicConfig("orders", 2, 7 * 86_400_000, None))
+        await recorder.ensure_topic("%TRACE%shop")
+        requests = [new_message_ids(1_000 + i // 7, 1 + i % 3) for i in range(30)]
+
+        async def produce(i: int, ids: list[str]) -> None:
+            q = i % 2
+            msgs = [StoredMessage(m, 1_000, "p1", f"b{m}", [f"k{m}"], [], {}) for m in ids]
+
+            def companions(firsts: dict[int, int]) -> Companions:
+                made = batch(
+                    len(ids), msg_ids=ids, keys=[[f"k{m}"] for m in ids], queue=q, first_offset=firsts[q]
+                )
+                return recorder.companions([made])
+
+            _, failed = await store.append_many_with("orders", {q: msgs}, companions)
+            assert failed is None
+
+        await asyncio.gather(*(produce(i, ids) for i, ids in enumerate(requests)))
+        records = await store.read("%TRACE%shop", 0, 0, 1_000)
+        kinds = [decode_record(m.body) for _, m in records]
+        assert sum(len(batches_of(k)) for k in kinds if not isinstance(k, TraceEvent)) == 30
+        if store_kind == "embedded":  # one group-commit round carries many requests
+            assert len(records) < 30 and any(isinstance(k, TraceRound) for k in kinds)
+        await indexer.run_until_caught_up()
+        assert indexer.counters.malformed == 0 and index.counters.written == len(records)
+        query = TraceQuery(index, indexer)
+        for ids in requests:
+            for m in (ids[0], ids[-1]):
+                [path] = (await query.find(msg_id=m)).paths
+                assert [h.hop for h in path.hops] == ["accepted", "stored"]
+            [by_key] = (await query.find(key=f"k{ids[-1]}")).paths
+            assert by_key.msg_id == ids[-1]
+        await recorder.close()
+
+    run_with_stores(store_kind, tmp_path / "data", body)
+
+
+def test_a_round_is_sealed_once_and_split_past_its_message_bound() -> None:
+    group = RoundGroup(lambda: 7)
+    sizes = [150, 30, 30, 1, 250]
+    for n in sizes:
+        group.add(batch(n, msg_ids=[f"m{n}-{i}" for i in range(n)], keys=[]))
+    records = group.seal()
+    assert group.seal() == [] and group.is_sealed
+    with pytest.raises(RuntimeError):
+        group.add(batch(1))
+    bodies = [decode_record(decode_stored(raw).body) for _, raw in records]
+    # 150+30 fit in 200, then 30+1, then the 250 alone (a batch is never split).
+    assert [[len(b.msg_ids) for b in batches_of(r)] for r in bodies] == [[150, 30], [30, 1], [250]]
+    assert all(ts == 7 for ts, _ in records) and ROUND_MESSAGES == 200
+    assert isinstance(bodies[2], TraceBatch)  # one batch alone is written as a batch
+    with pytest.raises(msgspec.ValidationError):
+        decode_record(b'{"kind":"round","batches":[]}')

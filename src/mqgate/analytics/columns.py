@@ -81,6 +81,9 @@ BATCH_JSON: Final = StructType(
     ]
 )
 
+# The JSON of mqgate.tracing.batch.TraceRound: the batches of one group-commit round.
+ROUND_JSON: Final = StructType([StructField("kind", _S), StructField("batches", ArrayType(BATCH_JSON))])
+
 # Columns of a dataset row, in order; `date` and `project` are also the partition folders.
 SOURCE_COLUMNS: Final = ("srcTopic", "srcQueue", "srcOffset", "storedMs")
 EVENT_COLUMNS: Final = (

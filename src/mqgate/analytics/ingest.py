@@ -25,12 +25,13 @@ from mqgate.analytics.columns import (
     EVENT_JSON,
     MALFORMED_COLUMNS,
     PARTITIONS,
+    ROUND_JSON,
     SAMPLE_CHARS,
     SOURCE_COLUMNS,
     events_dir,
     malformed_dir,
 )
-from mqgate.tracing.batch import BATCH_PREFIX
+from mqgate.tracing.batch import BATCH_PREFIX, ROUND_PREFIX
 from mqgate.tracing.events import HOPS, TRACE_TOPIC_PREFIX
 
 REQUIRED: Final = ("msgId", "hop", "timeMs", "project", "topic")
@@ -75,10 +76,14 @@ def _reason(e: Column) -> Column:
     )
 
 
-def _batch_of(body: Column) -> Column:
-    """The parsed batch of a batch record's body (tracing.batch), else null."""
-    parsed = F.from_json(body, BATCH_JSON)
-    return F.when(body.startswith(BATCH_PREFIX.decode()) & parsed["msgIds"].isNotNull(), parsed)
+def _batches_of(body: Column) -> Column:
+    """The parsed batches of a batch or round record's body (tracing.batch), else null."""
+    one = F.from_json(body, BATCH_JSON)
+    round_ = F.from_json(body, ROUND_JSON)["batches"]
+    whole = F.forall(round_, lambda b: b["msgIds"].isNotNull())
+    return F.when(body.startswith(BATCH_PREFIX.decode()) & one["msgIds"].isNotNull(), F.array(one)).when(
+        body.startswith(ROUND_PREFIX.decode()) & (F.size(round_) > 0) & whole, round_
+    )
 
 
 def _expand_batches(batches: DataFrame) -> DataFrame:
@@ -129,10 +134,12 @@ def parse_raw(raw: DataFrame) -> DataFrame:
         F.col("offset").cast("long").alias("srcOffset"),
         F.unix_millis(F.col("timestamp")).alias("storedMs"),
     )
-    with_batch = raw.select(*source, F.col("body"), _batch_of(F.col("body")).alias("b"))
-    # A batch that does not parse stays one row, found malformed like any other record.
-    batches = with_batch.where(F.col("b").isNotNull())
-    singles = with_batch.where(F.col("b").isNull()).select(
+    with_batch = raw.select(*source, F.col("body"), _batches_of(F.col("body")).alias("bs"))
+    # A batch or round that does not parse stays one row, found malformed like any other record.
+    batches = with_batch.where(F.col("bs").isNotNull()).select(
+        *SOURCE_COLUMNS, F.col("body"), F.explode(F.col("bs")).alias("b")
+    )
+    singles = with_batch.where(F.col("bs").isNull()).select(
         *SOURCE_COLUMNS, F.from_json(F.col("body"), EVENT_JSON).alias("e"), F.col("body")
     )
     parsed = singles.unionByName(_expand_batches(batches))

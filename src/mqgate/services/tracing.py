@@ -26,7 +26,7 @@ from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.store.interface import Companions
-from mqgate.tracing.batch import TraceBatch, cut_bodies
+from mqgate.tracing.batch import TraceBatch, cut_bodies, shared_or_each
 from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields, trace_topic
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
@@ -239,6 +239,7 @@ class Tracing:
             return None
         kept = self._kept(matched)
         body_max = self.ctx.settings.trace_body_max_bytes
+        traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
         return TraceBatch(
             kind="batch",
             hops=["accepted", "stored"],
@@ -253,7 +254,8 @@ class Tracing:
             first_offset=first_offset if "offset" in kept else None,
             producer=producer if "producer" in kept else None,
             keys=[m.keys for m in batch] if any(m.keys for m in batch) else [],
-            traceparents=[m.properties.get(TRACEPARENT) for m in batch],
+            traceparents=traceparents,
+            traceparent=traceparent,
             bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
         )
 
@@ -282,7 +284,7 @@ class Tracing:
                 found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms)
                 if found is not None:
                     made.append(found)
-            return self.recorder.companions(made)[0]
+            return self.recorder.companions(made)
 
         return companions, made
 

@@ -12,8 +12,29 @@ from mqgate.store.waiters import ANY_READER, Reader
 
 # A message already encoded as its stored JSON object (see `StoredMessage`), with its timestamp.
 Encoded = tuple[int, bytes]
+
+
+class CompanionGroup(Protocol):
+    """Companion records that several appends share until the store writes them: the caller
+    adds to the group until `seal` is called, which gives its records, once (later calls give
+    none). A backend that writes companions at once seals the group at once."""
+
+    def seal(self) -> list[Encoded]: ...
+
+
 # Records that go with an append, by topic and queue (e.g. its trace record).
-Companions = dict[str, dict[int, list[Encoded]]]
+Companions = dict[str, dict[int, list[Encoded | CompanionGroup]]]
+
+
+def sealed(items: list[Encoded | CompanionGroup]) -> list[Encoded]:
+    """The records of `items`, each group sealed (a group listed twice gives its records once)."""
+    out: list[Encoded] = []
+    for item in items:
+        if isinstance(item, tuple):
+            out.append(item)
+        else:
+            out += item.seal()
+    return out
 
 
 @dataclass(slots=True, frozen=True)

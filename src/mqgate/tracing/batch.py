@@ -9,6 +9,11 @@ a path query, the analytics job and any reader of the trace topic see the same h
 
 A batch's JSON starts with `{"kind":"batch"` (msgspec encodes fields in order, and `kind` has
 no default), which tells it from an event without decoding it.
+
+The batches of every produce that one group-commit round makes durable go further, into one
+`TraceRound` record (`{"kind":"round","batches":[…]}`): one record to frame, write, read and
+index per round and trace topic, however many requests the round carried (a traced single
+message produce otherwise pays for a whole record of its own).
 """
 
 from __future__ import annotations
@@ -21,13 +26,15 @@ from mqgate.core.trace_policy import cut_body
 from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
 
 BATCH_PREFIX: Final = b'{"kind":"batch"'
+ROUND_PREFIX: Final = b'{"kind":"round"'
 
 
 class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """`hops` of the messages `msg_ids` (in offset order from `first_offset`) of one queue.
     The first hop happened at `time_ms`, the others at `last_ms`; the first of several hops
     has no offset yet (a produce is accepted before it is stored). Lists a policy does not
-    keep are empty."""
+    keep are empty. A trace context the messages share (one request's) is `traceparent`,
+    once; `traceparents` holds one per message only when they differ."""
 
     kind: Literal["batch"]
     hops: list[Hop]
@@ -43,6 +50,7 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     producer: str | None = None
     keys: list[list[str]] = msgspec.field(default_factory=list)
     traceparents: list[str | None] = msgspec.field(default_factory=list)
+    traceparent: str | None = None
     bodies: list[str | None] = msgspec.field(default_factory=list)
 
     @property
@@ -50,23 +58,56 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
         return len(self.msg_ids) * len(self.hops)
 
 
+class TraceRound(msgspec.Struct, frozen=True):
+    """The batches of the produces one group-commit round wrote (see the module's doc)."""
+
+    kind: Literal["round"]
+    batches: list[TraceBatch]
+
+    @property
+    def event_count(self) -> int:
+        return sum(b.event_count for b in self.batches)
+
+
 _encoder: Final = msgspec.json.Encoder()
 _batch_decoder: Final = msgspec.json.Decoder(TraceBatch)
+_round_decoder: Final = msgspec.json.Decoder(TraceRound)
 
 
-def encode_batch(batch: TraceBatch) -> bytes:
+def encode_batch(batch: TraceBatch | TraceRound) -> bytes:
     return _encoder.encode(batch)
 
 
+def _starts(raw: bytes | str, prefix: bytes) -> bool:
+    head = raw[: len(prefix)]
+    return (head if isinstance(head, bytes) else head.encode()) == prefix
+
+
 def is_batch(raw: bytes | str) -> bool:
-    head = raw[: len(BATCH_PREFIX)]
-    return (head if isinstance(head, bytes) else head.encode()) == BATCH_PREFIX
+    return _starts(raw, BATCH_PREFIX)
+
+
+def is_round(raw: bytes | str) -> bool:
+    return _starts(raw, ROUND_PREFIX)
 
 
 def decode_batch(raw: bytes | str) -> TraceBatch:
     """Raises msgspec.ValidationError or msgspec.DecodeError on a malformed batch (also one
     whose per-message lists do not match its ids)."""
-    batch = _batch_decoder.decode(raw)
+    return _checked(_batch_decoder.decode(raw))
+
+
+def decode_round(raw: bytes | str) -> TraceRound:
+    """Raises as `decode_batch` does, also for a round without batches."""
+    found = _round_decoder.decode(raw)
+    if not found.batches:
+        raise msgspec.ValidationError("a trace round needs batches")
+    for batch in found.batches:
+        _checked(batch)
+    return found
+
+
+def _checked(batch: TraceBatch) -> TraceBatch:
     n = len(batch.msg_ids)
     if n == 0 or not batch.hops:
         raise msgspec.ValidationError("a trace batch needs msgIds and hops")
@@ -76,9 +117,23 @@ def decode_batch(raw: bytes | str) -> TraceBatch:
     return batch
 
 
-def decode_record(raw: bytes | str) -> TraceEvent | TraceBatch:
-    """A trace topic record's body: one event or a batch."""
-    return decode_batch(raw) if is_batch(raw) else decode_event(raw)
+def decode_record(raw: bytes | str) -> TraceEvent | TraceBatch | TraceRound:
+    """A trace topic record's body: one event, a batch or a round of batches."""
+    if is_batch(raw):
+        return decode_batch(raw)
+    return decode_round(raw) if is_round(raw) else decode_event(raw)
+
+
+def batches_of(record: TraceBatch | TraceRound) -> list[TraceBatch]:
+    return record.batches if isinstance(record, TraceRound) else [record]
+
+
+def shared_or_each(values: list[str | None]) -> tuple[str | None, list[str | None]]:
+    """(the value every item has, []) or (None, the items): `traceparent` or `traceparents`."""
+    first = values[0] if values else None
+    if all(v == first for v in values):
+        return first, []
+    return None, values
 
 
 def cut_bodies(bodies: list[str | None], max_bytes: int) -> list[str | None]:
@@ -109,7 +164,7 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
                     offset=None if first and several else offset,
                     producer=batch.producer,
                     body=batch.bodies[i] if batch.bodies else None,
-                    traceparent=batch.traceparents[i] if batch.traceparents else None,
+                    traceparent=batch.traceparents[i] if batch.traceparents else batch.traceparent,
                 )
             )
     return out

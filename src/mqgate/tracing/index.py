@@ -21,7 +21,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from mqgate.core.ids import lowest_id_like
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
-from mqgate.tracing.batch import TraceBatch, decode_batch, expand
+from mqgate.tracing.batch import TraceBatch, TraceRound, batches_of, decode_record, expand
 from mqgate.tracing.events import TraceEvent, decode_event
 from mqgate.tracing.paths import MessagePath, build_path
 
@@ -81,26 +81,28 @@ class StalePositions(Exception):
 
 @dataclass(slots=True, frozen=True)
 class IndexRow:
-    """One indexed row: an event, or a batch (`msg_id` "", the batch's JSON, the range of its
-    message ids and each message's keys as (key, msg_id) pairs)."""
+    """One indexed row: an event, or a batch or round of batches (`msg_id` "", the record's
+    JSON, the range of each batch's message ids and each message's keys as (key, msg_id)
+    pairs)."""
 
     msg_id: str
     request_id: str | None
     time_ms: int
     keys: Sequence[str]
     event_json: str
-    id_range: tuple[str, str] | None = None
+    id_ranges: Sequence[tuple[str, str]] = ()
     key_pairs: Sequence[tuple[str, str]] = ()
 
 
-def batch_row(batch: TraceBatch, body: str) -> IndexRow:
-    """The one row of a batch record. Its messages get no row each: ids are time-sortable and
-    one request's are consecutive (core.ids), so the batch is found from the range of its ids
-    (then checked to hold the id) — the index costs a row per request, not per message."""
-    pairs = (
-        [(k, m) for m, ks in zip(batch.msg_ids, batch.keys, strict=True) for k in ks] if batch.keys else []
-    )
-    return IndexRow("", None, batch.time_ms, (), body, (min(batch.msg_ids), max(batch.msg_ids)), pairs)
+def batch_row(record: TraceBatch | TraceRound, body: str) -> IndexRow:
+    """The one row of a batch or round record. Its messages get no row each: ids are
+    time-sortable and one request's are consecutive (core.ids), so a batch is found from the
+    range of its ids (then checked to hold the id): the index costs a range per request and
+    a row per record, not a row per message."""
+    batches = batches_of(record)
+    pairs = [(k, m) for b in batches if b.keys for m, ks in zip(b.msg_ids, b.keys, strict=True) for k in ks]
+    ranges = [(min(b.msg_ids), max(b.msg_ids)) for b in batches]
+    return IndexRow("", None, batches[0].time_ms, (), body, ranges, pairs)
 
 
 @dataclass(slots=True, frozen=True)
@@ -201,7 +203,7 @@ class TraceIndex:
                 for i, r in rows
             ],
         )
-        spans = [(r.id_range[0], r.id_range[1], i) for i, r in rows if r.id_range is not None]
+        spans = [(first, last, i) for i, r in rows for first, last in r.id_ranges]
         if spans:
             conn.exec_driver_sql(self._insert_ranges_sql, spans)
         key_rows: dict[tuple[str, str], int] = {}
@@ -334,10 +336,11 @@ def _batches_holding(conn: sa.Connection, ids: Sequence[str]) -> list[tuple[str,
             .join(ranges, ranges.c.event_id == events.c.id)
             .where(ranges.c.first_id >= low, ranges.c.first_id <= msg_id, ranges.c.last_id >= msg_id)
         )
-        for (body,) in conn.execute(query):
-            batch = decode_batch(body)
-            if msg_id in batch.msg_ids:
-                out.append((msg_id, batch))
+        for (body,) in conn.execute(query.distinct()):
+            record = decode_record(body)
+            if isinstance(record, TraceEvent):  # a range never points at one; skip it if it did
+                continue
+            out += ((msg_id, b) for b in batches_of(record) if msg_id in b.msg_ids)
     return out
 
 

@@ -23,7 +23,7 @@ import msgspec
 
 from mqgate.errors import Unavailable
 from mqgate.model import decode_stored
-from mqgate.tracing.batch import TraceBatch, decode_record
+from mqgate.tracing.batch import TraceBatch, TraceRound, decode_record
 from mqgate.tracing.index import IndexRow, Position, PositionMove, TraceIndex, batch_row
 
 log = logging.getLogger(__name__)
@@ -50,7 +50,7 @@ def decode_rows(raws: Sequence[bytes]) -> tuple[list[IndexRow], int, int]:
             log.warning("skipping a malformed trace record: %r", exc)
             malformed += 1
             continue
-        if isinstance(record, TraceBatch):
+        if isinstance(record, (TraceBatch, TraceRound)):
             rows.append(batch_row(record, body))
             held += record.event_count
         else:

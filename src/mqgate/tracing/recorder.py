@@ -26,13 +26,15 @@ from mqgate.core.ids import new_message_id
 from mqgate.errors import Unavailable
 from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
-from mqgate.tracing.batch import TraceBatch, encode_batch
+from mqgate.tracing.batch import TraceBatch, TraceRound, encode_batch
 from mqgate.tracing.events import TraceEvent, encode_event, trace_topic
 
 log = logging.getLogger(__name__)
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
+# Messages per round record: a record stays well under a megabyte with bodies kept at 4 KiB.
+ROUND_MESSAGES: Final = 200
 _encode_message = msgspec.json.Encoder().encode
 
 
@@ -63,13 +65,14 @@ class _Item:
         self.weight = len(events) if weight is None else weight  # events held (a batch holds many)
 
 
-def encode_for_store(event: TraceEvent | TraceBatch, now_ms: int) -> bytes:
+def encode_for_store(event: TraceEvent | TraceBatch | TraceRound, now_ms: int) -> bytes:
     """The stored message carrying `event`: its JSON as the body, the traced message's id as
-    the key (a Spark job can filter on it), the hop as the tag; a batch is tagged `batch`."""
-    if isinstance(event, TraceBatch):
-        body, keys, tags = encode_batch(event).decode(), [], ["batch"]
+    the key (a Spark job can filter on it), the hop as the tag; a batch is tagged `batch`, a
+    round `round`."""
+    if isinstance(event, (TraceBatch, TraceRound)):
+        body, keys, tags = encode_batch(event).decode(), [], [str(event.kind)]
     else:
-        body, keys, tags = encode_event(event).decode(), [event.msg_id], [event.hop]
+        body, keys, tags = encode_event(event).decode(), [event.msg_id], [str(event.hop)]
     message = StoredMessage(new_message_id(now_ms), now_ms, TRACE_PRODUCER, body, keys, tags, {})
     return _encode_message(message)
 
@@ -106,6 +109,7 @@ class TraceRecorder:
         self._flusher: asyncio.Task[None] | None = None
         self._known_topics: set[str] = set()
         self._closing = False
+        self._rounds: dict[tuple[str, int], RoundGroup] = {}  # open companion groups
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -172,18 +176,21 @@ class TraceRecorder:
             self._timer = asyncio.get_running_loop().call_later(self.flush_interval_s, self._on_timer)
         return len(taken)
 
-    def companions(self, events: Sequence[TraceEvent | TraceBatch]) -> tuple[Companions, int]:
-        """`events` encoded as records of their trace topics, by queue, for a caller that writes
-        them itself (`MessageStore.append_many_with`), and how many events they hold. Their
-        topics must be known (`ensure_topic`); call `written` after."""
+    def companions(self, batches: Sequence[TraceBatch]) -> Companions:
+        """`batches` as companion records of their trace topics, for a caller that writes them
+        itself (`MessageStore.append_many_with`): each joins the open `RoundGroup` of its topic
+        and queue, which the store seals when it writes the round. Their topics must be known
+        (`ensure_topic`); call `written` after."""
         out: Companions = {}
-        held = 0
-        for topic, (encoded, weight) in self._encode(events).items():
-            queues = out.setdefault(topic, {})
-            for queue, record in encoded:
-                queues.setdefault(queue, []).append(record)
-            held += weight
-        return out, held
+        for batch in batches:
+            topic = trace_topic(batch.project)
+            where = (topic, self._queue_of(batch.msg_ids[0]))
+            group = self._rounds.get(where)
+            if group is None or group.is_sealed:
+                group = self._rounds[where] = RoundGroup(self.clock_ms)
+            group.add(batch)
+            out.setdefault(topic, {})[where[1]] = [group]
+        return out
 
     def written(self, events: int) -> None:
         """Events a caller stored itself (see `companions`)."""
@@ -215,12 +222,15 @@ class TraceRecorder:
         for event in events:
             msg_id = event.msg_ids[0] if isinstance(event, TraceBatch) else event.msg_id
             weight = _weight(event)
-            queue = 0 if self.queues == 1 else zlib.crc32(msg_id.encode()) % self.queues
+            queue = self._queue_of(msg_id)
             topic = trace_topic(event.project)
             encoded, held = by_topic.get(topic, ([], 0))
             encoded.append((queue, (now, encode_for_store(event, now))))
             by_topic[topic] = (encoded, held + weight)
         return by_topic
+
+    def _queue_of(self, msg_id: str) -> int:
+        return 0 if self.queues == 1 else zlib.crc32(msg_id.encode()) % self.queues
 
     async def _flush_loop(self) -> None:
         while True:
@@ -306,6 +316,45 @@ class TraceRecorder:
             log.warning("trace recorder dropped %d events for %s: %r", item.weight, item.topic, exc)
         elif not item.future.done():
             item.future.set_exception(exc)
+
+
+class RoundGroup:
+    """The produce batches of one group-commit round for one trace topic and queue, written as
+    `TraceRound` records of at most `ROUND_MESSAGES` messages each (a `CompanionGroup`)."""
+
+    __slots__ = ("_batches", "_clock_ms", "is_sealed")
+
+    def __init__(self, clock_ms: Callable[[], int]) -> None:
+        self._batches: list[TraceBatch] = []
+        self._clock_ms = clock_ms
+        self.is_sealed = False
+
+    def add(self, batch: TraceBatch) -> None:
+        if self.is_sealed:
+            raise RuntimeError("a sealed round takes no more batches")
+        self._batches.append(batch)
+
+    def seal(self) -> list[Encoded]:
+        if self.is_sealed:
+            return []
+        self.is_sealed = True
+        now = self._clock_ms()
+        out: list[Encoded] = []
+        chunk: list[TraceBatch] = []
+        held = 0
+        for batch in self._batches:
+            if chunk and held + len(batch.msg_ids) > ROUND_MESSAGES:
+                out.append((now, encode_for_store(_round_of(chunk), now)))
+                chunk, held = [], 0
+            chunk.append(batch)
+            held += len(batch.msg_ids)
+        if chunk:
+            out.append((now, encode_for_store(_round_of(chunk), now)))
+        return out
+
+
+def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:
+    return batches[0] if len(batches) == 1 else TraceRound(kind="round", batches=batches)
 
 
 def _weight(event: TraceEvent | TraceBatch) -> int:

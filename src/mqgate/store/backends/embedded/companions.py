@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mqgate.errors import MqgateError, StorageError
-from mqgate.store.interface import Companions, Encoded
+from mqgate.store.interface import CompanionGroup, Companions, Encoded, sealed
 
 # (topic, {queue: (payloads, last timestamp)}) -> first offsets: the store's all-or-nothing write
 WriteAll = Callable[[str, dict[int, tuple[list[bytes], int]]], dict[int, int]]
@@ -31,7 +31,7 @@ class Ticket:
 class CompanionWriter:
     def __init__(self, write_all: WriteAll) -> None:
         self._write_all = write_all
-        self._records: dict[str, dict[int, list[Encoded]]] = {}
+        self._records: dict[str, dict[int, list[Encoded | CompanionGroup]]] = {}
         self._tickets: list[Ticket] = []
 
     def add(self, records: Companions) -> Ticket:
@@ -49,8 +49,11 @@ class CompanionWriter:
         records, self._records = self._records, {}
         tickets, self._tickets = self._tickets, []
         for topic, queues in records.items():
+            ready = {q: found for q, held in queues.items() if (found := sealed(held))}
+            if not ready:
+                continue
             try:
-                self._write_all(topic, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in queues.items()})
+                self._write_all(topic, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in ready.items()})
             except Exception as exc:  # never into the committer: the callers hear of it
                 error = exc if isinstance(exc, MqgateError) else StorageError(f"companion write: {exc!r}")
                 for ticket in tickets:

@@ -23,7 +23,7 @@ from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
-from mqgate.store.interface import Companions, Encoded, TopicConfig
+from mqgate.store.interface import Companions, Encoded, TopicConfig, sealed
 from mqgate.store.waiters import ANY_READER, Reader
 
 log = logging.getLogger(__name__)
@@ -219,8 +219,9 @@ class RedisStore:
         firsts = await self.append_many(topic, batches)
         try:
             for other, records in companions(firsts).items():
-                if any(records.values()):
-                    await self.append_encoded(other, {q: msgs for q, msgs in records.items() if msgs})
+                ready = {q: found for q, held in records.items() if (found := sealed(held))}
+                if ready:
+                    await self.append_encoded(other, ready)
         except MqgateError as exc:
             return firsts, exc
         return firsts, None
