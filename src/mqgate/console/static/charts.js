@@ -18,11 +18,15 @@
     if (!source || plots.has(el)) return;
     const data = JSON.parse(source.textContent);
     const width = () => Math.max(el.clientWidth, 120);
+    const utc = (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC");
+    // Clock times over a day or less, dates over longer (the week's range).
+    const span = data.times.length ? data.times[data.times.length - 1] - data.times[0] : 0;
+    const tick = uPlot.fmtDate(span > 86400 ? "{MM}-{DD}" : "{HH}:{mm}");
     const opts = {
       width: width(),
       height: HEIGHT,
       // The tables and summaries say UTC: so does the time axis.
-      tzDate: (ts) => uPlot.tzDate(new Date(ts * 1000), "Etc/UTC"),
+      tzDate: utc,
       scales: { x: { time: true }, y: { range: () => [0, data.top] } },
       series: [
         { label: "Time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" },
@@ -32,12 +36,20 @@
           width: 2,
           fill: "rgba(31, 95, 191, 0.08)",
           // A point between two gaps has no line: its dot shows it.
-          points: { show: true, size: 4, fill: "#1f5fbf" },
-          value: (u, v) => (v == null ? "no data" : `${number(v)} ${data.unit}`),
+          points: { show: true, size: 6, fill: "#1f5fbf" },
+          value: (u, v, s, idx) => {
+            if (idx == null) return "–"; // the cursor is not on the chart
+            return v == null ? "no data" : `${number(v)} ${data.unit}`;
+          },
         },
       ],
       axes: [
-        { stroke: "#5d6675", grid: { stroke: "#d8dde6", width: 1 }, ticks: { stroke: "#d8dde6" } },
+        {
+          stroke: "#5d6675",
+          grid: { stroke: "#d8dde6", width: 1 },
+          ticks: { stroke: "#d8dde6" },
+          values: (u, splits) => splits.map((ts) => tick(utc(ts))),
+        },
         {
           stroke: "#5d6675",
           size: 52,
