@@ -80,6 +80,8 @@ def test_uplot_is_in_the_package_at_the_version_the_pages_ask_for() -> None:
     banner = (folder / "uPlot.iife.min.js").read_text(encoding="utf-8")[:100]
     assert f"(v{VENDORED['uplot']})" in banner, banner
     assert "MIT License" in (folder / "LICENSE").read_text(encoding="utf-8")
+    script = (ROOT / "scripts" / "vendor_uplot.sh").read_text(encoding="utf-8")
+    assert f"\nVERSION={VENDORED['uplot']}\n" in script  # `make vendor` fetches what the pages name
 
 
 def test_the_wheel_carries_uplot_and_the_charts_script(tmp_path: Path) -> None:

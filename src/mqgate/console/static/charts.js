@@ -22,6 +22,7 @@
     // Clock times over a day or less, dates over longer (the week's range).
     const span = data.times.length ? data.times[data.times.length - 1] - data.times[0] : 0;
     const tick = uPlot.fmtDate(span > 86400 ? "{MM}-{DD}" : "{HH}:{mm}");
+    const full = uPlot.fmtDate("{YYYY}-{MM}-{DD} {HH}:{mm}");
     const opts = {
       width: width(),
       height: HEIGHT,
@@ -29,7 +30,7 @@
       tzDate: utc,
       scales: { x: { time: true }, y: { range: () => [0, data.top] } },
       series: [
-        { label: "Time (UTC)", value: "{YYYY}-{MM}-{DD} {HH}:{mm}" },
+        { label: "Time (UTC)", value: (u, ts, s, idx) => (idx == null ? "–" : full(utc(ts))) },
         {
           label: data.unit,
           stroke: "#1f5fbf",
