@@ -26,7 +26,7 @@ SLOW_TESTS = $(wildcard tests/test_*crash*.py tests/test_*restart*.py tests/test
 	tests/spark tests/pipeline/test_end_to_end.py tests/test_schemathesis.py tests/analytics \
 	tests/test_redis_cluster_failover.py tests/test_redis_sentinel.py tests/console/test_browser.py
 
-.PHONY: install install-gateway run test test-fast lint bench lock clean
+.PHONY: install install-gateway run test test-fast lint bench lock vendor clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -68,6 +68,11 @@ lint: install
 bench: install
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python benchmarks/run.py $(BENCH_ARGS)
+
+# The console's chart library, from the npm registry into the package (checked against a pinned
+# sha512); its files are committed, so neither `make run` nor `make test` needs npm or a network.
+vendor:
+	scripts/vendor_uplot.sh
 
 $(UV):
 	$(PYTHON) -m venv $(VENV)-uv

@@ -48,6 +48,11 @@ from mqgate.settings import Settings
 
 log = logging.getLogger(__name__)
 HERE: Final = Path(__file__).parent
+# Third-party files shipped under static/vendor/<name>/ (scripts/vendor_uplot.sh), by version: a
+# page asks for them with ?v=<version>, so a browser may keep them until the version changes.
+VENDORED: Final = {"uplot": "1.6.32"}
+VENDOR_CACHE: Final = b"public, max-age=31536000, immutable"
+STATIC_TYPES: Final = {".js": b"text/javascript; charset=utf-8", ".css": b"text/css; charset=utf-8"}
 MOUNT: Final = "/console"
 SESSION_COOKIE: Final = "mqgate_console"
 SIGNIN_COOKIE: Final = "mqgate_console_signin"  # the sign-in form's double-submit token
@@ -117,7 +122,9 @@ class Console:
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
-        self.templates.globals.update(url=self.url, when=when, when_ms=when_ms, mount=mount)
+        self.templates.globals.update(
+            url=self.url, when=when, when_ms=when_ms, mount=mount, vendored=VENDORED
+        )
 
     def url(self, path: str) -> str:
         return self.mount + path
@@ -262,13 +269,27 @@ def check_origin(req: WebRequest) -> None:
         raise Forbidden("the form was sent from another site", field="origin")
 
 
-async def static_file(v: Visit) -> WebResponse:
-    name = v.params["file"]
-    path = HERE / "static" / name
+def _static(folder: Path, name: str) -> WebResponse:
+    path = folder / name
     if "/" in name or name.startswith(".") or not path.is_file():
         raise NotFound(f"no static file {name}", field="file")
-    kind = mimetypes.guess_type(name)[0] or "application/octet-stream"
-    return WebResponse(path.read_bytes(), 200, kind.encode())
+    kind = STATIC_TYPES.get(path.suffix)
+    if kind is None:
+        kind = (mimetypes.guess_type(name)[0] or "application/octet-stream").encode()
+    return WebResponse(path.read_bytes(), 200, kind)
+
+
+async def static_file(v: Visit) -> WebResponse:
+    return _static(HERE / "static", v.params["file"])
+
+
+async def vendor_file(v: Visit) -> WebResponse:
+    lib = v.params["lib"]
+    if lib not in VENDORED:
+        raise NotFound(f"no static file {lib}/{v.params['file']}", field="file")
+    answer = _static(HERE / "static" / "vendor" / lib, v.params["file"])
+    answer.headers.append((b"cache-control", VENDOR_CACHE))
+    return answer
 
 
 def build_console(
@@ -298,7 +319,11 @@ def build_console(
         mount=mount,
         alerts=alerts,
     )
-    routes = [Route("GET", "/static/{file}", static_file, public=True), *all_routes(console)]
+    routes = [
+        Route("GET", "/static/{file}", static_file, public=True),
+        Route("GET", "/static/vendor/{lib}/{file}", vendor_file, public=True),
+        *all_routes(console),
+    ]
     return ConsoleApp(console, routes)
 
 

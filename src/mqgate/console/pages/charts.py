@@ -20,14 +20,13 @@ async def charts(c: Console, span: str) -> list[Chart]:
     history = c.gateway.metrics_history
     await history.sample(at_least_s=FRESH_S)
     points = await history.series(span)
-    dated = span == "week"
     return [
         line_chart("produce", "Messages produced per second", "msg/s",
-                   [(p.at_ms, p.produce_rate) for p in points], span_label=span, with_date=dated),
+                   [(p.at_ms, p.produce_rate) for p in points], span_label=span),
         line_chart("consume", "Messages consumed per second", "msg/s",
-                   [(p.at_ms, p.consume_rate) for p in points], span_label=span, with_date=dated),
+                   [(p.at_ms, p.consume_rate) for p in points], span_label=span),
         line_chart("lag", "Total consumer lag (average)", "messages",
-                   [(p.at_ms, p.lag) for p in points], span_label=span, with_date=dated),
+                   [(p.at_ms, p.lag) for p in points], span_label=span),
     ]  # fmt: skip
 
 

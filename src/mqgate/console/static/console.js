@@ -1,4 +1,5 @@
-// The console's only script: confirmations, select-all, copy, back, and live figures.
+// Every page's script: confirmations, select-all, copy, back, and live figures (charts.js draws
+// the charts on the pages that have them).
 "use strict";
 document.addEventListener("submit", (e) => {
   const form = e.target.closest("form[data-confirm]");
@@ -20,6 +21,7 @@ document.addEventListener("click", (e) => {
 // (while the tab is visible), with the ETag of the last answer: an unchanged part is a bodiless
 // 304, a changed one is swapped in place. [data-live-stamp=<id>] says when it last answered.
 // data-live-first: seconds before the first fetch (a part the page does not carry yet: 0).
+// A swap fires live:before-swap and live:swapped on the part (charts.js redraws its charts).
 document.querySelectorAll("[data-live-src]").forEach((part) => {
   const every = Number(part.dataset.liveEvery || 5) * 1000;
   const first = part.dataset.liveFirst === undefined ? every : Number(part.dataset.liveFirst) * 1000;
@@ -34,7 +36,13 @@ document.querySelectorAll("[data-live-src]").forEach((part) => {
           credentials: "same-origin", cache: "no-store", headers: tag ? { "If-None-Match": tag } : {},
         });
         if (answer.status === 403) { say("not updating: the session ended (reload to sign in)"); return; }
-        if (answer.status === 200) { tag = answer.headers.get("ETag") || ""; part.innerHTML = await answer.text(); }
+        if (answer.status === 200) {
+          tag = answer.headers.get("ETag") || "";
+          const html = await answer.text();
+          part.dispatchEvent(new CustomEvent("live:before-swap", { bubbles: true }));
+          part.innerHTML = html;
+          part.dispatchEvent(new CustomEvent("live:swapped", { bubbles: true }));
+        }
         if (answer.status === 200 || answer.status === 304) {
           loaded = true;
           say(`updated ${new Date().toLocaleTimeString()}`);
