@@ -39,6 +39,37 @@ def pull_found(client: Client, topic: str, timeout_s: float = 15) -> dict[str, A
     return dict(wait_until(found, timeout_s, f"a message on {topic}"))
 
 
+def test_a_batch_keeps_each_message_s_own_trace_context_and_gives_the_others_the_request_s(
+    server: Server,
+) -> None:
+    client = setup(server, "ctx", "ctxt")
+    server.admin("POST", "/admin/trace-policies", mode="project", project="ctx", level="info")
+    request_ctx = f"00-{'a' * 32}-{'b' * 16}-01"
+    own_ctx = f"00-{'c' * 32}-{'d' * 16}-01"
+    messages = [
+        {"message": "plain"},
+        {"message": "own", "properties": {"traceparent": own_ctx}},
+        {"message": "other", "properties": {"shop": "17"}},
+        {"message": "plain again"},
+    ]
+    r = client.http.post(
+        "/mq/produce/batch",
+        json={"producer": "ctxt-p", "messages": messages},
+        headers={"Authorization": f"Bearer {client.ptoken}", "traceparent": request_ctx},
+    )
+    assert r.status_code == 200, r.text
+    ids = [m["msgId"] for m in r.json()["result"]["receipts"]]
+    got = pull_found(client, "ctxt")["msgList"]
+    props = {m["messageId"]: m["properties"] for m in got}
+    want = [request_ctx, own_ctx, request_ctx, request_ctx]
+    assert [props[i]["traceparent"] for i in ids] == want
+    assert props[ids[2]]["shop"] == "17" and props[ids[0]] == {"traceparent": request_ctx}
+    for msg_id, ctx in zip(ids, want, strict=True):
+        found = wait_until(lambda m=msg_id: traces(server, msgId=m)["paths"], 15, "the trace")
+        assert found[0]["traceparent"] == ctx
+    client.close()
+
+
 def test_a_traced_path_through_every_hop_by_id_request_and_key(server: Server) -> None:
     client = setup(server, "shop", "orders", maxAttempts=2, lockTimeoutS=1)
     server.admin("POST", "/admin/trace-policies", mode="project", project="shop", level="debug")

@@ -16,6 +16,7 @@ from mqgate.tracing.batch import (
     TraceBatch,
     TraceRound,
     batches_of,
+    cut_bodies,
     decode_record,
     encode_batch,
     expand,
@@ -218,3 +219,10 @@ def test_a_round_is_sealed_once_and_split_past_its_message_bound() -> None:
     assert isinstance(bodies[2], TraceBatch)  # one batch alone is written as a batch
     with pytest.raises(msgspec.ValidationError):
         decode_record(b'{"kind":"round","batches":[]}')
+
+
+def test_bodies_are_cut_to_the_byte_bound_only_when_one_can_be_over() -> None:
+    short = ["a" * 10, "é" * 10]
+    assert cut_bodies(short, 40) == short
+    assert cut_bodies(["a" * 10, "é" * 30], 40) == ["a" * 10, "é" * 20]  # 2 bytes per é
+    assert cut_bodies([], 40) == []

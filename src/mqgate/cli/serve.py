@@ -36,6 +36,7 @@ def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from mqgate.api.app import build_app, prepare
+    from mqgate.api.collector import tune_for_serving
     from mqgate.api.protocol import PROTOCOL_PATH
 
     flags = {name: getattr(args, name) for name in SERVE_FLAGS}
@@ -54,6 +55,7 @@ def run(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers == 1:
+        tune_for_serving()
         uvicorn.run(build_app(settings), **options)
         return 0
     # Worker processes build their app from the environment: hand them the same settings.

@@ -126,6 +126,10 @@ class Producing:
         # traces them (one producer sent them all, so one match per queue).
         traced: dict[int, bool] = {}
         context = traceparent_for(traceparent) if traceparent is not None or tracing.active else ""
+        # Messages without properties of their own share one dict (nothing changes a stored
+        # message's properties); `own_context`: queues where a message kept a context of its own.
+        only_context = {TRACEPARENT: context}
+        own_context: set[int] = set()
         for m, msg_id in zip(messages, ids, strict=True):
             q = self.store_queue_for(topic.name, topic.grid, 0, m.order_key or None)
             batch = by_queue.setdefault(q, [])
@@ -138,8 +142,14 @@ class Producing:
                         tracing.match(topic, q, (producer.name,)) is not None
                     )
                 if with_context:
-                    props = with_traceparent(props, context)
+                    if not props:
+                        props = only_context
+                    else:
+                        props = with_traceparent(props, context)
+                        if props is m.properties:
+                            own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
+        shared = {q: None if q in own_context else context for q in by_queue} if context else {}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
@@ -150,17 +160,23 @@ class Producing:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
             if tracing.active:
-                found = (tracing.produce_batch(topic, q, b, firsts[q], ts) for q, b in by_queue.items())
+                found = (
+                    tracing.produce_batch(topic, q, b, firsts[q], ts, shared.get(q))
+                    for q, b in by_queue.items()
+                )
                 await tracing.record([b for b in found if b is not None])
         elif tracing.active and await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
-            companions, made = tracing.produce_companions(topic, by_queue, ts)
+            companions, made = tracing.produce_companions(topic, by_queue, ts, shared)
             firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
             tracing.produce_written(made, failed)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
             if tracing.active:
-                found = (tracing.produce_batch(topic, q, b, firsts[q], ts) for q, b in by_queue.items())
+                found = (
+                    tracing.produce_batch(topic, q, b, firsts[q], ts, shared.get(q))
+                    for q, b in by_queue.items()
+                )
                 await tracing.record([b for b in found if b is not None])
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
         broker = self.ctx.store.broker

@@ -225,10 +225,12 @@ class Tracing:
         batch: Sequence[StoredMessage],
         first_offset: int,
         accepted_ms: int,
+        traceparent: str | None = None,
     ) -> TraceBatch | None:
         """The accepted and stored hops of a produce's messages in one queue, as one record
         (see tracing.batch), or None when no policy traces them. One producer sent them all,
-        so one match covers the batch."""
+        so one match covers the batch. `traceparent`: the context every message carries, when
+        the caller knows it (else each message's is read)."""
         if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
             return None
         producer = batch[0].producer
@@ -239,7 +241,9 @@ class Tracing:
             return None
         kept = self._kept(matched)
         body_max = self.ctx.settings.trace_body_max_bytes
-        traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
+        traceparents: list[str | None] = []
+        if traceparent is None:
+            traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
         return TraceBatch(
             kind="batch",
             hops=["accepted", "stored"],
@@ -273,15 +277,20 @@ class Tracing:
         return True
 
     def produce_companions(
-        self, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], accepted_ms: int
+        self,
+        topic: TopicRecord,
+        by_queue: dict[int, list[StoredMessage]],
+        accepted_ms: int,
+        traceparents: dict[int, str | None],
     ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
         """For `MessageStore.append_many_with`: the produce's trace records, made once its
-        offsets are known, and the list they are kept in for `produce_written`."""
+        offsets are known, and the list they are kept in for `produce_written`.
+        `traceparents`: per queue, the context all its messages carry, where known."""
         made: list[TraceBatch] = []
 
         def companions(firsts: dict[int, int]) -> Companions:
             for q, batch in by_queue.items():
-                found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms)
+                found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms, traceparents.get(q))
                 if found is not None:
                     made.append(found)
             return self.recorder.companions(made)

@@ -136,8 +136,10 @@ def shared_or_each(values: list[str | None]) -> tuple[str | None, list[str | Non
     return None, values
 
 
-def cut_bodies(bodies: list[str | None], max_bytes: int) -> list[str | None]:
-    return [None if b is None else cut_body(b, max_bytes) for b in bodies]
+def cut_bodies(bodies: list[str], max_bytes: int) -> list[str | None]:
+    if max(map(len, bodies), default=0) * 4 <= max_bytes:
+        return list(bodies)  # none can be over: a character is at most 4 bytes
+    return [cut_body(b, max_bytes) for b in bodies]
 
 
 def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
