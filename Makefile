@@ -24,7 +24,7 @@ PYTEST_ARGS ?=
 # schemathesis over the whole API, trace analytics on Spark, cluster failovers, the browser. `make test` (and CI) runs everything.
 SLOW_TESTS = $(wildcard tests/test_*crash*.py tests/test_*restart*.py tests/test_*_load*.py) \
 	tests/spark tests/pipeline/test_end_to_end.py tests/test_schemathesis.py tests/analytics \
-	tests/test_redis_cluster_failover.py tests/test_redis_sentinel.py tests/console/test_browser.py
+	tests/test_redis_cluster_failover.py tests/test_redis_sentinel.py $(wildcard tests/console/test_browser*.py)
 
 .PHONY: install install-gateway run test test-fast lint bench lock vendor clean browser
 

@@ -338,11 +338,12 @@ class RoundGroup:
         if self.is_sealed:
             return []
         self.is_sealed = True
+        batches, self._batches = self._batches, []  # the recorder keeps the sealed group a while
         now = self._clock_ms()
         out: list[Encoded] = []
         chunk: list[TraceBatch] = []
         held = 0
-        for batch in self._batches:
+        for batch in batches:
             if chunk and held + len(batch.msg_ids) > ROUND_MESSAGES:
                 out.append((now, encode_for_store(_round_of(chunk), now)))
                 chunk, held = [], 0
