@@ -53,10 +53,12 @@ from mqgate.clusters.spool_records import (
     SpoolFull,
     SpoolRecord,
     SpoolStats,
+    scan,
 )
 from mqgate.durable import framing
 from mqgate.durable.append_file import AppendFile, fsync_dir, install, write_new
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.durable.space import is_disk_full
 from mqgate.errors import InsufficientStorage, StorageError
 
 __all__ = ["MARKS", "QueueKey", "Spool", "SpoolFull", "SpoolRecord", "SpoolStats"]
@@ -124,16 +126,12 @@ class Spool:
         if not path.exists():
             return sent, tried
         data = path.read_bytes()
-        end = 0
-        for _pos, rec_end, payload in framing.scan(data):
-            end = rec_end
-            if payload is None:
-                self.corrupt_skipped += 1
-                continue
+        found = scan(data)
+        self.corrupt_skipped += found.corrupt
+        self.torn_tails_cut += found.torn(len(data))
+        for _pos, _end, payload in found.records:
             mark = MARK_DECODER.decode(payload)
             (sent if mark.kind == MARK_SENT else tried).update(mark.seqs)
-        if end < len(data):
-            self.torn_tails_cut += 1
         return sent, tried - sent
 
     def _load_segment(self, path: Path, sent: set[int], sent_in: dict[int, int], last: bool) -> None:
@@ -141,34 +139,21 @@ class Spool:
         data = path.read_bytes()
         seg = Segment(first_seq, path, len(data))
         self._segments[first_seq] = seg
-        intact = 0
-        for pos, end, payload in framing.scan(data):
-            intact = end
-            if payload is None:
-                self.corrupt_skipped += 1
-                continue
+        found = scan(data)
+        self.corrupt_skipped += found.corrupt
+        for pos, end, payload in found.records:
             rec = RECORD_DECODER.decode(payload)
             self._next_seq = max(self._next_seq, rec.seq + 1)
             if rec.seq in sent:
                 sent_in[rec.seq] = first_seq
             else:
-                self._index(
-                    Entry(
-                        rec.seq,
-                        (rec.project, rec.topic, rec.key),
-                        rec.msg_id,
-                        rec.spooled_ms,
-                        first_seq,
-                        pos,
-                        end,
-                    )
-                )
+                key = (rec.project, rec.topic, rec.key)
+                self._index(Entry(rec.seq, key, rec.msg_id, rec.spooled_ms, first_seq, pos, end))
         self._next_seq = max(self._next_seq, first_seq)
-        if intact < len(data):
-            self.torn_tails_cut += 1
+        self.torn_tails_cut += found.torn(len(data))
         if last:
-            self._active = AppendFile.reopen(path, intact)
-            seg.size = intact
+            self._active = AppendFile.reopen(path, found.intact)
+            seg.size = found.intact
 
     def _index(self, entry: Entry) -> None:
         self._entries[entry.seq] = entry
@@ -404,6 +389,6 @@ class Spool:
 
 
 def _write_error(exc: OSError, what: str) -> StorageError | InsufficientStorage:
-    if exc.errno in (28, 122):  # ENOSPC, EDQUOT
+    if is_disk_full(exc):
         return InsufficientStorage(f"disk full: {what} failed ({exc.strerror}); nothing was kept")
     return StorageError(f"{what} failed: {exc.strerror}")

@@ -9,6 +9,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.durable import framing
 from mqgate.errors import Unavailable
 
 SEGMENT_SUFFIX: Final = ".spool"
@@ -76,3 +77,27 @@ class SpoolStats:
     possible_duplicates: int
     torn_tails_cut: int
     corrupt_skipped: int
+
+
+@dataclass(slots=True)
+class Scan:
+    """What reading one spool file found: its records (with their byte span), how far it is
+    intact, and how many damaged records inside it were skipped."""
+
+    records: list[tuple[int, int, bytes]]  # (start, end, payload) of each intact record
+    intact: int
+    corrupt: int
+
+    def torn(self, size: int) -> bool:
+        return self.intact < size
+
+
+def scan(data: bytes) -> Scan:
+    found = Scan([], 0, 0)
+    for pos, end, payload in framing.scan(data):
+        found.intact = end
+        if payload is None:
+            found.corrupt += 1
+        else:
+            found.records.append((pos, end, payload))
+    return found

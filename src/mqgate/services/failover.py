@@ -21,7 +21,6 @@ from pathlib import Path
 
 import msgspec
 import sqlalchemy as sa
-from prometheus_client import Counter, Gauge
 
 from mqgate.clusters.config import Assignment, SqlFailoverConfig, parse_clusters
 from mqgate.clusters.declare import clean_up, project_topology, redeclare
@@ -36,6 +35,7 @@ from mqgate.errors import AlreadyExists, MqgateError, NotFound, Unavailable
 from mqgate.model import StoredMessage
 from mqgate.names import validate_name
 from mqgate.services.context import Context, now_ms
+from mqgate.services.failover_metrics import FailoverMetrics
 
 log = logging.getLogger("mqgate.failover")
 DRAIN_CLAIM_MS = 60_000  # a drain claim lapses after this (a gateway that died mid-drain)
@@ -91,20 +91,7 @@ class Failover:
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
-        r = ctx.metrics.registry
-        self.m_switches = Counter(
-            "mqgate_project_switches", "Projects moved to another cluster", ["project", "to"], registry=r
-        )
-        self.m_state = Gauge(
-            "mqgate_cluster_state", "1 for the state each cluster is in", ["cluster", "state"], registry=r
-        )
-        self.m_spooled = Counter(
-            "mqgate_spooled_messages", "Produces kept in the spool", ["project"], registry=r
-        )
-        self.m_pending = Gauge("mqgate_spool_pending_messages", "Spooled produces not yet resent", registry=r)
-        self.m_drained = Counter(
-            "mqgate_drained_messages", "Backlog moved from a left cluster", ["project"], registry=r
-        )
+        self.metrics = FailoverMetrics(ctx.metrics.registry)
         pool.listen(self._state_changed)
 
     # --- life cycle ----------------------------------------------------------------------
@@ -116,7 +103,7 @@ class Failover:
             with contextlib.suppress(AlreadyExists):
                 await asyncio.to_thread(self.config.add_cluster, spec, now_ms())
         await self.spool.open()
-        self.m_pending.set_function(lambda: self.spool.stats().pending)
+        self.metrics.pending.set_function(lambda: self.spool.stats().pending)
         await self.pool.start()
         await self.sync()
         await self.coordinator.start()
@@ -157,7 +144,9 @@ class Failover:
     def _show_states(self) -> None:
         for status in self.pool.statuses():
             for state in ClusterState:
-                self.m_state.labels(status.name, state.value).set(1 if status.state == state.value else 0)
+                self.metrics.state.labels(status.name, state.value).set(
+                    1 if status.state == state.value else 0
+                )
             if status.state == ClusterState.FAILED.value:
                 self.ctx.health.degrade(f"cluster {status.name}", status.reason)
             else:
@@ -284,7 +273,7 @@ class Failover:
 
     async def _switched(self, event: SwitchEvent) -> None:
         self.history.append(event)
-        self.m_switches.labels(event.project, event.after).inc()
+        self.metrics.switches.labels(event.project, event.after).inc()
         self._declared.discard((event.project, event.after))
         await self.declare_pending()
         if event.before is not None:
@@ -327,7 +316,7 @@ class Failover:
         self.spool.check_room(records)
         appends = [self.spool.append(*r, tried=tried) for r in records]
         await asyncio.gather(*appends)  # started in order: each writes before its first wait
-        self.m_spooled.labels(project).inc(len(appends))
+        self.metrics.spooled.labels(project).inc(len(appends))
 
     def _serving(self, cluster: str) -> bool:
         c = self.pool.get(cluster)
@@ -400,7 +389,7 @@ class Failover:
         t = now_ms()
         cleaned = await clean_up(top, src.store, src.offsets, now_ms=t, locked_before_ms=switched_ms)
         report = await drain_backlog(top, src.store, src.offsets, dst, t)
-        self.m_drained.labels(project).inc(report.total)
+        self.metrics.drained.labels(project).inc(report.total)
         if report.total or cleaned.released:
             log.warning(
                 "project %s: cluster %s drained (%d messages moved to %s, %d locks released, "
