@@ -150,6 +150,24 @@ def browser() -> Iterator[Any]:
         b.close()
 
 
+def open_page(
+    browser: Any, server: ConsoleServer, width: int = 1280, timeout_ms: float | None = None, **options: Any
+) -> Iterator[Any]:
+    """A page in a fresh browser context on `server` (nothing cached), confirmations accepted."""
+    context = browser.new_context(base_url=server.url, viewport={"width": width, "height": 900}, **options)
+    page = context.new_page()
+    if timeout_ms is not None:
+        page.set_default_timeout(timeout_ms)
+    page.on("dialog", lambda d: d.accept())
+    yield page
+    context.close()
+
+
+@pytest.fixture
+def page(browser: Any, console: ConsoleServer) -> Iterator[Any]:
+    yield from open_page(browser, console)
+
+
 def shot(page: Any, name: str) -> None:
     """A screenshot of the page as a test artifact."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)

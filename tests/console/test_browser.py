@@ -5,24 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 
 from tests.conftest import wait_until
 from tests.console.conftest import PASSWORD, ConsoleServer, shot
-
-
-@pytest.fixture
-def page(browser: Any, console: ConsoleServer) -> Iterator[Any]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1280, "height": 900})
-    p = context.new_page()
-    p.on("dialog", lambda d: d.accept())  # the confirmations
-    yield p
-    context.close()
 
 
 def sign_in(page: Any, name: str, password: str = PASSWORD) -> None:

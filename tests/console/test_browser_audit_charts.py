@@ -5,11 +5,9 @@ overview's charts from the gateway's metrics history, which survives a restart."
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
-import pytest
 from playwright.sync_api import expect
 
 from mqgate.console.api_audit import clean
@@ -18,14 +16,6 @@ from mqgate.services.metrics_history import Point, points
 from tests.conftest import wait_until
 from tests.console.conftest import ConsoleServer, shot
 from tests.console.test_browser import sign_in
-
-
-@pytest.fixture
-def page(browser: Any, console: ConsoleServer) -> Iterator[Any]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1280, "height": 900})
-    p = context.new_page()
-    yield p
-    context.close()
 
 
 def test_api_changes_land_in_the_audit_log(page: Any, console: ConsoleServer) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from playwright.sync_api import expect
 
-from tests.console.conftest import ARTIFACTS, ConsoleServer, shot
+from tests.console.conftest import ARTIFACTS, ConsoleServer, open_page, shot
 from tests.console.conftest import sign_in as http_sign_in
 from tests.console.test_browser import produce, sign_in
 
@@ -44,22 +44,17 @@ def charted(console: ConsoleServer) -> ConsoleServer:
     return console
 
 
-def open_page(browser: Any, server: ConsoleServer, width: int, **options: Any) -> Iterator[Any]:
-    context = browser.new_context(base_url=server.url, viewport={"width": width, "height": 900}, **options)
-    page = context.new_page()
-    page.set_default_timeout(20_000)
-    yield page
-    context.close()
+CHART_TIMEOUT_MS = 20_000
 
 
 @pytest.fixture
 def page(browser: Any, charted: ConsoleServer) -> Iterator[Any]:
-    yield from open_page(browser, charted, 1280)
+    yield from open_page(browser, charted, 1280, CHART_TIMEOUT_MS)
 
 
 @pytest.fixture
 def narrow(browser: Any, charted: ConsoleServer) -> Iterator[Any]:
-    yield from open_page(browser, charted, 390)
+    yield from open_page(browser, charted, 390, CHART_TIMEOUT_MS)
 
 
 def signed_in(page: Any) -> None:
@@ -133,7 +128,7 @@ def test_a_live_swap_redraws_the_charts_and_destroys_the_old_ones(page: Any, cha
 
 
 def test_without_script_the_points_are_a_table(browser: Any, charted: ConsoleServer) -> None:
-    for page in open_page(browser, charted, 1280, java_script_enabled=False):
+    for page in open_page(browser, charted, 1280, CHART_TIMEOUT_MS, java_script_enabled=False):
         signed_in(page)
         page.goto("/console/charts?range=hour")
         assert page.locator(".uplot").count() == 0
@@ -164,7 +159,7 @@ def measure(page: Any, path: str) -> tuple[int, list[str], list[str]]:
 def test_pages_stay_on_this_origin_and_under_500_kb(browser: Any, charted: ConsoleServer) -> None:
     sizes: dict[str, int] = {}
     for path in ("/console/", "/console/charts?range=week"):
-        for page in open_page(browser, charted, 1280):  # a fresh context: nothing cached
+        for page in open_page(browser, charted, 1280, CHART_TIMEOUT_MS):  # a fresh context: nothing cached
             session = http_sign_in(charted, "admin").cookies["mqgate_console"]
             page.context.add_cookies([{"name": "mqgate_console", "value": session, "url": charted.url}])
             total, urls, elsewhere = measure(page, path)

@@ -5,10 +5,7 @@ each step by Tab, typing and Enter; every element that takes the focus shows it.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from typing import Any
-
-import pytest
 
 from tests.console.conftest import PASSWORD, ConsoleServer, shot
 
@@ -22,14 +19,6 @@ ACTIVE = """() => {
           text: (e.innerText || e.value || '').trim(), outline: style.outlineStyle,
           outlineWidth: style.outlineWidth, left: e.getBoundingClientRect().left};
 }"""
-
-
-@pytest.fixture
-def page(browser: Any, console: ConsoleServer) -> Iterator[Any]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1280, "height": 900})
-    p = context.new_page()
-    yield p
-    context.close()
 
 
 def tab_to(page: Any, wanted: Any, what: str) -> dict[str, Any]:

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from playwright.sync_api import expect
 
-from tests.console.conftest import ARTIFACTS, ConsoleServer, shot, sign_in
+from tests.console.conftest import ARTIFACTS, ConsoleServer, open_page, shot, sign_in
 from tests.console.test_browser import produce
 from tests.console.test_browser import sign_in as browser_sign_in
 
@@ -34,10 +34,7 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
 
 @pytest.fixture
 def page(browser: Any, live: ConsoleServer) -> Iterator[Any]:
-    context = browser.new_context(base_url=live.url, viewport={"width": 1280, "height": 900})
-    p = context.new_page()
-    yield p
-    context.close()
+    yield from open_page(browser, live)
 
 
 def setup(server: ConsoleServer, topic: str) -> tuple[str, str]:

@@ -29,15 +29,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]
     srv.stop()
 
 
-@pytest.fixture
-def page(browser: Any, console: ConsoleServer) -> Iterator[Any]:
-    context = browser.new_context(base_url=console.url, viewport={"width": 1280, "height": 900})
-    p = context.new_page()
-    p.on("dialog", lambda d: d.accept())  # the confirmations
-    yield p
-    context.close()
-
-
 def test_policy_traces_a_message_found_by_id_with_its_failing_hop(page: Any, console: ConsoleServer) -> None:
     console.admin("POST", "/admin/projects", name="pay", description="payments")
     console.admin("POST", "/admin/topics", name="pay-orders", queues=1, project="pay")

@@ -58,9 +58,7 @@ class RoutedStore:
 
     async def _on(self, topic: str, call: Callable[[MessageStore], Awaitable[T]]) -> T:
         store, cluster = self.router.store_for(topic)
-        if cluster is None:
-            return await call(store)
-        return await self.router.pool.guarded(cluster, lambda: call(store))
+        return await self.router.call(cluster, lambda: call(store))
 
     async def open(self) -> None:
         await self.router.default_store.open()
@@ -88,10 +86,7 @@ class RoutedStore:
         return await self._on(topic, lambda s: s.append(topic, queue, messages))
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
-        store, cluster = self.router.store_for(topic)
-        if cluster is None:  # the common case, kept to one call
-            return await store.append_many(topic, batches)
-        return await self.router.pool.guarded(cluster, lambda: store.append_many(topic, batches))
+        return await self._on(topic, lambda s: s.append_many(topic, batches))
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         return await self._on(topic, lambda s: s.append_encoded(topic, batches))
@@ -124,18 +119,10 @@ class RoutedStore:
         return await self._on(topic, lambda s: s.read(topic, queue, offset, max_count))
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
-        store, cluster = self.router.store_for(topic)
-        if cluster is None:  # the common case, kept to one call
-            return await store.read_raw(topic, queue, offset, max_count)
-        return await self.router.pool.guarded(
-            cluster, lambda: store.read_raw(topic, queue, offset, max_count)
-        )
+        return await self._on(topic, lambda s: s.read_raw(topic, queue, offset, max_count))
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
-        store, cluster = self.router.store_for(topic)
-        if cluster is None:  # the common case, kept to one call
-            return await store.bounds(topic)
-        return await self.router.pool.guarded(cluster, lambda: store.bounds(topic))
+        return await self._on(topic, lambda s: s.bounds(topic))
 
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         return await self._on(topic, lambda s: s.offset_for_time(topic, queue, timestamp_ms))
@@ -170,15 +157,11 @@ class RoutedOffsets:
 
     async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_for(group)
-        if cluster is None:
-            return await call(offsets)
-        return await self.router.pool.guarded(cluster, lambda: call(offsets))
+        return await self.router.call(cluster, lambda: call(offsets))
 
     async def _token(self, token: AckToken, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_of_token(token)
-        if cluster is None:
-            return await call(offsets)
-        return await self.router.pool.guarded(cluster, lambda: call(offsets))
+        return await self.router.call(cluster, lambda: call(offsets))
 
     async def open(self) -> None:
         await self.router.default_offsets.open()

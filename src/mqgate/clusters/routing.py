@@ -16,7 +16,7 @@ offset store; these facades send each call to the cluster the project is active 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mqgate.clusters.declare import project_topology
@@ -144,6 +144,12 @@ class ClusterRouter:
                 offsets: OffsetStore = cluster.backends.offsets
                 return offsets, cluster.name
         return self.default_offsets, None  # an unknown broker: the default store refuses it
+
+    async def call(self, cluster: str | None, operation: Callable[[], Awaitable[T]]) -> T:
+        """Run a store call; on a cluster, within the send time-out and seen by its detector."""
+        if cluster is None:
+            return await operation()
+        return await self.pool.guarded(cluster, operation)
 
     @property
     def routes_any(self) -> bool:

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import zlib
+from collections.abc import Mapping
 from typing import Any, Final, Protocol
 
 import msgspec
@@ -30,14 +32,15 @@ from mqgate.services.qos import (
 )
 from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
-from mqgate.services.tracing import TRACEPARENT, Tracing
+from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
-from mqgate.tracing.events import Hop, TraceEvent, parse_traceparent, traceparent_for
+from mqgate.tracing.events import TRACEPARENT, Hop, TraceEvent, traceparent_for, with_traceparent
 
 log = logging.getLogger(__name__)
 
 STORED: Final = "stored"
 SCHEDULED: Final = "scheduled"
+NO_SCOPE: Final = contextlib.nullcontext()  # a produce of a gateway without failover
 SPOOLED: Final = "spooled"  # kept in the gateway's spool until a cluster takes it (SPEC P8, E7)
 
 
@@ -54,17 +57,6 @@ class SpoolSink(Protocol):
     async def spool_produce(
         self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
     ) -> None: ...
-
-
-def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
-    """The message's properties with its W3C trace context: its own, else the request's (SPEC
-    P6: a user's OpenTelemetry spans join the same trace). `request_traceparent` is the
-    request's header or one generated for the request (`traceparent_for`): the messages of
-    one request share a trace, as they would had the producer sent one."""
-    own = properties.get(TRACEPARENT)
-    if own is not None and parse_traceparent(own) is not None:
-        return properties
-    return {**properties, TRACEPARENT: request_traceparent}
 
 
 class Producing:
@@ -95,10 +87,8 @@ class Producing:
         """`traceparent`: the request's W3C trace context, kept with each message (SPEC P6)."""
         topic = await self.topology.topic(producer.topic)
         try:
-            if self.failover is not None and self.failover.routes_any:
-                with request_scope():  # one cluster for the whole request (SPEC P8)
-                    receipts = await self._produce(producer, topic, messages, traceparent)
-            else:
+            routing = self.failover is not None and self.failover.routes_any
+            with request_scope() if routing else NO_SCOPE:  # one cluster per request (SPEC P8)
                 receipts = await self._produce(producer, topic, messages, traceparent)
         except MqgateError as exc:
             self.queue_state.produce_failed(topic, exc.code)
@@ -149,7 +139,7 @@ class Producing:
                         if props is m.properties:
                             own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        shared = {q: None if q in own_context else context for q in by_queue} if context else {}
+        shared = {q: context for q, on in traced.items() if on and q not in own_context}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
@@ -159,12 +149,7 @@ class Producing:
             if placed_firsts is None:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
-            if tracing.active:
-                found = (
-                    tracing.produce_batch(topic, q, b, firsts[q], ts, shared.get(q))
-                    for q, b in by_queue.items()
-                )
-                await tracing.record([b for b in found if b is not None])
+            await self._trace_produced(topic, by_queue, firsts, ts, shared)
         elif tracing.active and await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
             companions, made = tracing.produce_companions(topic, by_queue, ts, shared)
@@ -172,15 +157,28 @@ class Producing:
             tracing.produce_written(made, failed)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
-            if tracing.active:
-                found = (
-                    tracing.produce_batch(topic, q, b, firsts[q], ts, shared.get(q))
-                    for q, b in by_queue.items()
-                )
-                await tracing.record([b for b in found if b is not None])
+            await self._trace_produced(topic, by_queue, firsts, ts, shared)
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
+
+    async def _trace_produced(
+        self,
+        topic: TopicRecord,
+        by_queue: dict[int, list[StoredMessage]],
+        firsts: dict[int, int],
+        accepted_ms: int,
+        traceparents: Mapping[int, str],
+    ) -> None:
+        """The produce hops traced the separate way: after the messages, a durable wait of
+        their own (the embedded store's own path writes them in the messages' group commit)."""
+        if not self.tracing.active:
+            return
+        found = (
+            self.tracing.produce_batch(topic, q, b, firsts[q], accepted_ms, traceparents.get(q))
+            for q, b in by_queue.items()
+        )
+        await self.tracing.record([b for b in found if b is not None])
 
     async def _append_or_spool(
         self, project: str, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int

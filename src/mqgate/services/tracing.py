@@ -14,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -27,7 +27,15 @@ from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.store.interface import Companions
 from mqgate.tracing.batch import TraceBatch, cut_bodies, shared_or_each
-from mqgate.tracing.events import TRACE_TOPIC_PREFIX, Hop, Resource, TraceEvent, keep_fields, trace_topic
+from mqgate.tracing.events import (
+    TRACE_TOPIC_PREFIX,
+    TRACEPARENT,
+    Hop,
+    Resource,
+    TraceEvent,
+    keep_fields,
+    trace_topic,
+)
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
@@ -37,7 +45,6 @@ from mqgate.tracing.recorder import TraceRecorder
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS: Final = 50
-TRACEPARENT: Final = "traceparent"
 
 
 def policy_of(rec: PolicyRecord) -> TracePolicy:
@@ -281,7 +288,7 @@ class Tracing:
         topic: TopicRecord,
         by_queue: dict[int, list[StoredMessage]],
         accepted_ms: int,
-        traceparents: dict[int, str | None],
+        traceparents: Mapping[int, str],
     ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
         """For `MessageStore.append_many_with`: the produce's trace records, made once its
         offsets are known, and the list they are kept in for `produce_written`.

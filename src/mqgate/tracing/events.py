@@ -152,6 +152,7 @@ def is_trace_topic(topic: str) -> bool:
 
 # --- W3C trace context (https://www.w3.org/TR/trace-context/#traceparent-header) ---------------
 
+TRACEPARENT: Final = "traceparent"  # the property and header that carries it
 _TRACEPARENT_RE: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
 _ZERO_TRACE: Final = "0" * 32
 _ZERO_SPAN: Final = "0" * 16
@@ -227,6 +228,17 @@ def traceparent_for(incoming: str | None, random_bytes: Callable[[int], bytes] =
     if parsed is None:
         return new_traceparent(random_bytes)
     return parsed.header()
+
+
+def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
+    """The message's properties with its W3C trace context: its own, else the request's (SPEC
+    P6: a user's OpenTelemetry spans join the same trace). `request_traceparent` is the
+    request's header or one generated for the request (`traceparent_for`): the messages of
+    one request share a trace, as they would had the producer sent one."""
+    own = properties.get(TRACEPARENT)
+    if own is not None and parse_traceparent(own) is not None:
+        return properties
+    return {**properties, TRACEPARENT: request_traceparent}
 
 
 def sort_key(event: TraceEvent) -> tuple[int, int]:
