@@ -58,7 +58,7 @@ class Load:
     stop: threading.Event = field(default_factory=threading.Event)
     # Held by the consumer for one pull+ack round; the test takes it to pause the consumer.
     consumer_gate: threading.Lock = field(default_factory=threading.Lock)
-    generation: int = 0  # bumped just before every kill
+    generation: int = 0  # bumped once the killed process is gone
     produced: dict[tuple[int, int], tuple[str, str]] = field(default_factory=dict)  # (q, off) -> (id, body)
     acked: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # queue -> highest committed
     delivered: list[tuple[int, int, str, str]] = field(default_factory=list)  # (q, off, id, body)
@@ -277,9 +277,11 @@ def server_errors(server: Server) -> str:
 
 def kill_and_check(gw: Gateway, load: Load, kill: int) -> dict[str, Any]:
     """kill -9 and restart; before the consumer resumes, check nothing acknowledged went back."""
+    gw.server.kill9()
+    # Bumped only once the old process is gone: a pull that reads the new generation can only
+    # have been answered by the next process, so its lock cannot have died with this one.
     with load.lock:
         load.generation += 1
-    gw.server.kill9()
     # Pause the consumer: an ack in flight has failed or been recorded once we hold the gate.
     with load.consumer_gate:
         with load.lock:
