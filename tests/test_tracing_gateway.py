@@ -6,6 +6,7 @@ lost to kill -9."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 from typing import Any
 
@@ -109,6 +110,31 @@ def test_a_traced_path_through_every_hop_by_id_request_and_key(server: Server) -
     by_request = traces(server, requestId=first["requestId"])["paths"]
     assert [p["msgId"] for p in by_request] == [msg_id]
     assert [p["msgId"] for p in traces(server, key="order-17")["paths"]] == [msg_id]
+    client.close()
+
+
+def test_info_keeps_the_content_by_reference_and_the_path_shows_it_from_the_store(server: Server) -> None:
+    client = setup(server, "refs", "rf")
+    server.admin("POST", "/admin/trace-policies", mode="project", project="refs", level="info")
+    single = client.produce("rf-p", "the single body").json()["result"]["msgId"]
+    r = client.http.post(
+        "/mq/produce/batch",
+        json={"producer": "rf-p", "messages": [{"message": f"batch body {i}"} for i in range(3)]},
+        headers={"Authorization": f"Bearer {client.ptoken}"},
+    )
+    assert r.status_code == 200, r.text
+    batch = [rc["msgId"] for rc in r.json()["result"]["receipts"]]
+    for msg_id, body in [(single, "the single body"), *((m, f"batch body {i}") for i, m in enumerate(batch))]:
+        path = wait_until(lambda m=msg_id: traces(server, msgId=m)["paths"], 15, "the trace")[0]
+        hops = {h["hop"]: h for h in path["hops"]}
+        assert hops["stored"]["body"] == body and hops["stored"]["contentRef"] is True
+        assert "body" not in hops["accepted"]
+    # No copy of any body in what the trace stored (its index holds each record as stored).
+    rows = sqlite3.connect(server.data_dir / "trace-index.sqlite").execute(
+        "SELECT event FROM mqgate_trace_events"
+    )
+    stored = " ".join(row[0] for row in rows)
+    assert batch[0] in stored and "body" not in stored.replace("contentRef", "")
     client.close()
 
 

@@ -112,6 +112,7 @@ class HopOut(Output, kw_only=True):
     failure: FailureOut | None = None
     detail: str | None = None
     body: str | None = None
+    content_ref: bool = False  # body read from the stored message (info keeps no copy)
 
 
 class GroupStateOut(Output, kw_only=True):

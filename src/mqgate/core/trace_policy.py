@@ -248,6 +248,23 @@ def recorded_fields(modes: Iterable[Mode], level: Level) -> frozenset[str]:
     return frozenset(kept)
 
 
+CONTENT_REF: Final = "content_ref"
+_ADDRESS_AND_CONTENT: Final = frozenset({"body", "queue", "offset"})
+
+
+def content_by_reference(fields: frozenset[str], level: Level) -> frozenset[str]:
+    """`fields` (of `recorded_fields`) with the content kept by reference where it can be.
+
+    Below debug, a record that holds the message's queue and offset addresses the stored
+    message instead of copying its body (`content_ref`): the path query reads the body from
+    the store while the message is retained, and the trace costs no copy of every message.
+    Debug keeps a copy (cut to the configured size), which outlives the message; a mode that
+    records no queue (route) keeps a copy too, as it has no address to point at."""
+    if level < Level.DEBUG and fields >= _ADDRESS_AND_CONTENT:
+        return (fields - {"body"}) | {CONTENT_REF}
+    return fields
+
+
 def cut_body(body: str, max_bytes: int) -> str:
     """`body` cut to at most `max_bytes` of UTF-8, never in the middle of a character."""
     if max_bytes <= 0:

@@ -4,9 +4,12 @@ consumer (as MQCloud's track view does)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from mqgate.core.queue_choice import lock_is_held
+from mqgate.core.trace_policy import cut_body
+from mqgate.errors import MqgateError
 from mqgate.model import MODE_CLUSTER
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
@@ -51,8 +54,31 @@ class TraceLookup:
 
     async def find(self, *, msg_id: str | None, request_id: str | None, key: str | None) -> TraceResult:
         answer: TraceAnswer = await self.tracing.find(msg_id=msg_id, request_id=request_id, key=key)
-        paths = [TracedPath(p, await self._states(p)) for p in answer.paths]
+        paths = []
+        for found in answer.paths:
+            path = await self._with_content(found)
+            paths.append(TracedPath(path, await self._states(path)))
         return TraceResult(paths, answer.may_be_incomplete, answer.index_lag_events, answer.index_lag_ms)
+
+    async def _with_content(self, path: MessagePath) -> MessagePath:
+        """`path` with the body its trace kept by reference read from the store, on the first
+        hop that points at it (the stored hop). A message no longer stored (retention), or an
+        offset that now holds another message, leaves the body out."""
+        at = next((i for i, h in enumerate(path.hops) if h.content_ref and h.body is None), None)
+        if at is None:
+            return path
+        hop = path.hops[at]
+        assert hop.queue is not None and hop.offset is not None  # content_ref holds an address
+        try:
+            found = await self.ctx.store.read(hop.topic, hop.queue, hop.offset, 1)
+        except MqgateError:
+            return path  # the store cannot say now: the path without the body
+        if not found or found[0][0] != hop.offset or found[0][1].msg_id != path.msg_id:
+            return path
+        body = cut_body(found[0][1].body, self.ctx.settings.trace_body_max_bytes)
+        hops = list(path.hops)
+        hops[at] = dataclasses.replace(hop, body=body)
+        return dataclasses.replace(path, hops=hops)
 
     async def _states(self, path: MessagePath) -> list[GroupState]:
         stored = next((h for h in path.hops if h.hop == "stored" and h.topic == path.topic), None)

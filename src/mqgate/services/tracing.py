@@ -20,7 +20,16 @@ from typing import Any, Final
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from mqgate.core.layout import Slot
-from mqgate.core.trace_policy import Level, MatchedTrace, Mode, PolicySet, TracePolicy, recorded_fields
+from mqgate.core.trace_policy import (
+    CONTENT_REF,
+    Level,
+    MatchedTrace,
+    Mode,
+    PolicySet,
+    TracePolicy,
+    content_by_reference,
+    recorded_fields,
+)
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
@@ -157,6 +166,10 @@ class Tracing:
     # --- events ---------------------------------------------------------------------------
 
     def event(self, matched: MatchedTrace, topic: TopicRecord, hop: Hop, **fields: Any) -> TraceEvent:
+        kept = self._kept(matched)
+        if CONTENT_REF in kept:
+            # The hop that knows where the message is stored points at it instead of a copy.
+            fields["content_ref"] = fields.get("queue") is not None and fields.get("offset") is not None
         ev = TraceEvent(
             msg_id=fields.pop("msg_id"),
             hop=hop,
@@ -167,7 +180,7 @@ class Tracing:
             level=matched.level.label,  # type: ignore[arg-type]
             **fields,
         )
-        return keep_fields(ev, self._kept(matched), self.ctx.settings.trace_body_max_bytes)
+        return keep_fields(ev, kept, self.ctx.settings.trace_body_max_bytes)
 
     def message_events(
         self,
@@ -268,6 +281,7 @@ class Tracing:
             traceparents=traceparents,
             traceparent=traceparent,
             bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
+            content_ref=CONTENT_REF in kept,
         )
 
     async def ready_for(self, topic: TopicRecord) -> bool:
@@ -319,8 +333,8 @@ class Tracing:
     def _kept(self, matched: MatchedTrace) -> frozenset[str]:
         found = self._kept_cache.get((matched.modes, matched.level))
         if found is None:
-            found = self._kept_cache[(matched.modes, matched.level)] = recorded_fields(
-                matched.modes, matched.level
+            found = self._kept_cache[(matched.modes, matched.level)] = content_by_reference(
+                recorded_fields(matched.modes, matched.level), matched.level
             )
         return found
 

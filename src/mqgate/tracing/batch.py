@@ -33,8 +33,9 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     """`hops` of the messages `msg_ids` (in offset order from `first_offset`) of one queue.
     The first hop happened at `time_ms`, the others at `last_ms`; the first of several hops
     has no offset yet (a produce is accepted before it is stored). Lists a policy does not
-    keep are empty. A trace context the messages share (one request's) is `traceparent`,
-    once; `traceparents` holds one per message only when they differ."""
+    keep are empty: `bodies` too when the content is kept by reference (`content_ref`). A
+    trace context the messages share (one request's) is `traceparent`, once; `traceparents`
+    holds one per message only when they differ."""
 
     kind: Literal["batch"]
     hops: list[Hop]
@@ -52,6 +53,8 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     traceparents: list[str | None] = msgspec.field(default_factory=list)
     traceparent: str | None = None
     bodies: list[str | None] = msgspec.field(default_factory=list)
+    # The content kept by reference: the stored messages from `first_offset` in `queue`.
+    content_ref: bool = False
 
     @property
     def event_count(self) -> int:
@@ -152,6 +155,7 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
         offset = None if batch.first_offset is None else batch.first_offset + i
         for h, hop in enumerate(batch.hops):
             first = h == 0
+            at = None if first and several else offset
             out.append(
                 TraceEvent(
                     msg_id=msg_id,
@@ -163,9 +167,10 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
                     level=batch.level,
                     keys=batch.keys[i] if batch.keys else [],
                     queue=batch.queue,
-                    offset=None if first and several else offset,
+                    offset=at,
                     producer=batch.producer,
                     body=batch.bodies[i] if batch.bodies else None,
+                    content_ref=batch.content_ref and at is not None and batch.queue is not None,
                     traceparent=batch.traceparents[i] if batch.traceparents else batch.traceparent,
                 )
             )

@@ -96,6 +96,9 @@ class TraceEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     error_node: str | None = None  # the failing node (a gateway id, a store, a consumer)
     detail: str | None = None  # debug: a description, e.g. the dead-letter reason
     body: str | None = None  # content (modes that list it) or debug, cut to the configured size
+    # The content kept by reference: the stored message at this hop's queue and offset
+    # (core.trace_policy.content_by_reference); the path query reads its body from the store.
+    content_ref: bool = False
     traceparent: str | None = None
 
 

@@ -39,6 +39,9 @@ class HopView:
     failure: Failure | None = None
     detail: str | None = None
     body: str | None = None
+    # The content was kept by reference: `body` is the stored message's, read by the query
+    # (None once the message is no longer stored).
+    content_ref: bool = False
 
 
 @dataclass(slots=True, frozen=True)
@@ -98,6 +101,7 @@ def build_path(msg_id: str, events: Iterable[TraceEvent]) -> MessagePath:
                 failure=_failure(e),
                 detail=e.detail,
                 body=e.body,
+                content_ref=e.content_ref,
             )
         )
         previous = e.time_ms
