@@ -7,7 +7,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ack_refusal
-from mqgate.core.ids import message_id_time_ms, new_message_id, new_message_ids
+from mqgate.core.ids import (
+    id_at,
+    id_run,
+    ids_by_queue,
+    in_id_run,
+    is_id_run,
+    is_valid_run,
+    message_id_time_ms,
+    new_message_id,
+    new_message_ids,
+)
 from mqgate.core.queue_choice import QueueView, choose_queue, lock_is_held, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken, decode_token, encode_token
@@ -221,3 +231,25 @@ def test_message_ids_are_unique_and_time_sortable() -> None:
 def test_batch_ids_share_the_time_prefix_and_stay_unique() -> None:
     ids = [*new_message_ids(NOW, 500), new_message_id(NOW)]
     assert len(set(ids)) == 501 and all(message_id_time_ms(i) == NOW for i in ids)
+
+
+def test_each_queue_s_ids_are_a_run_named_by_its_first_id_and_count() -> None:
+    queues = [0, 1, 0, 2, 1, 0, 0]
+    ids = ids_by_queue(NOW, queues)
+    assert len(set(ids)) == len(ids) and all(message_id_time_ms(i) == NOW for i in ids)
+    for q in (0, 1, 2):
+        mine = [i for i, at in zip(ids, queues, strict=True) if at == q]
+        assert is_id_run(mine[0], mine[-1], len(mine)) and id_run(mine[0], len(mine)) == mine
+        assert id_at(mine[0], len(mine) - 1) == mine[-1]
+        assert all(in_id_run(i, mine[0], len(mine)) for i in mine)
+        others = [i for i in ids if i not in mine]
+        assert not any(in_id_run(i, mine[0], len(mine)) for i in others)
+    # Ids that are not one run: another millisecond, a gap, a foreign id.
+    a, b = new_message_ids(NOW, 2), new_message_ids(NOW + 1, 1)
+    assert not is_id_run(a[0], b[0], 2)
+    assert not is_id_run(a[0], a[1], 3)
+    assert not is_id_run("order-17", "order-18", 2) and not in_id_run("order-17", a[0], 2)
+    # A run never passes the counter's end; a count must be positive.
+    top = a[0][:20] + "f" * 12
+    assert is_valid_run(top, 1) and not is_valid_run(top, 2) and not is_valid_run(a[0], 0)
+    assert not is_valid_run("z" * 32, 1) and not is_valid_run("short", 1)

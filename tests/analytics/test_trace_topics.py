@@ -1,5 +1,6 @@
 """The job on a gateway's own trace topic: a project with a trace policy, produces, pulls,
-acks and a release through HTTP (concurrent produces, so trace round records too), then
+acks and a release through HTTP (concurrent produces, so trace round records too; a batch, so
+runs of ids), then
 `mqgate analytics --project NAME` counts them from `%TRACE%<project>` (read with
 format("mqgate"), its consumer group `analytics-<project>`)."""
 
@@ -54,6 +55,16 @@ def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -
                 return b'["round"]' in gw.read("%TRACE%shop", 0, 0, 10_000)
 
         wait_until(shared_a_round, 60, "the trace records of several produces in one round record")
+        # A batch over both queues: each queue's messages named as a run of ids (firstId, count).
+        r = http.post(
+            "/mq/produce/batch",
+            json={"producer": "orders-p", "messages": [{"message": f"batch {i}"} for i in range(6)]},
+            headers=p,
+        )
+        assert r.status_code == 200, r.text
+        ids.extend(rc["msgId"] for rc in r.json()["result"]["receipts"])
+        with Client(srv.url, srv.admin_token) as gw:
+            assert b"firstId" in gw.read("%TRACE%shop", 0, 0, 10_000)
 
         def pull(most: int) -> dict[str, Any]:
             params = {"topic": "orders", "consumer": "orders-c", "max": most, "wait": 1}

@@ -94,6 +94,29 @@ def test_a_batch_is_told_from_an_event_by_its_first_bytes_and_round_trips() -> N
         decode_record(b'{"kind":"batch","hops":["accepted"]}')
 
 
+def test_a_run_of_ids_stands_for_the_list_everywhere_a_batch_is_read() -> None:
+    ids = new_message_ids(1_000, 100)
+    listed = batch(100, keys=[], traceparents=[])
+    listed = msgspec.structs.replace(listed, msg_ids=ids)
+    run = msgspec.structs.replace(listed, msg_ids=[], first_id=ids[0], count=100)
+    raw = encode_batch(run)
+    assert ids[1].encode() not in raw and len(raw) < len(encode_batch(listed)) // 10
+    back = decode_record(raw)
+    assert isinstance(back, TraceBatch) and back.ids == ids and back.event_count == 200
+    assert expand(back) == expand(listed) and expand(back, only=ids[57]) == expand(listed, only=ids[57])
+    assert back.holds(ids[99]) and not back.holds(new_message_ids(1_000, 1)[0])
+    assert (back.first_msg_id, back.last_msg_id) == (ids[0], ids[-1])
+    # A run names ids it can hold, and not beside a list; a count needs a first id.
+    for broken in (
+        raw.replace(b'"count":100', b'"count":0'),
+        raw.replace(ids[0].encode(), b"not-an-id"),
+        raw.replace(b'"count":100', b'"count":100,"msgIds":["x"]'),
+        encode_batch(listed).replace(b'"msgIds"', b'"count":3,"msgIds"'),
+    ):
+        with pytest.raises(msgspec.ValidationError):
+            decode_record(broken)
+
+
 def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
     store_kind: str, tmp_path: Path, index: TraceIndex
 ) -> None:
@@ -107,7 +130,8 @@ def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
         keys = [[f"k{i}"] if i % 2 == 0 else [] for i in range(6)]
         q0 = batch(3, msg_ids=ids[0::2], keys=keys[0::2], queue=0, first_offset=10)
         q1 = batch(3, msg_ids=ids[1::2], keys=keys[1::2], queue=1, first_offset=40)
-        big = batch(120, msg_ids=new_message_ids(1_000, 120), keys=[])
+        run = new_message_ids(1_000, 120)
+        big = batch(120, msg_ids=[], first_id=run[0], count=120, keys=[])  # named as a run
         await recorder.record([q0, q1, big])
         await recorder.record([event(ids[3], "delivered", 1_050, consumer="c1", request_id="req-1")])
         assert recorder.counters.recorded == 6 + 6 + 240 + 1  # events, not records
@@ -127,7 +151,7 @@ def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
             ("accepted", None),
             ("stored", 11),
         ]
-        last = big.msg_ids[-1]
+        last = run[-1]
         [in_big] = (await query.find(msg_id=last)).paths
         assert [h.offset for h in in_big.hops] == [None, 40 + 119]
         # An id of the same millisecond and process in no batch, and one of another millisecond.

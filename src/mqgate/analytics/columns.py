@@ -73,6 +73,8 @@ BATCH_JSON: Final = StructType(
         StructField("topic", _S),
         EVENT_JSON["resource"],
         StructField("msgIds", ArrayType(_S)),
+        StructField("firstId", _S),
+        StructField("count", IntegerType()),
         StructField("level", _S),
         StructField("queue", IntegerType()),
         StructField("firstOffset", LongType()),

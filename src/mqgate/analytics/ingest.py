@@ -80,10 +80,25 @@ def _batches_of(body: Column) -> Column:
     """The parsed batches of a batch or round record's body (tracing.batch), else null."""
     one = F.from_json(body, BATCH_JSON)
     round_ = F.from_json(body, ROUND_JSON)["batches"]
-    whole = F.forall(round_, lambda b: b["msgIds"].isNotNull())
-    return F.when(body.startswith(BATCH_PREFIX.decode()) & one["msgIds"].isNotNull(), F.array(one)).when(
+    whole = F.forall(round_, _names_ids)
+    return F.when(body.startswith(BATCH_PREFIX.decode()) & _names_ids(one), F.array(one)).when(
         body.startswith(ROUND_PREFIX.decode()) & (F.size(round_) > 0) & whole, round_
     )
+
+
+def _names_ids(b: Column) -> Column:
+    return b["msgIds"].isNotNull() | (b["firstId"].isNotNull() & (b["count"] > 0))
+
+
+def _ids(b: Column) -> Column:
+    """A batch's message ids: its list, or its run of `count` from `firstId` (core.ids.id_run:
+    the first 20 characters, then the 12-hex-digit counter counting up)."""
+    counter = F.conv(F.substring(b["firstId"], 21, 12), 16, 10).cast("long")
+    run = F.transform(
+        F.sequence(F.lit(0), b["count"] - 1),
+        lambda i: F.concat(F.substring(b["firstId"], 1, 20), F.lpad(F.lower(F.hex(counter + i)), 12, "0")),
+    )
+    return F.when(b["firstId"].isNotNull(), run).otherwise(b["msgIds"])
 
 
 def _expand_batches(batches: DataFrame) -> DataFrame:
@@ -94,7 +109,7 @@ def _expand_batches(batches: DataFrame) -> DataFrame:
         *SOURCE_COLUMNS,
         "b",
         "body",
-        F.posexplode(b["msgIds"]).alias("i", "msgId"),
+        F.posexplode(_ids(b)).alias("i", "msgId"),
     ).select("*", F.posexplode(F.col("b")["hops"]).alias("h", "hop"))
     first = F.col("h") == 0
     several = F.size(b["hops"]) > 1

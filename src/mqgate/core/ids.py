@@ -9,11 +9,14 @@ from typing import Final
 
 _PROCESS_TAG: Final = secrets.randbits(32)
 _counter = itertools.count(secrets.randbits(24))
+_PREFIX_CHARS: Final = 20  # time and process tag; the counter follows
+_ID_CHARS: Final = 32
+_COUNTER_MAX: Final = 0xFFFFFFFFFFFF
 
 
 def new_message_id(now_ms: int | None = None) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return f"{ms:012x}{_PROCESS_TAG:08x}{next(_counter) & 0xFFFFFFFFFFFF:012x}"
+    return f"{ms:012x}{_PROCESS_TAG:08x}{next(_counter) & _COUNTER_MAX:012x}"
 
 
 def message_id_time_ms(msg_id: str) -> int:
@@ -23,10 +26,66 @@ def message_id_time_ms(msg_id: str) -> int:
 def new_message_ids(now_ms: int, count: int) -> list[str]:
     """`count` ids for one batch: the time prefix is formatted once."""
     prefix = f"{now_ms:012x}{_PROCESS_TAG:08x}"
-    return [f"{prefix}{next(_counter) & 0xFFFFFFFFFFFF:012x}" for _ in range(count)]
+    return [f"{prefix}{next(_counter) & _COUNTER_MAX:012x}" for _ in range(count)]
 
 
 def lowest_id_like(msg_id: str) -> str:
     """The lowest id of the same millisecond and process as `msg_id` (its counter at zero): the
     start of a range holding every id one request of that process took in that millisecond."""
     return msg_id[:20].ljust(len(msg_id), "0")
+
+
+def ids_by_queue(now_ms: int, queues: list[int]) -> list[str]:
+    """One id per message (`queues`: each message's queue), each queue's ids consecutive in
+    message order, so a trace record can name a queue's messages by its first id and their
+    count (`id_run`) instead of listing them."""
+    first = queues[0] if queues else 0
+    if all(q == first for q in queues):
+        return new_message_ids(now_ms, len(queues))
+    counts: dict[int, int] = {}
+    for q in queues:
+        counts[q] = counts.get(q, 0) + 1
+    blocks = {q: iter(new_message_ids(now_ms, n)) for q, n in counts.items()}
+    return [next(blocks[q]) for q in queues]
+
+
+def is_id_run(first: str, last: str, count: int) -> bool:
+    """Whether `count` ids from `first` to `last` can be a run of consecutive ids: the same
+    millisecond and process, and counters `count - 1` apart without wrapping."""
+    if len(first) != _ID_CHARS or len(last) != _ID_CHARS or first[:_PREFIX_CHARS] != last[:_PREFIX_CHARS]:
+        return False
+    try:
+        return int(last[_PREFIX_CHARS:], 16) - int(first[_PREFIX_CHARS:], 16) == count - 1
+    except ValueError:
+        return False
+
+
+def id_run(first: str, count: int) -> list[str]:
+    """The `count` consecutive ids from `first` (as `new_message_ids` gave them)."""
+    prefix, start = first[:_PREFIX_CHARS], int(first[_PREFIX_CHARS:], 16)
+    return [f"{prefix}{n:012x}" for n in range(start, start + count)]
+
+
+def id_at(first: str, i: int) -> str:
+    """The id `i` after `first` in a run."""
+    return f"{first[:_PREFIX_CHARS]}{int(first[_PREFIX_CHARS:], 16) + i:012x}"
+
+
+def in_id_run(msg_id: str, first: str, count: int) -> bool:
+    if len(msg_id) != _ID_CHARS or msg_id[:_PREFIX_CHARS] != first[:_PREFIX_CHARS]:
+        return False
+    try:
+        return 0 <= int(msg_id[_PREFIX_CHARS:], 16) - int(first[_PREFIX_CHARS:], 16) < count
+    except ValueError:
+        return False
+
+
+def is_valid_run(first: str, count: int) -> bool:
+    """Whether `first` is an id and `count` ids from it stay within its counter."""
+    if count < 1 or len(first) != _ID_CHARS:
+        return False
+    try:
+        int(first[:_PREFIX_CHARS], 16)
+        return int(first[_PREFIX_CHARS:], 16) + count - 1 <= _COUNTER_MAX
+    except ValueError:
+        return False

@@ -13,7 +13,7 @@ from typing import Any, Final, Protocol
 import msgspec
 
 from mqgate.clusters.scope import request_scope
-from mqgate.core.ids import new_message_ids
+from mqgate.core.ids import ids_by_queue, new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
@@ -106,9 +106,10 @@ class Producing:
         traceparent: str | None,
     ) -> list[Receipt]:
         ts = now_ms()
-        ids = new_message_ids(ts, len(messages))
         if not all(is_plain(m) for m in messages):
-            return await self._produce_with_qos(producer, messages, ids, ts, traceparent)
+            return await self._produce_with_qos(
+                producer, messages, new_message_ids(ts, len(messages)), ts, traceparent
+            )
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         tracing = self.tracing
@@ -120,8 +121,11 @@ class Producing:
         # message's properties); `own_context`: queues where a message kept a context of its own.
         only_context = {TRACEPARENT: context}
         own_context: set[int] = set()
-        for m, msg_id in zip(messages, ids, strict=True):
-            q = self.store_queue_for(topic.name, topic.grid, 0, m.order_key or None)
+        grid = topic.grid
+        queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
+        # Each queue's ids consecutive: its trace record names them as a run.
+        ids = ids_by_queue(ts, queues)
+        for m, msg_id, q in zip(messages, ids, queues, strict=True):
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
             props = m.properties

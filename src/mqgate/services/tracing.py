@@ -19,6 +19,7 @@ from typing import Any, Final
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
+from mqgate.core.ids import is_id_run
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import (
     CONTENT_REF,
@@ -250,7 +251,9 @@ class Tracing:
         """The accepted and stored hops of a produce's messages in one queue, as one record
         (see tracing.batch), or None when no policy traces them. One producer sent them all,
         so one match covers the batch. `traceparent`: the context every message carries, when
-        the caller knows it (else each message's is read)."""
+        the caller knows it (else each message's is read). `batch` holds the queue's messages
+        in the order of their ids (`ids_by_queue`), so ids whose first and last span exactly
+        `len(batch)` counters are that run."""
         if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
             return None
         producer = batch[0].producer
@@ -264,6 +267,10 @@ class Tracing:
         traceparents: list[str | None] = []
         if traceparent is None:
             traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
+        n = len(batch)
+        first, last = batch[0].msg_id, batch[-1].msg_id
+        # A queue's ids of one produce are consecutive (core.ids.ids_by_queue): named as a run.
+        run = n > 1 and is_id_run(first, last, n)
         return TraceBatch(
             kind="batch",
             hops=["accepted", "stored"],
@@ -272,7 +279,9 @@ class Tracing:
             project=topic.project,
             topic=topic.name,
             resource=self.resource,
-            msg_ids=[m.msg_id for m in batch],
+            msg_ids=[] if run else [m.msg_id for m in batch],
+            first_id=first if run else None,
+            count=n if run else 0,
             level=matched.level.label,  # type: ignore[arg-type]
             queue=queue if "queue" in kept else None,
             first_offset=first_offset if "offset" in kept else None,

@@ -100,9 +100,15 @@ def batch_row(record: TraceBatch | TraceRound, body: str) -> IndexRow:
     range of its ids (then checked to hold the id): the index costs a range per request and
     a row per record, not a row per message."""
     batches = batches_of(record)
-    pairs = [(k, m) for b in batches if b.keys for m, ks in zip(b.msg_ids, b.keys, strict=True) for k in ks]
-    ranges = [(min(b.msg_ids), max(b.msg_ids)) for b in batches]
+    pairs = [(k, m) for b in batches if b.keys for m, ks in zip(b.ids, b.keys, strict=True) for k in ks]
+    ranges = [_id_range(b) for b in batches]
     return IndexRow("", None, batches[0].time_ms, (), body, ranges, pairs)
+
+
+def _id_range(batch: TraceBatch) -> tuple[str, str]:
+    if batch.first_id is not None:
+        return batch.first_id, batch.last_msg_id  # a run: ascending
+    return min(batch.msg_ids), max(batch.msg_ids)
 
 
 @dataclass(slots=True, frozen=True)
@@ -340,7 +346,7 @@ def _batches_holding(conn: sa.Connection, ids: Sequence[str]) -> list[tuple[str,
             record = decode_record(body)
             if isinstance(record, TraceEvent):  # a range never points at one; skip it if it did
                 continue
-            out += ((msg_id, b) for b in batches_of(record) if msg_id in b.msg_ids)
+            out += ((msg_id, b) for b in batches_of(record) if b.holds(msg_id))
     return out
 
 

@@ -184,7 +184,7 @@ class TraceRecorder:
         out: Companions = {}
         for batch in batches:
             topic = trace_topic(batch.project)
-            where = (topic, self._queue_of(batch.msg_ids[0]))
+            where = (topic, self._queue_of(batch.first_msg_id))
             group = self._rounds.get(where)
             if group is None or group.is_sealed:
                 group = self._rounds[where] = RoundGroup(self.clock_ms)
@@ -220,7 +220,7 @@ class TraceRecorder:
         now = self.clock_ms()
         by_topic: dict[str, tuple[list[tuple[int, Encoded]], int]] = {}
         for event in events:
-            msg_id = event.msg_ids[0] if isinstance(event, TraceBatch) else event.msg_id
+            msg_id = event.first_msg_id if isinstance(event, TraceBatch) else event.msg_id
             weight = _weight(event)
             queue = self._queue_of(msg_id)
             topic = trace_topic(event.project)
@@ -344,11 +344,11 @@ class RoundGroup:
         chunk: list[TraceBatch] = []
         held = 0
         for batch in batches:
-            if chunk and held + len(batch.msg_ids) > ROUND_MESSAGES:
+            if chunk and held + batch.message_count > ROUND_MESSAGES:
                 out.append((now, encode_for_store(_round_of(chunk), now)))
                 chunk, held = [], 0
             chunk.append(batch)
-            held += len(batch.msg_ids)
+            held += batch.message_count
         if chunk:
             out.append((now, encode_for_store(_round_of(chunk), now)))
         return out
