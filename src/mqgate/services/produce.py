@@ -107,9 +107,7 @@ class Producing:
     ) -> list[Receipt]:
         ts = now_ms()
         if not all(is_plain(m) for m in messages):
-            return await self._produce_with_qos(
-                producer, messages, new_message_ids(ts, len(messages)), ts, traceparent
-            )
+            return await self._produce_with_qos(producer, messages, ts, traceparent)
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         tracing = self.tracing
@@ -277,7 +275,6 @@ class Producing:
         self,
         producer: ProducerRecord,
         messages: list[MessageInput],
-        ids: list[str],
         ts: int,
         traceparent: str | None = None,
     ) -> list[Receipt]:
@@ -287,7 +284,7 @@ class Producing:
         plan: list[tuple[str, Placement, StoredMessage, int]] = []
         holds: list[tuple[bytes, list[Destination]]] = []
         context = traceparent_for(traceparent) if traceparent is not None or self.tracing.active else ""
-        for i, (m, msg_id) in enumerate(zip(messages, ids, strict=True)):
+        for i, (m, msg_id) in enumerate(zip(messages, new_message_ids(ts, len(messages)), strict=True)):
             props = m.properties
             if context:
                 props = with_traceparent(props, context)
