@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import secrets
 import statistics
 import sys
@@ -46,20 +47,47 @@ LOADS = {
 }
 
 
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds so far of `pid` and the processes under it, main thread and the others of
+    each apart: where a traced request's extra CPU goes."""
+    out: dict[str, float] = {}
+    for p in [pid, *run.descendants(pid)]:
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                stat = (task / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()
+            # Python threads keep the process's name: the main thread is the one whose id is
+            # the process's (the event loop), the others are the fsync and worker threads.
+            where = "gateway" if p == pid else "child"
+            key = f"{where} {'main thread' if task.name == str(p) else 'other threads'}"
+            out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
 def measure(gw: Any, token: str, kind: str, seconds: float) -> dict[str, float]:
     script, path, conns, per_request = LOADS[kind]
     env = {"MQB_TOKEN": token, "MQB_PRODUCER": run.PRODUCER, "MQB_MSG_BYTES": str(run.MSG_BYTES)}
     if per_request > 1:
         env["MQB_BATCH"] = str(per_request)
+    before = thread_cpu(gw.proc.pid)
     res = run.wrk_measured(gw.proc.pid, script, f"http://{run.HOST}:{gw.port}{path}", 2, conns, seconds, env)
+    after = thread_cpu(gw.proc.pid)
     problems = run.check_wrk_errors(res, kind)
     if problems:
         raise run.BenchFailure("; ".join(problems))
     cpu_s = res["server_cpu_pct"] / 100 * res["cpu_wall_s"]
+    requests = max(1, res["ok_requests"])
+    per_thread = {k: (after[k] - before.get(k, 0.0)) / requests * 1e6 for k in after}
     return {
         "msgs_per_s": res["ok_requests"] * per_request / res["seconds"],
-        "cpu_us": cpu_s / max(1, res["ok_requests"]) * 1e6,
+        "cpu_us": cpu_s / requests * 1e6,
         "p99_ms": res["lat_p99_us"] / 1000,
+        **{f"thread {k}": v for k, v in per_thread.items() if v >= 0.5},
     }
 
 
@@ -70,6 +98,7 @@ def main() -> None:
     parser.add_argument("--level", default="info", choices=("info", "error", "debug"))
     parser.add_argument("--kinds", default="produce,batch")
     parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
+    parser.add_argument("--threads", action="store_true", help="log the CPU per request of each thread")
     args = parser.parse_args()
     kinds = [k for k in args.kinds.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="mqgate-trace-cost-"))
@@ -92,6 +121,12 @@ def main() -> None:
                     if policy_id is not None:
                         gw.admin.ok("DELETE", f"/admin/trace-policies/{policy_id}")
                 rows[kind].append((got[False], got[True]))
+                if args.threads:
+                    names = sorted({k for g in got.values() for k in g if k.startswith("thread ")})
+                    for k in names:
+                        run.log(
+                            f"    {k[7:]}: {got[False].get(k, 0):.1f} → {got[True].get(k, 0):.1f} µs/request"
+                        )
                 ratio = got[True]["msgs_per_s"] / got[False]["msgs_per_s"]
                 run.log(
                     f"  {kind} pair {pair + 1}: untraced {got[False]['msgs_per_s']:,.0f} msgs/s "

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+import sqlalchemy as sa
 
 from mqgate.core.ids import new_message_ids
 from mqgate.model import StoredMessage, decode_stored
@@ -215,6 +216,13 @@ def test_the_batches_of_a_commit_round_share_one_record_and_each_message_is_foun
             assert len(records) < 30 and any(isinstance(k, TraceRound) for k in kinds)
         await indexer.run_until_caught_up()
         assert indexer.counters.malformed == 0 and index.counters.written == len(records)
+        with index.engine.connect() as conn:
+            n_ranges = conn.execute(sa.text("SELECT count(*) FROM mqgate_trace_ranges")).scalar_one()
+        # One range per record and id prefix (millisecond and process), not one per batch.
+        prefixes = [
+            {m[:20] for b in batches_of(k) for m in b.ids} for k in kinds if not isinstance(k, TraceEvent)
+        ]
+        assert n_ranges == sum(map(len, prefixes)) and (store_kind != "embedded" or n_ranges < 30)
         query = TraceQuery(index, indexer)
         for ids in requests:
             for m in (ids[0], ids[-1]):

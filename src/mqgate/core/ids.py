@@ -9,7 +9,7 @@ from typing import Final
 
 _PROCESS_TAG: Final = secrets.randbits(32)
 _counter = itertools.count(secrets.randbits(24))
-_PREFIX_CHARS: Final = 20  # time and process tag; the counter follows
+ID_PREFIX_CHARS: Final = 20  # time and process tag; the counter follows
 _ID_CHARS: Final = 32
 _COUNTER_MAX: Final = 0xFFFFFFFFFFFF
 
@@ -32,7 +32,7 @@ def new_message_ids(now_ms: int, count: int) -> list[str]:
 def lowest_id_like(msg_id: str) -> str:
     """The lowest id of the same millisecond and process as `msg_id` (its counter at zero): the
     start of a range holding every id one request of that process took in that millisecond."""
-    return msg_id[:20].ljust(len(msg_id), "0")
+    return msg_id[:ID_PREFIX_CHARS].ljust(len(msg_id), "0")
 
 
 def ids_by_queue(now_ms: int, queues: list[int]) -> list[str]:
@@ -52,30 +52,30 @@ def ids_by_queue(now_ms: int, queues: list[int]) -> list[str]:
 def is_id_run(first: str, last: str, count: int) -> bool:
     """Whether `count` ids from `first` to `last` can be a run of consecutive ids: the same
     millisecond and process, and counters `count - 1` apart without wrapping."""
-    if len(first) != _ID_CHARS or len(last) != _ID_CHARS or first[:_PREFIX_CHARS] != last[:_PREFIX_CHARS]:
+    if len(first) != _ID_CHARS or len(last) != _ID_CHARS or first[:ID_PREFIX_CHARS] != last[:ID_PREFIX_CHARS]:
         return False
     try:
-        return int(last[_PREFIX_CHARS:], 16) - int(first[_PREFIX_CHARS:], 16) == count - 1
+        return int(last[ID_PREFIX_CHARS:], 16) - int(first[ID_PREFIX_CHARS:], 16) == count - 1
     except ValueError:
         return False
 
 
 def id_run(first: str, count: int) -> list[str]:
     """The `count` consecutive ids from `first` (as `new_message_ids` gave them)."""
-    prefix, start = first[:_PREFIX_CHARS], int(first[_PREFIX_CHARS:], 16)
+    prefix, start = first[:ID_PREFIX_CHARS], int(first[ID_PREFIX_CHARS:], 16)
     return [f"{prefix}{n:012x}" for n in range(start, start + count)]
 
 
 def id_at(first: str, i: int) -> str:
     """The id `i` after `first` in a run."""
-    return f"{first[:_PREFIX_CHARS]}{int(first[_PREFIX_CHARS:], 16) + i:012x}"
+    return f"{first[:ID_PREFIX_CHARS]}{int(first[ID_PREFIX_CHARS:], 16) + i:012x}"
 
 
 def in_id_run(msg_id: str, first: str, count: int) -> bool:
-    if len(msg_id) != _ID_CHARS or msg_id[:_PREFIX_CHARS] != first[:_PREFIX_CHARS]:
+    if len(msg_id) != _ID_CHARS or msg_id[:ID_PREFIX_CHARS] != first[:ID_PREFIX_CHARS]:
         return False
     try:
-        return 0 <= int(msg_id[_PREFIX_CHARS:], 16) - int(first[_PREFIX_CHARS:], 16) < count
+        return 0 <= int(msg_id[ID_PREFIX_CHARS:], 16) - int(first[ID_PREFIX_CHARS:], 16) < count
     except ValueError:
         return False
 
@@ -85,7 +85,7 @@ def is_valid_run(first: str, count: int) -> bool:
     if count < 1 or len(first) != _ID_CHARS:
         return False
     try:
-        int(first[:_PREFIX_CHARS], 16)
-        return int(first[_PREFIX_CHARS:], 16) + count - 1 <= _COUNTER_MAX
+        int(first[:ID_PREFIX_CHARS], 16)
+        return int(first[ID_PREFIX_CHARS:], 16) + count - 1 <= _COUNTER_MAX
     except ValueError:
         return False

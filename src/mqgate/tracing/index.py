@@ -18,7 +18,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from mqgate.core.ids import lowest_id_like
+from mqgate.core.ids import ID_PREFIX_CHARS, lowest_id_like
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
 from mqgate.tracing.batch import TraceBatch, TraceRound, batches_of, decode_record, expand
@@ -96,19 +96,26 @@ class IndexRow:
 
 def batch_row(record: TraceBatch | TraceRound, body: str) -> IndexRow:
     """The one row of a batch or round record. Its messages get no row each: ids are
-    time-sortable and one request's are consecutive (core.ids), so a batch is found from the
-    range of its ids (then checked to hold the id): the index costs a range per request and
-    a row per record, not a row per message."""
+    time-sortable, and the ids a record holds of one millisecond and process lie in one range
+    (core.ids), so the record is found from that range (then checked to hold the id): the
+    index costs a row and a range or two per record, not a row per message or request."""
     batches = batches_of(record)
     pairs = [(k, m) for b in batches if b.keys for m, ks in zip(b.ids, b.keys, strict=True) for k in ks]
-    ranges = [_id_range(b) for b in batches]
-    return IndexRow("", None, batches[0].time_ms, (), body, ranges, pairs)
+    return IndexRow("", None, batches[0].time_ms, (), body, _id_ranges(batches), pairs)
 
 
-def _id_range(batch: TraceBatch) -> tuple[str, str]:
-    if batch.first_id is not None:
-        return batch.first_id, batch.last_msg_id  # a run: ascending
-    return min(batch.msg_ids), max(batch.msg_ids)
+def _id_ranges(batches: Sequence[TraceBatch]) -> list[tuple[str, str]]:
+    """Per id prefix (millisecond and process, the part a look-up's range is bounded by), the
+    lowest and highest id of the batches."""
+    spans: dict[str, tuple[str, str]] = {}
+    for b in batches:
+        # A run is ascending and of one prefix; listed ids each count.
+        ends = [(b.first_id, b.last_msg_id)] if b.first_id is not None else [(m, m) for m in b.msg_ids]
+        for low, high in ends:
+            prefix = low[:ID_PREFIX_CHARS]
+            found = spans.get(prefix)
+            spans[prefix] = (low, high) if found is None else (min(found[0], low), max(found[1], high))
+    return list(spans.values())
 
 
 @dataclass(slots=True, frozen=True)
