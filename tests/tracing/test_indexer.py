@@ -241,3 +241,29 @@ def test_an_idle_indexer_wakes_on_a_write_and_prunes_by_its_retention(
         await recorder.close()
 
     run_with_stores("embedded", tmp_path / "data", body)
+
+
+def test_a_broken_index_is_retried_with_backoff_not_once_per_write(tmp_path: Path) -> None:
+    # Before: the failed round's wait read the index's positions outside the guard, and the
+    # indexer's task died on the first failure (a restart was needed to index again).
+    async def body(stores: Stores, store: MessageStore) -> None:
+        # An index whose database cannot be opened: every round fails.
+        broken = TraceIndex(f"sqlite:///{tmp_path}/no-such-dir/trace-index.sqlite")
+        indexer = TraceIndexer(store, broken, gather_s=0.05, max_backoff_s=0.4)
+        recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
+        await recorder.record([event("m0", "accepted", 1)])
+        indexer.start()
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 1.5
+        writes = 0
+        while loop.time() < until:  # a busy gateway: trace records keep coming
+            await recorder.record([event(f"m{writes}", "accepted", 2)])
+            writes += 1
+            await asyncio.sleep(0.005)
+        assert indexer._task is not None and not indexer._task.done(), "the indexer died"
+        await indexer.close()
+        await recorder.close()
+        # 0.1, 0.2, 0.4, 0.4 ... s apart: a handful in 1.5 s, not one per write.
+        assert 2 <= indexer.counters.failures <= 7 < writes, (indexer.counters.failures, writes)
+
+    run_with_stores("embedded", tmp_path / "data", body)

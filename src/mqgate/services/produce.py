@@ -15,6 +15,7 @@ import msgspec
 from mqgate.clusters.scope import request_scope
 from mqgate.core.ids import ids_by_queue, new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
+from mqgate.core.trace_policy import MatchedTrace
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord, TopicRecord
@@ -34,7 +35,14 @@ from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
 from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
-from mqgate.tracing.events import TRACEPARENT, Hop, TraceEvent, traceparent_for, with_traceparent
+from mqgate.tracing.events import (
+    TRACEPARENT,
+    Hop,
+    TraceEvent,
+    new_traceparent,
+    traceparent_for,
+    with_traceparent,
+)
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +122,11 @@ class Producing:
         # Whether a queue's messages carry a trace context: the request sent one, or a policy
         # traces them (one producer sent them all, so one match per queue).
         traced: dict[int, bool] = {}
-        context = traceparent_for(traceparent) if traceparent is not None or tracing.active else ""
+        matches: dict[int, MatchedTrace] = {}  # the traced queues' trace
+        if traceparent is not None:
+            context = traceparent_for(traceparent)
+        else:
+            context = new_traceparent() if tracing.active else ""
         # Messages without properties of their own share one dict (nothing changes a stored
         # message's properties); `own_context`: queues where a message kept a context of its own.
         only_context = {TRACEPARENT: context}
@@ -130,9 +142,10 @@ class Producing:
             if context:
                 with_context = traced.get(q)
                 if with_context is None:
-                    with_context = traced[q] = traceparent is not None or (
-                        tracing.match(topic, q, (producer.name,)) is not None
-                    )
+                    found = tracing.match(topic, q, (producer.name,))
+                    if found is not None:
+                        matches[q] = found
+                    with_context = traced[q] = traceparent is not None or found is not None
                 if with_context:
                     if not props:
                         props = only_context
@@ -154,7 +167,7 @@ class Producing:
             await self._trace_produced(topic, by_queue, firsts, ts, shared)
         elif tracing.active and await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
-            companions, made = tracing.produce_companions(topic, by_queue, ts, shared)
+            companions, made = tracing.produce_companions(topic, by_queue, ts, shared, matches)
             firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
             tracing.produce_written(made, failed)
         else:

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
@@ -41,6 +41,7 @@ from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     TRACEPARENT,
     Hop,
+    LevelName,
     Resource,
     TraceEvent,
     keep_fields,
@@ -55,6 +56,18 @@ from mqgate.tracing.recorder import TraceRecorder
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS: Final = 50
+
+
+class BatchShape(NamedTuple):
+    """What a produce batch of one matched trace keeps (from `_kept`), looked up once per
+    request and queue instead of field by field."""
+
+    level: LevelName
+    queue: bool
+    offset: bool
+    producer: bool
+    body: bool
+    content_ref: bool
 
 
 def policy_of(rec: PolicyRecord) -> TracePolicy:
@@ -93,6 +106,7 @@ class Tracing:
         )
         self.query = TraceQuery(self.index, self.indexer)
         self._kept_cache: dict[tuple[frozenset[Mode], Level], frozenset[str]] = {}
+        self._shapes: dict[tuple[frozenset[Mode], Level], BatchShape] = {}
 
     def collect(self) -> Iterator[Metric]:
         """The tracer's counters and the index's lag, as Prometheus metrics (read at scrape)."""
@@ -247,30 +261,36 @@ class Tracing:
         first_offset: int,
         accepted_ms: int,
         traceparent: str | None = None,
+        matched: MatchedTrace | None = None,
     ) -> TraceBatch | None:
         """The accepted and stored hops of a produce's messages in one queue, as one record
         (see tracing.batch), or None when no policy traces them. One producer sent them all,
         so one match covers the batch. `traceparent`: the context every message carries, when
         the caller knows it (else each message's is read). `batch` holds the queue's messages
         in the order of their ids (`ids_by_queue`), so ids whose first and last span exactly
-        `len(batch)` counters are that run."""
+        `len(batch)` counters are that run. `matched`: the queue's trace when the caller
+        matched it already."""
         if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
             return None
-        producer = batch[0].producer
-        matched = self.policies.match(
-            project=topic.project, topic=topic.name, queue=queue, services=(producer,)
-        )
+        head = batch[0]
+        producer = head.producer
         if matched is None:
-            return None
-        kept = self._kept(matched)
-        body_max = self.ctx.settings.trace_body_max_bytes
+            matched = self.policies.match(
+                project=topic.project, topic=topic.name, queue=queue, services=(producer,)
+            )
+            if matched is None:
+                return None
+        shape = self._shape(matched)
         traceparents: list[str | None] = []
         if traceparent is None:
             traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
         n = len(batch)
-        first, last = batch[0].msg_id, batch[-1].msg_id
         # A queue's ids of one produce are consecutive (core.ids.ids_by_queue): named as a run.
-        run = n > 1 and is_id_run(first, last, n)
+        run = n > 1 and is_id_run(head.msg_id, batch[-1].msg_id, n)
+        if n == 1:
+            keys = [head.keys] if head.keys else []
+        else:
+            keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
         return TraceBatch(
             kind="batch",
             hops=["accepted", "stored"],
@@ -280,17 +300,19 @@ class Tracing:
             topic=topic.name,
             resource=self.resource,
             msg_ids=[] if run else [m.msg_id for m in batch],
-            first_id=first if run else None,
+            first_id=head.msg_id if run else None,
             count=n if run else 0,
-            level=matched.level.label,  # type: ignore[arg-type]
-            queue=queue if "queue" in kept else None,
-            first_offset=first_offset if "offset" in kept else None,
-            producer=producer if "producer" in kept else None,
-            keys=[m.keys for m in batch] if any(m.keys for m in batch) else [],
+            level=shape.level,
+            queue=queue if shape.queue else None,
+            first_offset=first_offset if shape.offset else None,
+            producer=producer if shape.producer else None,
+            keys=keys,
             traceparents=traceparents,
             traceparent=traceparent,
-            bodies=cut_bodies([m.body for m in batch], body_max) if "body" in kept else [],
-            content_ref=CONTENT_REF in kept,
+            bodies=cut_bodies([m.body for m in batch], self.ctx.settings.trace_body_max_bytes)
+            if shape.body
+            else [],
+            content_ref=shape.content_ref,
         )
 
     async def ready_for(self, topic: TopicRecord) -> bool:
@@ -312,15 +334,19 @@ class Tracing:
         by_queue: dict[int, list[StoredMessage]],
         accepted_ms: int,
         traceparents: Mapping[int, str],
+        matches: Mapping[int, MatchedTrace],
     ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
         """For `MessageStore.append_many_with`: the produce's trace records, made once its
         offsets are known, and the list they are kept in for `produce_written`.
-        `traceparents`: per queue, the context all its messages carry, where known."""
+        `traceparents`: per queue, the context all its messages carry, where known;
+        `matches`: the trace of each traced queue (the others are not traced)."""
         made: list[TraceBatch] = []
 
         def companions(firsts: dict[int, int]) -> Companions:
-            for q, batch in by_queue.items():
-                found = self.produce_batch(topic, q, batch, firsts[q], accepted_ms, traceparents.get(q))
+            for q, matched in matches.items():
+                found = self.produce_batch(
+                    topic, q, by_queue[q], firsts[q], accepted_ms, traceparents.get(q), matched
+                )
                 if found is not None:
                     made.append(found)
             return self.recorder.companions(made)
@@ -338,6 +364,20 @@ class Tracing:
             return
         log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
         self.recorder.record_nowait(made)
+
+    def _shape(self, matched: MatchedTrace) -> BatchShape:
+        found = self._shapes.get((matched.modes, matched.level))
+        if found is None:
+            kept = self._kept(matched)
+            found = self._shapes[(matched.modes, matched.level)] = BatchShape(
+                matched.level.label,  # type: ignore[arg-type]
+                "queue" in kept,
+                "offset" in kept,
+                "producer" in kept,
+                "body" in kept,
+                CONTENT_REF in kept,
+            )
+        return found
 
     def _kept(self, matched: MatchedTrace) -> frozenset[str]:
         found = self._kept_cache.get((matched.modes, matched.level))

@@ -61,6 +61,7 @@ class TraceIndexer:
         max_events: int | None = None,
         prune_every_s: float = 60.0,
         gather_s: float = 0.1,
+        max_backoff_s: float = 5.0,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.store = store
@@ -77,6 +78,7 @@ class TraceIndexer:
         # one transaction then takes what a busy gateway wrote meanwhile, instead of one per
         # record (a round costs far more than a row). It bounds the index's lag when busy.
         self.gather_s = gather_s
+        self.max_backoff_s = max_backoff_s  # after failed rounds: gather_s doubling up to this
         self._full = False  # the last round stopped at batch_events: more is waiting
         self._last_prune = time.monotonic()
         self.clock_ms = clock_ms
@@ -127,23 +129,33 @@ class TraceIndexer:
         self._poke.set()
 
     async def _run(self) -> None:
+        failed_in_a_row = 0
         while True:
             try:
                 done = await self.step()
                 await self._prune_if_due()
+                if done == 0:
+                    await self._wait_for_events()
+                elif not self._full and self.gather_s > 0:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._poke.wait(), self.gather_s)
+                    self._poke.clear()
+                failed_in_a_row = 0
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
-                # Never die: the store or the index may be back next round.
+                # Never die: the store or the index may be back next round. But back off, so a
+                # broken index costs a round (and a log line) per backoff, not one per write.
                 self.counters.failures += 1
-                log.warning("trace indexing round failed: %r", exc)
-                done = 0
-            if done == 0:
-                await self._wait_for_events()
-            elif not self._full and self.gather_s > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._poke.wait(), self.gather_s)
-                self._poke.clear()
+                failed_in_a_row += 1
+                wait_s = min(self.max_backoff_s, self.gather_s * 2**failed_in_a_row)
+                log.warning(
+                    "trace indexing round failed (%d in a row, next try in %.1f s): %r",
+                    failed_in_a_row,
+                    wait_s,
+                    exc,
+                )
+                await asyncio.sleep(wait_s)
 
     async def _wait_for_events(self) -> None:
         """Until a trace topic is written (here or, for a shared store, on another gateway),
