@@ -315,6 +315,10 @@ class Tracing:
             content_ref=shape.content_ref,
         )
 
+    def ready(self, topic: TopicRecord) -> bool:
+        """`ready_for` without a wait, for the common case: the trace topic is known."""
+        return self.recorder.knows(trace_topic(topic.project))
+
     async def ready_for(self, topic: TopicRecord) -> bool:
         """Whether a produce to `topic` can write its trace records with its messages (the
         project's trace topic exists); False sends them the separate way (`record`)."""

@@ -35,12 +35,16 @@ class CompanionWriter:
         self._tickets: list[Ticket] = []
 
     def add(self, records: Companions) -> Ticket:
-        ticket = Ticket(frozenset(t for t, qs in records.items() if any(qs.values())))
+        topics: list[str] = []  # those this call holds records of
         for topic, queues in records.items():
-            held = self._records.setdefault(topic, {})
+            held = None
             for queue, encoded in queues.items():
                 if encoded:
+                    if held is None:
+                        held = self._records.setdefault(topic, {})
+                        topics.append(topic)
                     held.setdefault(queue, []).extend(encoded)
+        ticket = Ticket(frozenset(topics))
         self._tickets.append(ticket)
         return ticket
 
