@@ -249,7 +249,15 @@ def test_a_broken_index_is_retried_with_backoff_not_once_per_write(tmp_path: Pat
     async def body(stores: Stores, store: MessageStore) -> None:
         # An index whose database cannot be opened: every round fails.
         broken = TraceIndex(f"sqlite:///{tmp_path}/no-such-dir/trace-index.sqlite")
-        indexer = TraceIndexer(store, broken, gather_s=0.05, max_backoff_s=0.4)
+        health: list[str] = []
+        indexer = TraceIndexer(
+            store,
+            broken,
+            gather_s=0.05,
+            max_backoff_s=0.4,
+            on_failure=lambda detail: health.append("failed"),
+            on_recovery=lambda: health.append("recovered"),
+        )
         recorder = TraceRecorder(store, on_new_topic=indexer.on_new_topic)
         await recorder.record([event("m0", "accepted", 1)])
         indexer.start()
@@ -261,9 +269,17 @@ def test_a_broken_index_is_retried_with_backoff_not_once_per_write(tmp_path: Pat
             writes += 1
             await asyncio.sleep(0.005)
         assert indexer._task is not None and not indexer._task.done(), "the indexer died"
-        await indexer.close()
-        await recorder.close()
         # 0.1, 0.2, 0.4, 0.4 ... s apart: a handful in 1.5 s, not one per write.
         assert 2 <= indexer.counters.failures <= 7 < writes, (indexer.counters.failures, writes)
+        assert health == ["failed"] * indexer.counters.failures
+        # The database can be opened again: the indexer catches up by itself and says so.
+        (tmp_path / "no-such-dir").mkdir()
+        broken.create_schema()
+        while indexer.counters.indexed < writes + 1:
+            assert loop.time() < until + 10, "the indexer did not recover"
+            await asyncio.sleep(0.05)
+        assert health[-1] == "recovered"
+        await indexer.close()
+        await recorder.close()
 
     run_with_stores("embedded", tmp_path / "data", body)

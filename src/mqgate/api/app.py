@@ -160,7 +160,7 @@ def build_app(settings: Settings) -> App:
     gateway = Gateway(ctx)
     failover = Failover(ctx, sql.engine, router, pool)
     gateway.producing.failover = failover
-    failover.on_resent = gateway.producing.trace_resent
+    failover.on_resent = gateway.producing.traces.resent
     limits = SettingsLimits(settings)
     alerts = Alerts(gateway, sql.engine)
     failover.on_event = alerts.event

@@ -7,8 +7,7 @@ import contextlib
 import itertools
 import logging
 import zlib
-from collections.abc import Mapping
-from typing import Any, Final, Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -21,6 +20,7 @@ from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord, TopicRecord
 from mqgate.scheduler.interface import Destination, Due
 from mqgate.services.context import Context, now_ms
+from mqgate.services.produce_traces import ProduceTraces
 from mqgate.services.qos import (
     TOPIC_TARGET,
     Placement,
@@ -29,7 +29,6 @@ from mqgate.services.qos import (
     is_plain,
     placements,
     split_target,
-    stored_message,
 )
 from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
@@ -37,7 +36,6 @@ from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
 from mqgate.tracing.events import (
     TRACEPARENT,
-    Hop,
     TraceEvent,
     new_traceparent,
     traceparent_for,
@@ -75,6 +73,7 @@ class Producing:
         self.queue_state = queue_state
         self._round_robin: dict[str, itertools.count[int]] = {}
         self.failover: SpoolSink | None = None
+        self.traces = ProduceTraces(ctx, tracing)
 
     def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
         """The queue of a message: by its order key's hash, else round robin."""
@@ -101,7 +100,7 @@ class Producing:
         except MqgateError as exc:
             self.queue_state.produce_failed(topic, exc.code)
             if self.tracing.active:
-                self._trace_failed(producer, topic, messages, exc)
+                self.traces.failed(producer, topic, messages, exc)
             raise
         self.queue_state.produced(topic, len(messages))
         return receipts
@@ -164,7 +163,7 @@ class Producing:
             if placed_firsts is None:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
-            await self._trace_produced(topic, by_queue, firsts, ts, shared)
+            await self.traces.produced(topic, by_queue, firsts, ts, shared)
         elif tracing.active and (tracing.ready(topic) or await tracing.ready_for(topic)):
             # The trace records go in the messages' own group commit: no second durable wait.
             companions, made = tracing.produce_companions(topic, by_queue, ts, shared, matches)
@@ -172,28 +171,10 @@ class Producing:
             tracing.produce_written(made, failed)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
-            await self._trace_produced(topic, by_queue, firsts, ts, shared)
+            await self.traces.produced(topic, by_queue, firsts, ts, shared)
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
-
-    async def _trace_produced(
-        self,
-        topic: TopicRecord,
-        by_queue: dict[int, list[StoredMessage]],
-        firsts: dict[int, int],
-        accepted_ms: int,
-        traceparents: Mapping[int, str],
-    ) -> None:
-        """The produce hops traced the separate way: after the messages, a durable wait of
-        their own (the embedded store's own path writes them in the messages' group commit)."""
-        if not self.tracing.active:
-            return
-        found = (
-            self.tracing.produce_batch(topic, q, b, firsts[q], accepted_ms, traceparents.get(q))
-            for q, b in by_queue.items()
-        )
-        await self.tracing.record([b for b in found if b is not None])
 
     async def _append_or_spool(
         self, project: str, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int
@@ -204,7 +185,7 @@ class Producing:
         assert self.failover is not None
         if self.failover.must_spool(project, topic.name, list(by_queue)):
             await self.failover.spool_produce(project, topic.name, by_queue, tried=False)
-            self._trace_spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
+            self.traces.spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
             return None
         try:
             return await self.ctx.store.append_many(topic.name, by_queue)
@@ -215,74 +196,8 @@ class Producing:
             log.warning("project %s: spooling %d messages of %s: %s", project, count, topic.name, exc.message)
             # It may have reached the cluster before failing: its resend is counted.
             await self.failover.spool_produce(project, topic.name, by_queue, tried=True)
-            self._trace_spooled(topic, by_queue, ts, exc.message)
+            self.traces.spooled(topic, by_queue, ts, exc.message)
             return None
-
-    def _trace_spooled(
-        self, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int, why: str
-    ) -> None:
-        if self.tracing.active:
-            events: list[TraceEvent] = []
-            for q, msgs in by_queue.items():
-                placed = [(None, m, {"detail": why}) for m in msgs]
-                events += self.tracing.hops_of(("accepted", "spooled"), topic, q, placed, (), ts)
-            self.tracing.record_later(events)
-
-    def trace_resent(
-        self, topic: str, queue: int, msgs: list[StoredMessage], first: int, cluster: str
-    ) -> None:
-        """Spooled messages were stored at last (SPEC P8): their stored hop."""
-        if self.tracing.active:
-            placed = [(first + i, m) for i, m in enumerate(msgs)]
-            detail = f"resent from the spool to cluster {cluster}"
-            events = self.tracing.message_events(
-                "stored", self.ctx.registry.topic(topic), queue, placed, (), detail=detail
-            )
-            self.tracing.record_later(events)
-
-    def _trace_failed(
-        self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError
-    ) -> None:
-        """A produce that was refused: `failed` hops under new ids (the caller got none), found
-        by key."""
-        ts = now_ms()
-        failed = [
-            (None, StoredMessage(i, ts, producer.name, m.body, m.keys, m.tags, m.properties))
-            for m, i in zip(messages, new_message_ids(ts, len(messages)), strict=True)
-        ]
-        where = self.ctx.store.broker
-        self.tracing.record_later(
-            self.tracing.message_events(
-                "failed",
-                topic,
-                None,
-                failed,
-                (),
-                status="error",
-                error_type=exc.code,
-                error_node=where,
-                detail=exc.message,
-            )
-        )
-
-    def _stored_events(
-        self,
-        topic: TopicRecord | None,
-        by_queue: dict[int, list[StoredMessage]],
-        firsts: dict[int, int],
-        accepted_ms: int | None,
-    ) -> list[TraceEvent]:
-        """accepted (when `accepted_ms`) and stored hops of the traced messages just appended."""
-        if topic is None:
-            return []
-        events: list[TraceEvent] = []
-        hops: tuple[Hop, ...] = ("accepted", "stored") if accepted_ms is not None else ("stored",)
-        for q, batch in by_queue.items():
-            placed: list[tuple[int | None, StoredMessage, dict[str, Any]]] = [
-                (firsts[q] + i, m, {}) for i, m in enumerate(batch)
-            ]
-            events += self.tracing.hops_of(hops, topic, q, placed, (), accepted_ms)
-        return events
 
     async def _produce_with_qos(
         self,
@@ -350,7 +265,7 @@ class Producing:
         if self.tracing.active:
             for name, qs in by_topic.items():
                 await self.tracing.record(
-                    self._stored_events(self.ctx.registry.topic(name), qs, firsts[name], ts)
+                    self.traces.stored_events(self.ctx.registry.topic(name), qs, firsts[name], ts)
                 )
         for topic, qs in by_topic.items():
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(sum(len(b) for b in qs.values()))
@@ -384,28 +299,10 @@ class Producing:
             firsts = await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
             if self.tracing.active:
-                self._trace_due(target, topic, by_queue, firsts)
+                self.traces.due(target, topic, by_queue, firsts)
             kind, name = split_target(target)
             if kind != TOPIC_TARGET:
                 self.topology.wake_reader_of(name)
-
-    def _trace_due(
-        self, target: str, topic: str, by_queue: dict[int, list[Encoded]], firsts: dict[int, int]
-    ) -> None:
-        """due and stored hops of held messages delivered (a retry or inbox target is traced
-        under its consumer's topic)."""
-        kind, name = split_target(target)
-        consumer = self.ctx.registry.consumer(name) if kind != TOPIC_TARGET else None
-        home = self.ctx.registry.topic(consumer.topic if consumer is not None else topic)
-        services = (consumer.name,) if consumer is not None else ()
-        events: list[TraceEvent] = []
-        for q, items in by_queue.items():
-            msgs = [stored_message(e) for e in items]
-            queue = q if consumer is None else None
-            events += self.tracing.message_events("due", home, queue, [(None, m) for m in msgs], services)
-            placed = [(firsts[q] + i, m) for i, m in enumerate(msgs)]
-            events += self.tracing.message_events("stored", home, queue, placed, services, detail=topic)
-        self.tracing.record_later(events)
 
     def expired_before_delivery(self, due: Due) -> None:
         self.ctx.metrics.child(self.ctx.metrics.expired_held, due.destination.target).inc()

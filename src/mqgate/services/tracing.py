@@ -14,10 +14,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Final, NamedTuple
-
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from mqgate.core.ids import is_id_run
 from mqgate.core.layout import Slot
@@ -35,8 +33,9 @@ from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.services.tracing_metrics import TracingMetrics
 from mqgate.store.interface import Companions
-from mqgate.tracing.batch import TraceBatch, cut_bodies, shared_or_each
+from mqgate.tracing.batch import BatchShape, TraceBatch, cut_bodies, shared_or_each
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     TRACEPARENT,
@@ -56,18 +55,7 @@ from mqgate.tracing.recorder import TraceRecorder
 log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS: Final = 50
-
-
-class BatchShape(NamedTuple):
-    """What a produce batch of one matched trace keeps (from `_kept`), looked up once per
-    request and queue instead of field by field."""
-
-    level: LevelName
-    queue: bool
-    offset: bool
-    producer: bool
-    body: bool
-    content_ref: bool
+INDEX_CONDITION: Final = "trace_index"  # its faults and degraded condition in /healthz
 
 
 def policy_of(rec: PolicyRecord) -> TracePolicy:
@@ -97,6 +85,8 @@ class Tracing:
             discover=self._trace_topics,
             max_age_ms=int(settings.trace_retention_s * 1000),
             max_events=settings.trace_max_events,
+            on_failure=self._index_failed,
+            on_recovery=lambda: ctx.health.restore(INDEX_CONDITION),
         )
         self.recorder = TraceRecorder(
             ctx.store,
@@ -105,33 +95,12 @@ class Tracing:
             on_new_topic=self.indexer.on_new_topic,
         )
         self.query = TraceQuery(self.index, self.indexer)
+        self.metrics = TracingMetrics(self.recorder, self.indexer)
         self._kept_cache: dict[tuple[frozenset[Mode], Level], frozenset[str]] = {}
         self._shapes: dict[tuple[frozenset[Mode], Level], BatchShape] = {}
 
-    def collect(self) -> Iterator[Metric]:
-        """The tracer's counters and the index's lag, as Prometheus metrics (read at scrape)."""
-        rec, idx, lag = self.recorder.counters, self.indexer.counters, self.indexer.lag()
-        for name, help_text, value in (
-            ("mqgate_trace_events_recorded", "Trace events stored in trace topics", rec.recorded),
-            ("mqgate_trace_events_dropped", "Trace events given up (buffer full or store down)", rec.dropped),
-            (
-                "mqgate_trace_append_failures",
-                "Trace topic appends that failed (retried)",
-                rec.append_failures,
-            ),
-            ("mqgate_trace_events_indexed", "Trace events written to the trace index", idx.indexed),
-            ("mqgate_trace_events_malformed", "Trace records that did not decode (skipped)", idx.malformed),
-        ):
-            yield CounterMetricFamily(name, help_text, value=value)
-        yield GaugeMetricFamily(
-            "mqgate_trace_index_lag_events", "Stored trace events not indexed yet", lag.events
-        )
-        yield GaugeMetricFamily(
-            "mqgate_trace_index_lag_ms", "Since the index last held every event", lag.time_ms
-        )
-
     async def start(self) -> None:
-        self.ctx.metrics.registry.register(self)
+        self.ctx.metrics.registry.register(self.metrics)
         await asyncio.to_thread(self.index.create_schema)
         self.recorder.start()
         for topic in await self._trace_topics():
@@ -142,12 +111,16 @@ class Tracing:
 
     async def stop(self) -> None:
         with contextlib.suppress(KeyError):
-            self.ctx.metrics.registry.unregister(self)
+            self.ctx.metrics.registry.unregister(self.metrics)
         await self.recorder.close()
         await self.indexer.close()
         if self.indexer.writer is not None:
             await asyncio.to_thread(self.indexer.writer.close)
         await asyncio.to_thread(self.index.dispose)
+
+    def _index_failed(self, detail: str) -> None:
+        self.ctx.health.fault(INDEX_CONDITION, "round_failed", detail)
+        self.ctx.health.degrade(INDEX_CONDITION, f"trace indexing fails, retried with backoff: {detail}")
 
     async def _trace_topics(self) -> list[str]:
         """Every project's trace topic (registered with the project, see Projects)."""
@@ -372,15 +345,8 @@ class Tracing:
     def _shape(self, matched: MatchedTrace) -> BatchShape:
         found = self._shapes.get((matched.modes, matched.level))
         if found is None:
-            kept = self._kept(matched)
-            found = self._shapes[(matched.modes, matched.level)] = BatchShape(
-                matched.level.label,  # type: ignore[arg-type]
-                "queue" in kept,
-                "offset" in kept,
-                "producer" in kept,
-                "body" in kept,
-                CONTENT_REF in kept,
-            )
+            label: LevelName = matched.level.label  # type: ignore[assignment]
+            found = self._shapes[(matched.modes, matched.level)] = BatchShape.of(self._kept(matched), label)
         return found
 
     def _kept(self, matched: MatchedTrace) -> frozenset[str]:

@@ -18,12 +18,12 @@ message produce otherwise pays for a whole record of its own).
 
 from __future__ import annotations
 
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 import msgspec
 
 from mqgate.core.ids import id_at, id_run, in_id_run, is_valid_run
-from mqgate.core.trace_policy import cut_body
+from mqgate.core.trace_policy import CONTENT_REF, cut_body
 from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
 
 BATCH_PREFIX: Final = b'{"kind":"batch"'
@@ -89,6 +89,24 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
         if self.first_id is None:
             return msg_id in self.msg_ids
         return in_id_run(msg_id, self.first_id, self.count)
+
+
+class BatchShape(NamedTuple):
+    """What a produce batch of one matched trace keeps, looked up once per match (the services
+    build it from the kept fields of core.trace_policy) instead of field by field per batch."""
+
+    level: LevelName
+    queue: bool
+    offset: bool
+    producer: bool
+    body: bool
+    content_ref: bool
+
+    @classmethod
+    def of(cls, kept: frozenset[str], level: LevelName) -> BatchShape:
+        return cls(
+            level, "queue" in kept, "offset" in kept, "producer" in kept, "body" in kept, CONTENT_REF in kept
+        )
 
 
 class TraceRound(msgspec.Struct, frozen=True):

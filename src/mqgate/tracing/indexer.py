@@ -62,6 +62,8 @@ class TraceIndexer:
         prune_every_s: float = 60.0,
         gather_s: float = 0.1,
         max_backoff_s: float = 5.0,
+        on_failure: Callable[[str], None] | None = None,
+        on_recovery: Callable[[], None] | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
     ) -> None:
         self.store = store
@@ -79,6 +81,10 @@ class TraceIndexer:
         # record (a round costs far more than a row). It bounds the index's lag when busy.
         self.gather_s = gather_s
         self.max_backoff_s = max_backoff_s  # after failed rounds: gather_s doubling up to this
+        # The gateway's health: a failing index is a fault and a degraded condition until a
+        # round succeeds again.
+        self.on_failure = on_failure
+        self.on_recovery = on_recovery
         self._full = False  # the last round stopped at batch_events: more is waiting
         self._last_prune = time.monotonic()
         self.clock_ms = clock_ms
@@ -140,6 +146,8 @@ class TraceIndexer:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(self._poke.wait(), self.gather_s)
                     self._poke.clear()
+                if failed_in_a_row and self.on_recovery is not None:
+                    self.on_recovery()
                 failed_in_a_row = 0
             except asyncio.CancelledError:
                 raise
@@ -155,6 +163,8 @@ class TraceIndexer:
                     wait_s,
                     exc,
                 )
+                if self.on_failure is not None:
+                    self.on_failure(repr(exc))
                 await asyncio.sleep(wait_s)
 
     async def _wait_for_events(self) -> None:
