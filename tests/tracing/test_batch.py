@@ -28,7 +28,7 @@ from mqgate.tracing.events import TraceEvent, encode_event
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
-from mqgate.tracing.recorder import ROUND_MESSAGES, RoundGroup, TraceRecorder
+from mqgate.tracing.recorder import ROUND_ITEMS, RoundGroup, TraceRecorder
 from tests.tracing.conftest import GATEWAY, Stores, event, run_with_stores
 
 
@@ -235,7 +235,7 @@ def test_the_batches_of_a_commit_round_share_one_record_and_each_message_is_foun
     run_with_stores(store_kind, tmp_path / "data", body)
 
 
-def test_a_round_is_sealed_once_and_split_past_its_message_bound() -> None:
+def test_a_round_is_sealed_once_and_split_past_its_bound() -> None:
     group = RoundGroup(lambda: 7)
     sizes = [150, 30, 30, 1, 250]
     for n in sizes:
@@ -245,9 +245,16 @@ def test_a_round_is_sealed_once_and_split_past_its_message_bound() -> None:
     with pytest.raises(RuntimeError):
         group.add(batch(1))
     bodies = [decode_record(decode_stored(raw).body) for _, raw in records]
-    # 150+30 fit in 200, then 30+1, then the 250 alone (a batch is never split).
+    # A listed batch weighs its ids and one: 151+31 fit in 200, then 31+2, then the 251 alone
+    # (a batch is never split).
     assert [[len(b.msg_ids) for b in batches_of(r)] for r in bodies] == [[150, 30], [30, 1], [250]]
-    assert all(ts == 7 for ts, _ in records) and ROUND_MESSAGES == 200
+    # Runs of ids without copied bodies weigh one each: 150 batches of 100 messages in one record.
+    runs = RoundGroup(lambda: 7)
+    for ids in (new_message_ids(1_000, 100) for _ in range(150)):
+        runs.add(batch(100, msg_ids=[], first_id=ids[0], count=100, keys=[], traceparents=[]))
+    [(_, raw)] = runs.seal()
+    assert sum(b.message_count for b in batches_of(decode_record(decode_stored(raw).body))) == 15_000
+    assert all(ts == 7 for ts, _ in records) and ROUND_ITEMS == 200
     assert isinstance(bodies[2], TraceBatch)  # one batch alone is written as a batch
     with pytest.raises(msgspec.ValidationError):
         decode_record(b'{"kind":"round","batches":[]}')

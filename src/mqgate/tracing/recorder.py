@@ -33,8 +33,10 @@ log = logging.getLogger(__name__)
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
-# Messages per round record: a record stays well under a megabyte with bodies kept at 4 KiB.
-ROUND_MESSAGES: Final = 200
+# Items per round record, a batch weighing one plus its listed ids and bodies (`_round_weight`):
+# a record stays well under a megabyte with bodies kept at 4 KiB, while batches that name their
+# ids as a run and keep content by reference (a few hundred bytes each) share one record.
+ROUND_ITEMS: Final = 200
 _encode_message = msgspec.json.Encoder().encode
 
 
@@ -320,7 +322,7 @@ class TraceRecorder:
 
 class RoundGroup:
     """The produce batches of one group-commit round for one trace topic and queue, written as
-    `TraceRound` records of at most `ROUND_MESSAGES` messages each (a `CompanionGroup`)."""
+    `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`)."""
 
     __slots__ = ("_batches", "_clock_ms", "is_sealed")
 
@@ -344,14 +346,19 @@ class RoundGroup:
         chunk: list[TraceBatch] = []
         held = 0
         for batch in batches:
-            if chunk and held + batch.message_count > ROUND_MESSAGES:
+            weight = _round_weight(batch)
+            if chunk and held + weight > ROUND_ITEMS:
                 out.append((now, encode_for_store(_round_of(chunk), now)))
                 chunk, held = [], 0
             chunk.append(batch)
-            held += batch.message_count
+            held += weight
         if chunk:
             out.append((now, encode_for_store(_round_of(chunk), now)))
         return out
+
+
+def _round_weight(batch: TraceBatch) -> int:
+    return 1 + len(batch.msg_ids) + len(batch.bodies)
 
 
 def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:
