@@ -55,7 +55,7 @@ def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -
                 return b'["round"]' in gw.read("%TRACE%shop", 0, 0, 10_000)
 
         wait_until(shared_a_round, 60, "the trace records of several produces in one round record")
-        # A batch over both queues: each queue's messages named as a run of ids (firstId, count).
+        # A batch over both queues: one record, each queue's messages a run of ids (parts).
         r = http.post(
             "/mq/produce/batch",
             json={"producer": "orders-p", "messages": [{"message": f"batch {i}"} for i in range(6)]},
@@ -64,7 +64,7 @@ def test_the_job_counts_what_a_real_gateway_traced(spark: Any, tmp_path: Path) -
         assert r.status_code == 200, r.text
         ids.extend(rc["msgId"] for rc in r.json()["result"]["receipts"])
         with Client(srv.url, srv.admin_token) as gw:
-            assert b"firstId" in gw.read("%TRACE%shop", 0, 0, 10_000)
+            assert b'parts\\":[{' in gw.read("%TRACE%shop", 0, 0, 10_000)
 
         def pull(most: int) -> dict[str, Any]:
             params = {"topic": "orders", "consumer": "orders-c", "max": most, "wait": 1}

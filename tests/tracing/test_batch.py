@@ -14,6 +14,7 @@ from mqgate.core.ids import new_message_ids
 from mqgate.model import StoredMessage, decode_stored
 from mqgate.store.interface import Companions, MessageStore, TopicConfig
 from mqgate.tracing.batch import (
+    QueueRun,
     TraceBatch,
     TraceRound,
     batches_of,
@@ -106,13 +107,41 @@ def test_a_run_of_ids_stands_for_the_list_everywhere_a_batch_is_read() -> None:
     assert isinstance(back, TraceBatch) and back.ids == ids and back.event_count == 200
     assert expand(back) == expand(listed) and expand(back, only=ids[57]) == expand(listed, only=ids[57])
     assert back.holds(ids[99]) and not back.holds(new_message_ids(1_000, 1)[0])
-    assert (back.first_msg_id, back.last_msg_id) == (ids[0], ids[-1])
+    assert back.first_msg_id == ids[0] and back.runs() == [(ids[0], 100)]
     # A run names ids it can hold, and not beside a list; a count needs a first id.
     for broken in (
         raw.replace(b'"count":100', b'"count":0'),
         raw.replace(ids[0].encode(), b"not-an-id"),
         raw.replace(b'"count":100', b'"count":100,"msgIds":["x"]'),
         encode_batch(listed).replace(b'"msgIds"', b'"count":3,"msgIds"'),
+    ):
+        with pytest.raises(msgspec.ValidationError):
+            decode_record(broken)
+
+
+def test_a_request_over_several_queues_is_one_batch_of_runs_that_reads_as_one_per_queue() -> None:
+    a, b = new_message_ids(1_000, 3), new_message_ids(1_000, 2)
+    keys = [["k0"], [], [], ["k3"], []]
+    whole = batch(
+        5, msg_ids=[], keys=keys, queue=None, first_offset=None, traceparents=[], traceparent="tp",
+        parts=[QueueRun(a[0], 3, queue=4, first_offset=10), QueueRun(b[0], 2, queue=7, first_offset=0)],
+    )  # fmt: skip
+    per_queue = [
+        batch(3, msg_ids=a, keys=keys[:3], queue=4, first_offset=10, traceparents=[], traceparent="tp"),
+        batch(2, msg_ids=b, keys=keys[3:], queue=7, first_offset=0, traceparents=[], traceparent="tp"),
+    ]
+    back = decode_record(encode_batch(whole))
+    assert isinstance(back, TraceBatch) and back == whole
+    assert expand(back) == [e for q in per_queue for e in expand(q)]
+    assert back.ids == a + b and back.message_count == 5 and back.event_count == 10
+    assert all(back.holds(m) for m in a + b) and not back.holds(new_message_ids(1_000, 1)[0])
+    assert back.runs() == [(a[0], 3), (b[0], 2)] and back.first_msg_id == a[0]
+    raw = encode_batch(whole)
+    for broken in (
+        raw.replace(b'"count":3', b'"count":0'),
+        raw.replace(b'"parts"', b'"queue":1,"parts"'),
+        raw.replace(b'"parts"', b'"msgIds":["x"],"parts"'),
+        raw.replace(b'"keys":[["k0"],[],[],["k3"],[]]', b'"keys":[["k0"]]'),
     ):
         with pytest.raises(msgspec.ValidationError):
             decode_record(broken)
@@ -133,11 +162,16 @@ def test_batches_are_indexed_and_found_by_id_and_key_with_the_other_hops(
         q1 = batch(3, msg_ids=ids[1::2], keys=keys[1::2], queue=1, first_offset=40)
         run = new_message_ids(1_000, 120)
         big = batch(120, msg_ids=[], first_id=run[0], count=120, keys=[])  # named as a run
-        await recorder.record([q0, q1, big])
+        spread = [new_message_ids(1_000, 4), new_message_ids(1_000, 4)]  # a request over 2 queues
+        parts = [QueueRun(ids[0], 4, queue=q, first_offset=70) for q, ids in enumerate(spread)]
+        whole = batch(8, msg_ids=[], queue=None, first_offset=None, keys=[], traceparents=[], parts=parts)
+        await recorder.record([q0, q1, big, whole])
         await recorder.record([event(ids[3], "delivered", 1_050, consumer="c1", request_id="req-1")])
-        assert recorder.counters.recorded == 6 + 6 + 240 + 1  # events, not records
+        assert recorder.counters.recorded == 6 + 6 + 240 + 16 + 1  # events, not records
         await indexer.run_until_caught_up()
-        assert indexer.counters.indexed == 253 and indexer.counters.malformed == 0
+        assert indexer.counters.indexed == 269 and indexer.counters.malformed == 0
+        [second] = (await query.find(msg_id=spread[1][2])).paths
+        assert [(h.hop, h.queue, h.offset) for h in second.hops] == [("accepted", 1, None), ("stored", 1, 72)]
         [path] = (await query.find(msg_id=ids[3])).paths
         assert [(h.hop, h.queue, h.offset) for h in path.hops] == [
             ("accepted", 1, None),

@@ -80,6 +80,19 @@ BATCH_JSON: Final = StructType(
         StructField("firstOffset", LongType()),
         StructField("producer", _S),
         StructField("keys", ArrayType(ArrayType(_S))),
+        StructField(
+            "parts",
+            ArrayType(
+                StructType(
+                    [
+                        StructField("firstId", _S),
+                        StructField("count", IntegerType()),
+                        StructField("queue", IntegerType()),
+                        StructField("firstOffset", LongType()),
+                    ]
+                )
+            ),
+        ),
     ]
 )
 

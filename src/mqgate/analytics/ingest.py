@@ -87,18 +87,40 @@ def _batches_of(body: Column) -> Column:
 
 
 def _names_ids(b: Column) -> Column:
-    return b["msgIds"].isNotNull() | (b["firstId"].isNotNull() & (b["count"] > 0))
+    runs = b["firstId"].isNotNull() & (b["count"] > 0)
+    return b["msgIds"].isNotNull() | runs | (F.size(b["parts"]) > 0)
 
 
-def _ids(b: Column) -> Column:
-    """A batch's message ids: its list, or its run of `count` from `firstId` (core.ids.id_run:
-    the first 20 characters, then the 12-hex-digit counter counting up)."""
-    counter = F.conv(F.substring(b["firstId"], 21, 12), 16, 10).cast("long")
-    run = F.transform(
-        F.sequence(F.lit(0), b["count"] - 1),
-        lambda i: F.concat(F.substring(b["firstId"], 1, 20), F.lpad(F.lower(F.hex(counter + i)), 12, "0")),
+def _run(first_id: Column, count: Column, queue: Column, first_offset: Column) -> Column:
+    """(msgId, queue, offset) of each message of a run of `count` ids from `first_id`
+    (core.ids.id_run: the first 20 characters, then the 12-hex-digit counter counting up)."""
+    counter = F.conv(F.substring(first_id, 21, 12), 16, 10).cast("long")
+    return F.transform(
+        F.sequence(F.lit(0), count - 1),
+        lambda j: F.struct(
+            F.concat(F.substring(first_id, 1, 20), F.lpad(F.lower(F.hex(counter + j)), 12, "0")).alias(
+                "msgId"
+            ),
+            queue.alias("queue"),
+            (first_offset + j).alias("offset"),
+        ),
     )
-    return F.when(b["firstId"].isNotNull(), run).otherwise(b["msgIds"])
+
+
+def _placed(b: Column) -> Column:
+    """(msgId, queue, offset) of each message of a batch, however it names them (listed ids,
+    a run, or a run per queue: tracing.batch.TraceBatch.segments)."""
+    listed = F.transform(
+        b["msgIds"],
+        lambda m, j: F.struct(
+            m.alias("msgId"), b["queue"].alias("queue"), (b["firstOffset"] + j).alias("offset")
+        ),
+    )
+    parts = F.flatten(
+        F.transform(b["parts"], lambda p: _run(p["firstId"], p["count"], p["queue"], p["firstOffset"]))
+    )
+    one = _run(b["firstId"], b["count"], b["queue"], b["firstOffset"])
+    return F.when(F.size(b["parts"]) > 0, parts).when(b["firstId"].isNotNull(), one).otherwise(listed)
 
 
 def _expand_batches(batches: DataFrame) -> DataFrame:
@@ -109,8 +131,8 @@ def _expand_batches(batches: DataFrame) -> DataFrame:
         *SOURCE_COLUMNS,
         "b",
         "body",
-        F.posexplode(_ids(b)).alias("i", "msgId"),
-    ).select("*", F.posexplode(F.col("b")["hops"]).alias("h", "hop"))
+        F.posexplode(_placed(b)).alias("i", "m"),
+    ).select("*", F.col("m")["msgId"].alias("msgId"), F.posexplode(F.col("b")["hops"]).alias("h", "hop"))
     first = F.col("h") == 0
     several = F.size(b["hops"]) > 1
     event = F.struct(
@@ -124,8 +146,8 @@ def _expand_batches(batches: DataFrame) -> DataFrame:
         b["level"].alias("level"),
         F.lit(None).cast("string").alias("requestId"),
         F.when(F.size(b["keys"]) > F.col("i"), b["keys"][F.col("i")]).alias("keys"),
-        b["queue"].alias("queue"),
-        F.when(first & several, F.lit(None)).otherwise(b["firstOffset"] + F.col("i")).alias("offset"),
+        F.col("m")["queue"].alias("queue"),
+        F.when(first & several, F.lit(None)).otherwise(F.col("m")["offset"]).alias("offset"),
         b["producer"].alias("producer"),
         *(F.lit(None).cast(EVENT_JSON[c].dataType).alias(c) for c in _NOT_IN_BATCHES),
     )

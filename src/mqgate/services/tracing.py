@@ -17,7 +17,6 @@ import socket
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from mqgate.core.ids import is_id_run
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import (
     CONTENT_REF,
@@ -35,7 +34,7 @@ from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.services.tracing_metrics import TracingMetrics
 from mqgate.store.interface import Companions
-from mqgate.tracing.batch import BatchShape, TraceBatch, cut_bodies, shared_or_each
+from mqgate.tracing.batch import BatchShape, TraceBatch
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     TRACEPARENT,
@@ -49,6 +48,7 @@ from mqgate.tracing.events import (
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
+from mqgate.tracing.produce_batches import Origin, queue_batch, request_batch
 from mqgate.tracing.query import TraceAnswer, TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
 
@@ -253,39 +253,41 @@ class Tracing:
             )
             if matched is None:
                 return None
-        shape = self._shape(matched)
-        traceparents: list[str | None] = []
-        if traceparent is None:
-            traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
-        n = len(batch)
-        # A queue's ids of one produce are consecutive (core.ids.ids_by_queue): named as a run.
-        run = n > 1 and is_id_run(head.msg_id, batch[-1].msg_id, n)
-        if n == 1:
-            keys = [head.keys] if head.keys else []
-        else:
-            keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
-        return TraceBatch(
-            kind="batch",
-            hops=["accepted", "stored"],
-            time_ms=accepted_ms,
-            last_ms=now_ms(),
-            project=topic.project,
-            topic=topic.name,
-            resource=self.resource,
-            msg_ids=[] if run else [m.msg_id for m in batch],
-            first_id=head.msg_id if run else None,
-            count=n if run else 0,
-            level=shape.level,
-            queue=queue if shape.queue else None,
-            first_offset=first_offset if shape.offset else None,
-            producer=producer if shape.producer else None,
-            keys=keys,
-            traceparents=traceparents,
-            traceparent=traceparent,
-            bodies=cut_bodies([m.body for m in batch], self.ctx.settings.trace_body_max_bytes)
-            if shape.body
-            else [],
-            content_ref=shape.content_ref,
+        return queue_batch(
+            self._origin(topic, accepted_ms), self._shape(matched), queue, batch, first_offset, traceparent
+        )
+
+    def request_batch(
+        self,
+        topic: TopicRecord,
+        by_queue: dict[int, list[StoredMessage]],
+        firsts: dict[int, int],
+        accepted_ms: int,
+        traceparents: Mapping[int, str],
+        matches: Mapping[int, MatchedTrace],
+    ) -> TraceBatch | None:
+        """The produce hops of a request over several queues as one record (`parts`: each
+        queue's run of ids), or None when its queues differ in what they keep or in trace
+        context, or their ids are not runs (then one record per queue)."""
+        if topic.name.startswith(TRACE_TOPIC_PREFIX):
+            return None
+        first = next(iter(matches.values()))
+        if any(m.level != first.level or m.modes != first.modes for m in matches.values()):
+            return None
+        context = traceparents.get(next(iter(matches)))
+        if context is None or any(traceparents.get(q) != context for q in matches):
+            return None
+        queues = [(q, by_queue[q], firsts[q]) for q in matches]
+        return request_batch(self._origin(topic, accepted_ms), self._shape(first), queues, context)
+
+    def _origin(self, topic: TopicRecord, accepted_ms: int) -> Origin:
+        return Origin(
+            topic.project,
+            topic.name,
+            self.resource,
+            accepted_ms,
+            now_ms(),
+            self.ctx.settings.trace_body_max_bytes,
         )
 
     def ready(self, topic: TopicRecord) -> bool:
@@ -320,6 +322,12 @@ class Tracing:
         made: list[TraceBatch] = []
 
         def companions(firsts: dict[int, int]) -> Companions:
+            whole = None
+            if len(matches) > 1:
+                whole = self.request_batch(topic, by_queue, firsts, accepted_ms, traceparents, matches)
+            if whole is not None:
+                made.append(whole)
+                return self.recorder.companions(made)
             for q, matched in matches.items():
                 found = self.produce_batch(
                     topic, q, by_queue[q], firsts[q], accepted_ms, traceparents.get(q), matched

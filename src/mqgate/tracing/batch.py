@@ -22,12 +22,22 @@ from typing import Final, Literal, NamedTuple
 
 import msgspec
 
-from mqgate.core.ids import id_at, id_run, in_id_run, is_valid_run
+from mqgate.core.ids import id_run, in_id_run, is_valid_run
 from mqgate.core.trace_policy import CONTENT_REF, cut_body
 from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
 
 BATCH_PREFIX: Final = b'{"kind":"batch"'
 ROUND_PREFIX: Final = b'{"kind":"round"'
+
+
+class QueueRun(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
+    """`count` consecutive ids from `first_id`, stored in `queue` from `first_offset` (either
+    None where the policy keeps neither): one queue's part of a produce request."""
+
+    first_id: str
+    count: int
+    queue: int | None = None
+    first_offset: int | None = None
 
 
 class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
@@ -61,34 +71,53 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     bodies: list[str | None] = msgspec.field(default_factory=list)
     # The content kept by reference: the stored messages from `first_offset` in `queue`.
     content_ref: bool = False
+    # Or, for a request over several queues, each queue's run (then no msgIds, firstId, queue
+    # or firstOffset): one record for the request instead of one per queue. Per-message lists
+    # follow the parts' order.
+    parts: list[QueueRun] = msgspec.field(default_factory=list)
 
     @property
     def message_count(self) -> int:
+        if self.parts:
+            return sum(p.count for p in self.parts)
         return len(self.msg_ids) or self.count
 
     @property
     def event_count(self) -> int:
         return self.message_count * len(self.hops)
 
+    def segments(self) -> list[tuple[int | None, int | None, list[str]]]:
+        """(queue, first offset, ids) of each queue the batch holds messages of."""
+        if self.parts:
+            return [(p.queue, p.first_offset, id_run(p.first_id, p.count)) for p in self.parts]
+        return [(self.queue, self.first_offset, self.ids)]
+
+    def runs(self) -> list[tuple[str, int]]:
+        """(first id, count) of each run, or [] when the ids are listed."""
+        if self.parts:
+            return [(p.first_id, p.count) for p in self.parts]
+        return [] if self.first_id is None else [(self.first_id, self.count)]
+
     @property
     def ids(self) -> list[str]:
         """The messages' ids, in offset order, however the record names them."""
+        if self.parts:
+            return [m for _, _, ids in self.segments() for m in ids]
         if self.first_id is None:
             return self.msg_ids
         return id_run(self.first_id, self.count)
 
     @property
     def first_msg_id(self) -> str:
+        if self.parts:
+            return self.parts[0].first_id
         return self.first_id if self.first_id is not None else self.msg_ids[0]
 
-    @property
-    def last_msg_id(self) -> str:
-        return self.msg_ids[-1] if self.first_id is None else id_at(self.first_id, self.count - 1)
-
     def holds(self, msg_id: str) -> bool:
-        if self.first_id is None:
+        runs = self.runs()
+        if not runs:
             return msg_id in self.msg_ids
-        return in_id_run(msg_id, self.first_id, self.count)
+        return any(in_id_run(msg_id, first, count) for first, count in runs)
 
 
 class BatchShape(NamedTuple):
@@ -159,7 +188,15 @@ def decode_round(raw: bytes | str) -> TraceRound:
 
 
 def _checked(batch: TraceBatch) -> TraceBatch:
-    if batch.first_id is not None:
+    if batch.parts:
+        named = batch.msg_ids or batch.first_id is not None or batch.count
+        if named or batch.queue is not None or batch.first_offset is not None:
+            raise msgspec.ValidationError(
+                "a trace batch's parts stand for msgIds, firstId, queue, firstOffset"
+            )
+        if not all(is_valid_run(p.first_id, p.count) for p in batch.parts):
+            raise msgspec.ValidationError("a trace batch's part needs a count of ids its firstId can hold")
+    elif batch.first_id is not None:
         if batch.msg_ids or not is_valid_run(batch.first_id, batch.count):
             raise msgspec.ValidationError(
                 "a trace batch's firstId needs a count of ids it can hold, no msgIds"
@@ -204,10 +241,9 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
     """The events the batch stands for, in message then hop order; `only`: of that message."""
     out: list[TraceEvent] = []
     several = len(batch.hops) > 1
-    for i, msg_id in enumerate(batch.ids):
+    for i, (msg_id, queue, offset) in enumerate(_placed(batch)):
         if only is not None and msg_id != only:
             continue
-        offset = None if batch.first_offset is None else batch.first_offset + i
         for h, hop in enumerate(batch.hops):
             first = h == 0
             at = None if first and several else offset
@@ -221,12 +257,21 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
                     resource=batch.resource,
                     level=batch.level,
                     keys=batch.keys[i] if batch.keys else [],
-                    queue=batch.queue,
+                    queue=queue,
                     offset=at,
                     producer=batch.producer,
                     body=batch.bodies[i] if batch.bodies else None,
-                    content_ref=batch.content_ref and at is not None and batch.queue is not None,
+                    content_ref=batch.content_ref and at is not None and queue is not None,
                     traceparent=batch.traceparents[i] if batch.traceparents else batch.traceparent,
                 )
             )
+    return out
+
+
+def _placed(batch: TraceBatch) -> list[tuple[str, int | None, int | None]]:
+    """(id, queue, offset) of each message, in the order of the batch's per-message lists."""
+    out: list[tuple[str, int | None, int | None]] = []
+    for queue, first_offset, ids in batch.segments():
+        for j, msg_id in enumerate(ids):
+            out.append((msg_id, queue, None if first_offset is None else first_offset + j))
     return out

@@ -18,7 +18,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from mqgate.core.ids import ID_PREFIX_CHARS, lowest_id_like
+from mqgate.core.ids import ID_PREFIX_CHARS, id_at, lowest_id_like
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
 from mqgate.tracing.batch import TraceBatch, TraceRound, batches_of, decode_record, expand
@@ -110,7 +110,8 @@ def _id_ranges(batches: Sequence[TraceBatch]) -> list[tuple[str, str]]:
     spans: dict[str, tuple[str, str]] = {}
     for b in batches:
         # A run is ascending and of one prefix; listed ids each count.
-        ends = [(b.first_id, b.last_msg_id)] if b.first_id is not None else [(m, m) for m in b.msg_ids]
+        runs = b.runs()
+        ends = [(first, id_at(first, n - 1)) for first, n in runs] if runs else [(m, m) for m in b.msg_ids]
         for low, high in ends:
             prefix = low[:ID_PREFIX_CHARS]
             found = spans.get(prefix)

@@ -1,0 +1,108 @@
+"""A produce's trace record (tracing.batch.TraceBatch) built from its stored messages. Pure:
+no IO. One queue's messages as one batch (`queue_batch`), or a request over several queues as
+one batch of per-queue runs of ids (`request_batch`): one record to build, encode, write, read
+and index per request instead of one per queue."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from mqgate.core.ids import is_id_run
+from mqgate.model import StoredMessage
+from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, shared_or_each
+from mqgate.tracing.events import TRACEPARENT, Hop, Resource
+
+PRODUCE_HOPS: Final[tuple[Hop, ...]] = ("accepted", "stored")
+
+
+@dataclass(frozen=True, slots=True)
+class Origin:
+    """What every batch of one produce shares."""
+
+    project: str
+    topic: str
+    resource: Resource
+    accepted_ms: int
+    stored_ms: int
+    body_max_bytes: int
+
+
+def queue_batch(
+    origin: Origin,
+    shape: BatchShape,
+    queue: int,
+    batch: Sequence[StoredMessage],
+    first_offset: int,
+    traceparent: str | None,
+) -> TraceBatch:
+    """`batch`: one queue's messages in the order of their ids (core.ids.ids_by_queue), so ids
+    whose first and last span exactly `len(batch)` counters are that run. `traceparent`: the
+    context every message carries, when known (else each message's is read)."""
+    head, n = batch[0], len(batch)
+    traceparents: list[str | None] = []
+    if traceparent is None:
+        traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
+    run = n > 1 and is_id_run(head.msg_id, batch[-1].msg_id, n)
+    if n == 1:
+        keys = [head.keys] if head.keys else []
+    else:
+        keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
+    return TraceBatch(
+        kind="batch",
+        hops=list(PRODUCE_HOPS),
+        time_ms=origin.accepted_ms,
+        last_ms=origin.stored_ms,
+        project=origin.project,
+        topic=origin.topic,
+        resource=origin.resource,
+        msg_ids=[] if run else [m.msg_id for m in batch],
+        first_id=head.msg_id if run else None,
+        count=n if run else 0,
+        level=shape.level,
+        queue=queue if shape.queue else None,
+        first_offset=first_offset if shape.offset else None,
+        producer=head.producer if shape.producer else None,
+        keys=keys,
+        traceparents=traceparents,
+        traceparent=traceparent,
+        bodies=cut_bodies([m.body for m in batch], origin.body_max_bytes) if shape.body else [],
+        content_ref=shape.content_ref,
+    )
+
+
+def request_batch(
+    origin: Origin,
+    shape: BatchShape,
+    queues: Sequence[tuple[int, Sequence[StoredMessage], int]],
+    traceparent: str,
+) -> TraceBatch | None:
+    """The messages of `queues` (queue, its messages, its first offset), all carrying
+    `traceparent`, as one batch; None when a queue's ids are not a run."""
+    parts: list[QueueRun] = []
+    for q, batch, first_offset in queues:
+        head, n = batch[0], len(batch)
+        if not is_id_run(head.msg_id, batch[-1].msg_id, n):
+            return None
+        parts.append(
+            QueueRun(head.msg_id, n, q if shape.queue else None, first_offset if shape.offset else None)
+        )
+    messages = [m for _, batch, _ in queues for m in batch]
+    keys = [m.keys for m in messages]
+    return TraceBatch(
+        kind="batch",
+        hops=list(PRODUCE_HOPS),
+        time_ms=origin.accepted_ms,
+        last_ms=origin.stored_ms,
+        project=origin.project,
+        topic=origin.topic,
+        resource=origin.resource,
+        level=shape.level,
+        producer=messages[0].producer if shape.producer else None,
+        keys=keys if any(keys) else [],
+        traceparent=traceparent,
+        bodies=cut_bodies([m.body for m in messages], origin.body_max_bytes) if shape.body else [],
+        content_ref=shape.content_ref,
+        parts=parts,
+    )
