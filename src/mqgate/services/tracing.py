@@ -236,20 +236,16 @@ class Tracing:
         traceparent: str | None = None,
         matched: MatchedTrace | None = None,
     ) -> TraceBatch | None:
-        """The accepted and stored hops of a produce's messages in one queue, as one record
-        (see tracing.batch), or None when no policy traces them. One producer sent them all,
-        so one match covers the batch. `traceparent`: the context every message carries, when
-        the caller knows it (else each message's is read). `batch` holds the queue's messages
-        in the order of their ids (`ids_by_queue`), so ids whose first and last span exactly
-        `len(batch)` counters are that run. `matched`: the queue's trace when the caller
-        matched it already."""
+        """The accepted and stored hops of a produce's messages in one queue as one record
+        (tracing.produce_batches.queue_batch), or None when no policy traces them. One producer
+        sent them all, so one match covers the batch; `matched`: the queue's trace when the
+        caller matched it already."""
         if not batch or topic.name.startswith(TRACE_TOPIC_PREFIX):
             return None
-        head = batch[0]
-        producer = head.producer
         if matched is None:
+            services = (batch[0].producer,)
             matched = self.policies.match(
-                project=topic.project, topic=topic.name, queue=queue, services=(producer,)
+                project=topic.project, topic=topic.name, queue=queue, services=services
             )
             if matched is None:
                 return None
