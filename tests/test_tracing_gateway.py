@@ -24,9 +24,9 @@ def traces(server: Server, **query: str) -> dict[str, Any]:
     return dict(r.json()["result"])
 
 
-def setup(server: Server, project: str, topic: str, **consumer: Any) -> Client:
+def setup(server: Server, project: str, topic: str, queues: int = 1, **consumer: Any) -> Client:
     server.admin("POST", "/admin/projects", name=project)
-    server.admin("POST", "/admin/topics", name=topic, queues=1, project=project)
+    server.admin("POST", "/admin/topics", name=topic, queues=queues, project=project)
     ptoken = server.admin("POST", "/admin/producers", name=f"{topic}-p", topic=topic)["token"]
     ctoken = server.admin("POST", "/admin/consumers", name=f"{topic}-c", topic=topic, **consumer)["token"]
     return Client(server, ptoken, ctoken)
@@ -114,7 +114,7 @@ def test_a_traced_path_through_every_hop_by_id_request_and_key(server: Server) -
 
 
 def test_info_keeps_the_content_by_reference_and_the_path_shows_it_from_the_store(server: Server) -> None:
-    client = setup(server, "refs", "rf")
+    client = setup(server, "refs", "rf", queues=2)  # the batch is one record of two parts
     server.admin("POST", "/admin/trace-policies", mode="project", project="refs", level="info")
     single = client.produce("rf-p", "the single body").json()["result"]["msgId"]
     r = client.http.post(
@@ -135,6 +135,9 @@ def test_info_keeps_the_content_by_reference_and_the_path_shows_it_from_the_stor
     )
     stored = " ".join(row[0] for row in rows)
     assert batch[0] in stored and "body" not in stored.replace("contentRef", "")
+    assert '"parts":[{' in stored and {
+        h["queue"] for m in batch for h in traces(server, msgId=m)["paths"][0]["hops"] if h["hop"] == "stored"
+    } == {0, 1}
     client.close()
 
 
