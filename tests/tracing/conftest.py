@@ -86,6 +86,20 @@ def run_with_stores(
     asyncio.run(go())
 
 
+def run_with_small_segments(directory: Path, body: Callable[[Stores, MessageStore], Awaitable[None]]) -> None:
+    """`body` on an embedded store of 4 KiB segments: retention can drop them within a test."""
+
+    async def go() -> None:
+        store = EmbeddedStore(directory, segment_bytes=4096)
+        await store.open()
+        try:
+            await body(Stores("embedded", directory), store)
+        finally:
+            await store.close()
+
+    asyncio.run(go())
+
+
 @pytest.fixture(params=["sqlite", "postgresql"])
 def index_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":

@@ -4,7 +4,6 @@ stored, and leaves it out once retention removed it or the offset holds another 
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -13,11 +12,10 @@ from mqgate.core.ids import new_message_ids
 from mqgate.core.trace_policy import CONTENT_REF, Level, Mode, content_by_reference, recorded_fields
 from mqgate.model import StoredMessage
 from mqgate.services.trace_lookup import TraceLookup
-from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.interface import MessageStore, TopicConfig
 from mqgate.tracing.batch import TraceBatch, encode_batch, expand
 from mqgate.tracing.paths import build_path
-from tests.tracing.conftest import GATEWAY, Stores, event
+from tests.tracing.conftest import GATEWAY, Stores, event, run_with_small_segments
 
 
 def kept(modes: list[Mode], level: Level) -> frozenset[str]:
@@ -118,12 +116,4 @@ def test_the_path_query_reads_referenced_content_from_the_store_while_it_is_ther
         gone = await lookup._with_content(_path(ids[1], 1))
         assert all(h.body is None for h in gone.hops)
 
-    async def go() -> None:
-        store = EmbeddedStore(tmp_path / "data", segment_bytes=4096)  # small segments: retention acts
-        await store.open()
-        try:
-            await body(Stores("embedded", tmp_path / "data"), store)
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+    run_with_small_segments(tmp_path / "data", body)

@@ -20,7 +20,7 @@ from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
 from tests.conftest import ROOT, kill9, wait_until
-from tests.tracing.conftest import Stores, event, run_with_stores
+from tests.tracing.conftest import Stores, event, run_with_small_segments, run_with_stores
 
 HOPS = ["accepted", "scheduled", "due", "stored", "delivered", "released", "redelivered", "dead_lettered"]
 
@@ -125,17 +125,7 @@ def test_events_dropped_by_store_retention_are_counted(tmp_path: Path, index: Tr
         assert indexer.counters.skipped_by_retention == low and indexer.counters.indexed == 200 - low
         await recorder.close()
 
-    async def go() -> None:
-        from mqgate.store.backends.embedded import EmbeddedStore
-
-        store = EmbeddedStore(tmp_path / "data", segment_bytes=4096)
-        await store.open()
-        try:
-            await body(Stores("embedded", tmp_path / "data"), store)
-        finally:
-            await store.close()
-
-    asyncio.run(go())
+    run_with_small_segments(tmp_path / "data", body)
 
 
 INDEXER_PROCESS = textwrap.dedent(

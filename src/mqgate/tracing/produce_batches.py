@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from mqgate.core.ids import is_id_run
 from mqgate.model import StoredMessage
@@ -49,18 +49,12 @@ def queue_batch(
         keys = [head.keys] if head.keys else []
     else:
         keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
-    return TraceBatch(
-        kind="batch",
-        hops=list(PRODUCE_HOPS),
-        time_ms=origin.accepted_ms,
-        last_ms=origin.stored_ms,
-        project=origin.project,
-        topic=origin.topic,
-        resource=origin.resource,
+    return _batch(
+        origin,
+        shape,
         msg_ids=[] if run else [m.msg_id for m in batch],
         first_id=head.msg_id if run else None,
         count=n if run else 0,
-        level=shape.level,
         queue=queue if shape.queue else None,
         first_offset=first_offset if shape.offset else None,
         producer=head.producer if shape.producer else None,
@@ -68,7 +62,6 @@ def queue_batch(
         traceparents=traceparents,
         traceparent=traceparent,
         bodies=cut_bodies([m.body for m in batch], origin.body_max_bytes) if shape.body else [],
-        content_ref=shape.content_ref,
     )
 
 
@@ -90,6 +83,18 @@ def request_batch(
         )
     messages = [m for _, batch, _ in queues for m in batch]
     keys = [m.keys for m in messages]
+    return _batch(
+        origin,
+        shape,
+        producer=messages[0].producer if shape.producer else None,
+        keys=keys if any(keys) else [],
+        traceparent=traceparent,
+        bodies=cut_bodies([m.body for m in messages], origin.body_max_bytes) if shape.body else [],
+        parts=parts,
+    )
+
+
+def _batch(origin: Origin, shape: BatchShape, **fields: Any) -> TraceBatch:
     return TraceBatch(
         kind="batch",
         hops=list(PRODUCE_HOPS),
@@ -99,10 +104,6 @@ def request_batch(
         topic=origin.topic,
         resource=origin.resource,
         level=shape.level,
-        producer=messages[0].producer if shape.producer else None,
-        keys=keys if any(keys) else [],
-        traceparent=traceparent,
-        bodies=cut_bodies([m.body for m in messages], origin.body_max_bytes) if shape.body else [],
         content_ref=shape.content_ref,
-        parts=parts,
+        **fields,
     )
