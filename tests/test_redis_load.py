@@ -40,7 +40,7 @@ RUN_BOUND_S = 150.0
 @dataclass
 class Delivery:
     consumer: int
-    queue: int
+    queue: tuple[str | None, int]  # (source, queue): the retry topic's queues have locks of their own
     first: int
     end: int
     sent: float  # the pull was sent: the lock was taken after this
@@ -114,10 +114,16 @@ def _consumer(gws: list[Server], token: str, shared: Shared, n: int) -> None:
             if result["status"] != "FOUND":
                 continue
             msgs = result["msgList"]
+            where = (msgs[0].get("source"), msgs[0]["queue"])
             d = Delivery(
-                n, msgs[0]["queue"], msgs[0]["offset"], msgs[-1]["offset"] + 1, sent, recv,
+                n,
+                where,
+                msgs[0]["offset"],
+                msgs[-1]["offset"] + 1,
+                sent,
+                recv,
                 [m["messageId"] for m in msgs],
-            )  # fmt: skip
+            )
             if stalls and k > 20 and rng.random() < 0.05:
                 stalls -= 1
                 time.sleep(LOCK_TIMEOUT_S + 0.5)  # a stuck consumer: its lock runs out
@@ -181,7 +187,7 @@ def test_three_gateways_eight_consumers_200k_messages(own_redis: RedisServer, tm
         assert not missing, f"{len(missing)} messages never consumed"
 
         # No queue held by two consumers at once: no two sure windows of a queue intersect.
-        by_queue: dict[int, list[tuple[float, float, Delivery]]] = defaultdict(list)
+        by_queue: dict[tuple[str | None, int], list[tuple[float, float, Delivery]]] = defaultdict(list)
         for d in shared.deliveries:
             start, end = d.sure_lock_window()
             if start < end:
