@@ -192,6 +192,43 @@ class Joined:
         return [(9, raw_of(joined))]
 
 
+def test_appends_passing_one_companions_object_share_its_write_and_its_failure(
+    kind: str, tmp_path: Path
+) -> None:
+    """Produces that join one open group pass the same companions object, a new one once the
+    group is sealed (tracing.recorder.TraceRecorder.join): each call hears its group's fate."""
+
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("data", 1, WEEK_MS))
+        await s.create_topic(TopicConfig("side", 1, WEEK_MS))
+        for where, expected in (("missing", NotFound), ("side", None)):
+            opened: list[tuple[Joined, Companions]] = []
+
+            def joining(
+                i: int, where: str = where, opened: list[tuple[Joined, Companions]] = opened
+            ) -> Callable[[dict[int, int]], Companions]:
+                def companions(firsts: dict[int, int]) -> Companions:
+                    if not opened or opened[-1][0].seals:
+                        group = Joined()
+                        opened.append((group, {where: {0: [group]}}))
+                    opened[-1][0].ids.append(f"c{i}")
+                    return opened[-1][1]
+
+                return companions
+
+            results = await asyncio.gather(
+                *(s.append_many_with("data", {0: [msg(i)]}, joining(i)) for i in range(20))
+            )
+            assert [type(err) for _, err in results] == [expected or type(None)] * 20
+            if kind == "embedded":  # one write for the calls of a round
+                assert len(opened) < 20
+        written = [i for _, m in await s.read("side", 0, 0, 100) for i in m.msg_id.split(",")]
+        assert sorted(written) == sorted(f"c{i}" for i in range(20))
+        assert len(await s.read("data", 0, 0, 100)) == 40
+
+    run(kind, tmp_path, body)
+
+
 def test_a_companion_group_shared_by_many_appends_is_written_once_with_all_of_them(
     kind: str, tmp_path: Path
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import cast
 
 import msgspec
 import pytest
@@ -267,6 +268,19 @@ def test_the_batches_of_a_commit_round_share_one_record_and_each_message_is_foun
         await recorder.close()
 
     run_with_stores(store_kind, tmp_path / "data", body)
+
+
+def test_produces_join_their_projects_open_group_until_it_is_sealed() -> None:
+    recorder = TraceRecorder(cast(MessageStore, None))  # join touches no store
+    first = recorder.join(batch(1))
+    assert recorder.join(batch(2)) is first  # one open group per project: one object
+    [[group]] = [next(iter(q.values())) for q in first.values()]
+    assert isinstance(group, RoundGroup) and list(first) == ["%TRACE%shop"]
+    assert recorder.join(batch(1, project="other")) is not first
+    [(_, raw)] = group.seal()
+    assert [b.message_count for b in batches_of(decode_record(decode_stored(raw).body))] == [1, 2]
+    after = recorder.join(batch(3))
+    assert after is not first and recorder.companions([batch(1)]) is after  # a new group once sealed
 
 
 def test_a_round_is_sealed_once_and_split_past_its_bound() -> None:

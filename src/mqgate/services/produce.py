@@ -164,7 +164,9 @@ class Producing:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
             await self.traces.produced(topic, by_queue, firsts, ts, shared)
-        elif tracing.active and (tracing.ready(topic) or await tracing.ready_for(topic)):
+        elif not matches:  # nothing traced
+            firsts = await self.ctx.store.append_many(topic.name, by_queue)
+        elif tracing.ready(topic) or await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
             companions, made = tracing.produce_companions(topic, by_queue, ts, shared, matches)
             firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)

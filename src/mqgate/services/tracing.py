@@ -316,11 +316,21 @@ class Tracing:
         `traceparents`: per queue, the context all its messages carry, where known;
         `matches`: the trace of each traced queue (the others are not traced)."""
         made: list[TraceBatch] = []
+        if len(matches) == 1:  # the common case, on every traced produce: one queue traced
+            ((q, matched),) = matches.items()
+            batch, context = by_queue[q], traceparents.get(q)
+            shape = self._shape(matched)
+            recorder = self.recorder
+
+            def one(firsts: dict[int, int]) -> Companions:
+                found = queue_batch(self._origin(topic, accepted_ms), shape, q, batch, firsts[q], context)
+                made.append(found)
+                return recorder.join(found)
+
+            return one, made
 
         def companions(firsts: dict[int, int]) -> Companions:
-            whole = None
-            if len(matches) > 1:
-                whole = self.request_batch(topic, by_queue, firsts, accepted_ms, traceparents, matches)
+            whole = self.request_batch(topic, by_queue, firsts, accepted_ms, traceparents, matches)
             if whole is not None:
                 made.append(whole)
                 return self.recorder.companions(made)
@@ -341,7 +351,7 @@ class Tracing:
         if not made:
             return
         if failed is None:
-            self.recorder.written(sum(b.event_count for b in made))
+            self.recorder.written(made[0].event_count if len(made) == 1 else sum(b.event_count for b in made))
             return
         log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
         self.recorder.record_nowait(made)

@@ -6,8 +6,7 @@ and index per request instead of one per queue."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from mqgate.core.ids import is_id_run
 from mqgate.model import StoredMessage
@@ -15,11 +14,11 @@ from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, s
 from mqgate.tracing.events import TRACEPARENT, Hop, Resource
 
 PRODUCE_HOPS: Final[tuple[Hop, ...]] = ("accepted", "stored")
+_HOP_LIST: Final[list[Hop]] = list(PRODUCE_HOPS)  # one list the batches share (none changes it)
 
 
-@dataclass(frozen=True, slots=True)
-class Origin:
-    """What every batch of one produce shares."""
+class Origin(NamedTuple):
+    """What every batch of one produce shares (a tuple: one is made per traced request)."""
 
     project: str
     topic: str
@@ -44,24 +43,34 @@ def queue_batch(
     traceparents: list[str | None] = []
     if traceparent is None:
         traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
-    run = n > 1 and is_id_run(head.msg_id, batch[-1].msg_id, n)
     if n == 1:
         keys = [head.keys] if head.keys else []
+        ids, first_id = [head.msg_id], None  # a single id is listed
     else:
         keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
-    return _batch(
-        origin,
-        shape,
-        msg_ids=[] if run else [m.msg_id for m in batch],
-        first_id=head.msg_id if run else None,
-        count=n if run else 0,
-        queue=queue if shape.queue else None,
-        first_offset=first_offset if shape.offset else None,
-        producer=head.producer if shape.producer else None,
-        keys=keys,
-        traceparents=traceparents,
-        traceparent=traceparent,
-        bodies=cut_bodies([m.body for m in batch], origin.body_max_bytes) if shape.body else [],
+        run = is_id_run(head.msg_id, batch[-1].msg_id, n)
+        ids, first_id = ([], head.msg_id) if run else ([m.msg_id for m in batch], None)
+    # Positional, in TraceBatch's field order: every traced produce builds one.
+    return TraceBatch(
+        "batch",
+        _HOP_LIST,
+        origin.accepted_ms,
+        origin.stored_ms,
+        origin.project,
+        origin.topic,
+        origin.resource,
+        ids,
+        first_id,
+        n if first_id is not None else 0,
+        shape.level,
+        queue if shape.queue else None,
+        first_offset if shape.offset else None,
+        head.producer if shape.producer else None,
+        keys,
+        traceparents,
+        traceparent,
+        cut_bodies([m.body for m in batch], origin.body_max_bytes) if shape.body else [],
+        shape.content_ref,
     )
 
 
@@ -97,7 +106,7 @@ def request_batch(
 def _batch(origin: Origin, shape: BatchShape, **fields: Any) -> TraceBatch:
     return TraceBatch(
         kind="batch",
-        hops=list(PRODUCE_HOPS),
+        hops=_HOP_LIST,
         time_ms=origin.accepted_ms,
         last_ms=origin.stored_ms,
         project=origin.project,

@@ -112,6 +112,7 @@ class TraceRecorder:
         self._known_topics: set[str] = set()
         self._closing = False
         self._rounds: dict[tuple[str, int], RoundGroup] = {}  # open companion groups
+        self._project_rounds: dict[str, RoundGroup] = {}  # the same, by project (`join`)
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -183,16 +184,31 @@ class TraceRecorder:
         itself (`MessageStore.append_many_with`): each joins the open `RoundGroup` of its topic
         and queue, which the store seals when it writes the round. Their topics must be known
         (`ensure_topic`); call `written` after."""
+        if len(batches) == 1:
+            return self.join(batches[0])
         out: Companions = {}
         for batch in batches:
-            topic = trace_topic(batch.project)
-            where = (topic, self._queue_of(batch.first_msg_id))
-            group = self._rounds.get(where)
-            if group is None or group.is_sealed:
-                group = self._rounds[where] = RoundGroup(self.clock_ms)
+            group = self._group((trace_topic(batch.project), self._queue_of(batch.first_msg_id)))
             group.add(batch)
-            out.setdefault(topic, {})[where[1]] = [group]
+            out.setdefault(group.topic, {})[group.queue] = [group]
         return out
+
+    def join(self, batch: TraceBatch) -> Companions:
+        """`companions` of one batch, on the hot path of a traced produce: the open group of its
+        project, and the companions naming it (the same object for every call the group takes,
+        which the store's writer recognises)."""
+        group = self._project_rounds.get(batch.project)
+        if group is None or group.is_sealed or self.queues != 1:
+            group = self._group((trace_topic(batch.project), self._queue_of(batch.first_msg_id)))
+            self._project_rounds[batch.project] = group
+        group.add(batch)
+        return group.records
+
+    def _group(self, where: tuple[str, int]) -> RoundGroup:
+        group = self._rounds.get(where)
+        if group is None or group.is_sealed:
+            group = self._rounds[where] = RoundGroup(self.clock_ms, *where)
+        return group
 
     def written(self, events: int) -> None:
         """Events a caller stored itself (see `companions`)."""
@@ -324,12 +340,15 @@ class RoundGroup:
     """The produce batches of one group-commit round for one trace topic and queue, written as
     `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`)."""
 
-    __slots__ = ("_batches", "_clock_ms", "is_sealed")
+    __slots__ = ("_batches", "_clock_ms", "is_sealed", "queue", "records", "topic")
 
-    def __init__(self, clock_ms: Callable[[], int]) -> None:
+    def __init__(self, clock_ms: Callable[[], int], topic: str = "", queue: int = 0) -> None:
         self._batches: list[TraceBatch] = []
         self._clock_ms = clock_ms
         self.is_sealed = False
+        self.topic = topic
+        self.queue = queue
+        self.records: Companions = {topic: {queue: [self]}}  # the companions naming this group
 
     def add(self, batch: TraceBatch) -> None:
         if self.is_sealed:

@@ -33,8 +33,14 @@ class CompanionWriter:
         self._write_all = write_all
         self._records: dict[str, dict[int, list[Encoded | CompanionGroup]]] = {}
         self._tickets: list[Ticket] = []
+        # Calls that join one open group pass the same companions (tracing.recorder.RoundGroup):
+        # the group is held once, and they share its ticket.
+        self._last: tuple[Companions, Ticket] | None = None
 
     def add(self, records: Companions) -> Ticket:
+        last = self._last
+        if last is not None and last[0] is records:
+            return last[1]
         topics: list[str] = []  # those this call holds records of
         for topic, queues in records.items():
             held = None
@@ -46,12 +52,14 @@ class CompanionWriter:
                     held.setdefault(queue, []).extend(encoded)
         ticket = Ticket(frozenset(topics))
         self._tickets.append(ticket)
+        self._last = (records, ticket)
         return ticket
 
     def write_pending(self) -> None:
         """The group committer's before-round hook: write what is held, one write per topic."""
         records, self._records = self._records, {}
         tickets, self._tickets = self._tickets, []
+        self._last = None
         for topic, queues in records.items():
             ready = {q: found for q, held in queues.items() if (found := sealed(held))}
             if not ready:
