@@ -208,10 +208,10 @@ def _pseudo_random_bytes(n: int) -> bytes:
 def new_traceparent(random_bytes: Callable[[int], bytes] = _pseudo_random_bytes, sampled: bool = True) -> str:
     """A traceparent header starting a new trace."""
     if random_bytes is _pseudo_random_bytes:  # the hot path (every traced produce): one draw
-        bits = _ids.getrandbits(192)
-        trace, span = bits >> 64, bits & 0xFFFF_FFFF_FFFF_FFFF
-        if trace and span:
-            return f"00-{trace:032x}-{span:016x}-{'01' if sampled else '00'}"
+        drawn = _ids.randbytes(24).hex()
+        trace, span = drawn[:32], drawn[32:]
+        if trace != _ZERO_TRACE and span != _ZERO_SPAN:
+            return f"00-{trace}-{span}-{'01' if sampled else '00'}"
     trace_id = _random_hex(16, random_bytes, _ZERO_TRACE)
     span_id = _random_hex(8, random_bytes, _ZERO_SPAN)
     return TraceParent(trace_id, span_id, 1 if sampled else 0).header()
