@@ -1,10 +1,15 @@
 """The gateway's CPU per produce with tracing off vs every message traced (issue 11), measured in
 one process: the ASGI app driven directly by concurrent callers, no HTTP and no load generator
-sharing the CPU, so the figure (process CPU time per request, user and system) moves far less
-with the machine's other load than wrk's throughput does.
+sharing the CPU, so the figure moves far less with the machine's other load than wrk's
+throughput does. The figure is the event loop's own CPU time per request (the thread that
+limits a gateway's throughput; fsync threads and the trace index writer process apart), as the
+median over runs alternating untraced and traced (A B B A), a new app each run.
 
-    PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch 1 --conns 64
+    PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch 1 --conns 64 [--rounds 8]
     PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch 100 --conns 16
+    PYTHONPATH=<another checkout>/src .venv/bin/python benchmarks/trace_cpu_bench.py  (its code)
+
+--results appends the figures to benchmarks/RESULTS.md with the commit of the code measured.
 """
 
 from __future__ import annotations
@@ -13,10 +18,14 @@ import argparse
 import asyncio
 import json
 import os
+import statistics
+import subprocess
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+import mqgate
 from mqgate.api.app import build_app
 from mqgate.settings import load_settings
 
@@ -57,7 +66,8 @@ async def call(app: Any, path: str, body: bytes, token: str) -> tuple[int, bytes
     return int(answer["status"]), bytes(answer["body"])
 
 
-async def measure(trace: bool, batch: int, conns: int, seconds: float) -> str:
+async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[float, float, str]:
+    """(main thread CPU µs per request, messages per second, a line for the log)."""
     os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-cpu-")
     os.environ["MQGATE_ADMIN_TOKEN"] = ADMIN
     app = build_app(load_settings())
@@ -97,30 +107,71 @@ async def measure(trace: bool, batch: int, conns: int, seconds: float) -> str:
 
     await asyncio.gather(*(caller(time.monotonic() + 1) for _ in range(conns)))  # warm up
     count = 0
-    before, t0 = os.times(), time.monotonic()
+    before, main_before, t0 = os.times(), time.thread_time(), time.monotonic()
     await asyncio.gather(*(caller(t0 + seconds) for _ in range(conns)))
-    after, t1 = os.times(), time.monotonic()
+    after, main_after, t1 = os.times(), time.thread_time(), time.monotonic()
     await lifespan.put({"type": "lifespan.shutdown"})
     await running
-    user = (after.user - before.user) / count * 1e6
-    system = (after.system - before.system) / count * 1e6
-    return (
-        f"trace={'on' if trace else 'off'} batch={batch}: {count * batch / (t1 - t0):,.0f} msgs/s, "
-        f"CPU {user + system:.0f} µs/request (user {user:.0f}, system {system:.0f}), "
-        f"{(user + system) / batch:.1f} µs/message"
+    main_us = (main_after - main_before) / count * 1e6
+    process_us = (after.user - before.user + after.system - before.system) / count * 1e6
+    rate = count * batch / (t1 - t0)
+    line = (
+        f"trace={'on' if trace else 'off'} batch={batch}: {rate:,.0f} msgs/s, event loop CPU "
+        f"{main_us:.1f} µs/request, process {process_us:.0f} µs/request"
     )
+    return main_us, rate, line
+
+
+def code_commit() -> str:
+    """The commit of the mqgate code measured (PYTHONPATH may name another checkout)."""
+    where = Path(mqgate.__file__).resolve().parent
+    try:
+        found = subprocess.run(
+            ["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        dirty = subprocess.run(
+            ["git", "-C", str(where), "status", "--porcelain", "--", "."], capture_output=True, text=True
+        )
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return found.stdout.strip() + (" (with uncommitted changes)" if dirty.stdout.strip() else "")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch", type=int, default=1, help="messages per request (1: /mq/produce)")
     parser.add_argument("--conns", type=int, default=64, help="concurrent callers")
-    parser.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
-    parser.add_argument("--rounds", type=int, default=2, help="off/on pairs")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
+    parser.add_argument("--rounds", type=int, default=4, help="off/on pairs (A B B A)")
+    parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
     args = parser.parse_args()
-    for _ in range(args.rounds):
-        for trace in (False, True):
-            print(asyncio.run(measure(trace, args.batch, args.conns, args.seconds)), flush=True)
+    got: dict[bool, list[float]] = {False: [], True: []}
+    for r in range(args.rounds):
+        for trace in (False, True) if r % 2 == 0 else (True, False):
+            main_us, _, line = asyncio.run(measure(trace, args.batch, args.conns, args.seconds))
+            got[trace].append(main_us)
+            print(line, flush=True)
+    off, on = statistics.median(got[False]), statistics.median(got[True])
+    summary = (
+        f"batch={args.batch}, {args.rounds} pairs: event loop CPU per request untraced {off:.1f} µs, "
+        f"traced {on:.1f} µs (+{on - off:.1f}); ratio {off / on:.3f}"
+    )
+    print(summary)
+    if args.results:
+        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        command = (
+            f"PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch {args.batch} "
+            f"--conns {args.conns} --rounds {args.rounds} --seconds {args.seconds:g}"
+        )
+        with open(Path(__file__).resolve().parent / "RESULTS.md", "a", encoding="utf-8") as out:
+            out.write(
+                f"\n## {when} — traced produce, event loop CPU in one process (trace_cpu_bench.py)\n\n"
+                f"- command: `{command}`; code measured: git {code_commit()}; {os.cpu_count()} CPUs\n"
+                f"- {summary}\n"
+            )
 
 
 if __name__ == "__main__":
