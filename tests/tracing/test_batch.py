@@ -30,7 +30,8 @@ from mqgate.tracing.events import TraceEvent, encode_event
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
-from mqgate.tracing.recorder import ROUND_ITEMS, RoundGroup, TraceRecorder
+from mqgate.tracing.recorder import TraceRecorder
+from mqgate.tracing.rounds import ROUND_ITEMS, RoundGroup
 from tests.tracing.conftest import GATEWAY, Stores, event, run_with_stores
 
 

@@ -33,7 +33,7 @@ class CompanionWriter:
         self._write_all = write_all
         self._records: dict[str, dict[int, list[Encoded | CompanionGroup]]] = {}
         self._tickets: list[Ticket] = []
-        # Calls that join one open group pass the same companions (tracing.recorder.RoundGroup):
+        # Calls that join one open group pass the same companions (tracing.rounds.RoundGroup):
         # the group is held once, and they share its ticket.
         self._last: tuple[Companions, Ticket] | None = None
 

@@ -1,0 +1,84 @@
+"""A group-commit round's trace records (tracing.recorder): the produce batches every traced
+produce of one round adds to its project's open `RoundGroup`, written by the store as one
+`TraceRound` record (or a few, past `ROUND_ITEMS`) when it writes the round, and how any trace
+record is wrapped as a stored message of the trace topic."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+import msgspec
+
+from mqgate.core.ids import new_message_id
+from mqgate.model import StoredMessage
+from mqgate.store.interface import Companions, Encoded
+from mqgate.tracing.batch import TraceBatch, TraceRound, encode_batch
+from mqgate.tracing.events import TraceEvent, encode_event
+
+TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
+# Items per round record, a batch weighing one plus its listed ids and bodies (`_round_weight`):
+# a record stays well under a megabyte with bodies kept at 4 KiB, while batches that name their
+# ids as a run and keep content by reference (a few hundred bytes each) share one record.
+ROUND_ITEMS: Final = 200
+_encode_message = msgspec.json.Encoder().encode
+
+
+def encode_for_store(event: TraceEvent | TraceBatch | TraceRound, now_ms: int) -> bytes:
+    """The stored message carrying `event`: its JSON as the body, the traced message's id as
+    the key (a Spark job can filter on it), the hop as the tag; a batch is tagged `batch`, a
+    round `round`."""
+    if isinstance(event, (TraceBatch, TraceRound)):
+        body, keys, tags = encode_batch(event).decode(), [], [str(event.kind)]
+    else:
+        body, keys, tags = encode_event(event).decode(), [event.msg_id], [str(event.hop)]
+    message = StoredMessage(new_message_id(now_ms), now_ms, TRACE_PRODUCER, body, keys, tags, {})
+    return _encode_message(message)
+
+
+class RoundGroup:
+    """The produce batches of one group-commit round for one trace topic and queue, written as
+    `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`)."""
+
+    __slots__ = ("_batches", "_clock_ms", "is_sealed", "queue", "records", "topic")
+
+    def __init__(self, clock_ms: Callable[[], int], topic: str = "", queue: int = 0) -> None:
+        self._batches: list[TraceBatch] = []
+        self._clock_ms = clock_ms
+        self.is_sealed = False
+        self.topic = topic
+        self.queue = queue
+        self.records: Companions = {topic: {queue: [self]}}  # the companions naming this group
+
+    def add(self, batch: TraceBatch) -> None:
+        if self.is_sealed:
+            raise RuntimeError("a sealed round takes no more batches")
+        self._batches.append(batch)
+
+    def seal(self) -> list[Encoded]:
+        if self.is_sealed:
+            return []
+        self.is_sealed = True
+        batches, self._batches = self._batches, []  # the recorder keeps the sealed group a while
+        now = self._clock_ms()
+        out: list[Encoded] = []
+        chunk: list[TraceBatch] = []
+        held = 0
+        for batch in batches:
+            weight = _round_weight(batch)
+            if chunk and held + weight > ROUND_ITEMS:
+                out.append((now, encode_for_store(_round_of(chunk), now)))
+                chunk, held = [], 0
+            chunk.append(batch)
+            held += weight
+        if chunk:
+            out.append((now, encode_for_store(_round_of(chunk), now)))
+        return out
+
+
+def _round_weight(batch: TraceBatch) -> int:
+    return 1 + len(batch.msg_ids) + len(batch.bodies)
+
+
+def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:
+    return batches[0] if len(batches) == 1 else TraceRound(kind="round", batches=batches)
