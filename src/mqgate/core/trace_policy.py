@@ -8,6 +8,7 @@ matched modes list (P2). Levels order info < error < debug (P4).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from enum import IntEnum, StrEnum
@@ -263,6 +264,13 @@ def content_by_reference(fields: frozenset[str], level: Level) -> frozenset[str]
     if level < Level.DEBUG and fields >= _ADDRESS_AND_CONTENT:
         return (fields - {"body"}) | {CONTENT_REF}
     return fields
+
+
+@functools.cache  # looked up for every traced message; modes x levels is a few dozen entries
+def kept_fields(modes: frozenset[Mode], level: Level) -> frozenset[str]:
+    """What a trace of `modes` at `level` keeps: `recorded_fields`, the content by reference
+    where it can be."""
+    return content_by_reference(recorded_fields(modes, level), level)
 
 
 def cut_body(body: str, max_bytes: int) -> str:

@@ -20,13 +20,10 @@ from typing import Any, Final
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import (
     CONTENT_REF,
-    Level,
     MatchedTrace,
-    Mode,
     PolicySet,
     TracePolicy,
-    content_by_reference,
-    recorded_fields,
+    kept_fields,
 )
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
@@ -34,12 +31,11 @@ from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.services.tracing_metrics import TracingMetrics
 from mqgate.store.interface import Companions
-from mqgate.tracing.batch import BatchShape, TraceBatch
+from mqgate.tracing.batch import TraceBatch, batch_shape
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     TRACEPARENT,
     Hop,
-    LevelName,
     Resource,
     TraceEvent,
     keep_fields,
@@ -96,8 +92,6 @@ class Tracing:
         )
         self.query = TraceQuery(self.index, self.indexer)
         self.metrics = TracingMetrics(self.recorder, self.indexer)
-        self._kept_cache: dict[tuple[frozenset[Mode], Level], frozenset[str]] = {}
-        self._shapes: dict[tuple[frozenset[Mode], Level], BatchShape] = {}
 
     async def start(self) -> None:
         self.ctx.metrics.registry.register(self.metrics)
@@ -154,7 +148,7 @@ class Tracing:
     # --- events ---------------------------------------------------------------------------
 
     def event(self, matched: MatchedTrace, topic: TopicRecord, hop: Hop, **fields: Any) -> TraceEvent:
-        kept = self._kept(matched)
+        kept = kept_fields(matched.modes, matched.level)
         if CONTENT_REF in kept:
             # The hop that knows where the message is stored points at it instead of a copy.
             fields["content_ref"] = fields.get("queue") is not None and fields.get("offset") is not None
@@ -250,7 +244,12 @@ class Tracing:
             if matched is None:
                 return None
         return queue_batch(
-            self._origin(topic, accepted_ms), self._shape(matched), queue, batch, first_offset, traceparent
+            self._origin(topic, accepted_ms),
+            batch_shape(matched.modes, matched.level),
+            queue,
+            batch,
+            first_offset,
+            traceparent,
         )
 
     def request_batch(
@@ -274,7 +273,9 @@ class Tracing:
         if context is None or any(traceparents.get(q) != context for q in matches):
             return None
         queues = [(q, by_queue[q], firsts[q]) for q in matches]
-        return request_batch(self._origin(topic, accepted_ms), self._shape(first), queues, context)
+        return request_batch(
+            self._origin(topic, accepted_ms), batch_shape(first.modes, first.level), queues, context
+        )
 
     def _origin(self, topic: TopicRecord, accepted_ms: int) -> Origin:
         return Origin(
@@ -319,7 +320,7 @@ class Tracing:
         if len(matches) == 1:  # the common case, on every traced produce: one queue traced
             ((q, matched),) = matches.items()
             batch, context = by_queue[q], traceparents.get(q)
-            shape = self._shape(matched)
+            shape = batch_shape(matched.modes, matched.level)
             recorder = self.recorder
 
             def one(firsts: dict[int, int]) -> Companions:
@@ -355,21 +356,6 @@ class Tracing:
             return
         log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
         self.recorder.record_nowait(made)
-
-    def _shape(self, matched: MatchedTrace) -> BatchShape:
-        found = self._shapes.get((matched.modes, matched.level))
-        if found is None:
-            label: LevelName = matched.level.label  # type: ignore[assignment]
-            found = self._shapes[(matched.modes, matched.level)] = BatchShape.of(self._kept(matched), label)
-        return found
-
-    def _kept(self, matched: MatchedTrace) -> frozenset[str]:
-        found = self._kept_cache.get((matched.modes, matched.level))
-        if found is None:
-            found = self._kept_cache[(matched.modes, matched.level)] = content_by_reference(
-                recorded_fields(matched.modes, matched.level), matched.level
-            )
-        return found
 
     def batch_events(
         self,

@@ -18,12 +18,13 @@ message produce otherwise pays for a whole record of its own).
 
 from __future__ import annotations
 
+import functools
 from typing import Final, Literal, NamedTuple
 
 import msgspec
 
 from mqgate.core.ids import id_run, in_id_run, is_valid_run
-from mqgate.core.trace_policy import CONTENT_REF, cut_body
+from mqgate.core.trace_policy import CONTENT_REF, Level, Mode, cut_body, kept_fields
 from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
 
 BATCH_PREFIX: Final = b'{"kind":"batch"'
@@ -136,6 +137,13 @@ class BatchShape(NamedTuple):
         return cls(
             level, "queue" in kept, "offset" in kept, "producer" in kept, "body" in kept, CONTENT_REF in kept
         )
+
+
+@functools.cache  # per traced produce; modes x levels is a few dozen entries
+def batch_shape(modes: frozenset[Mode], level: Level) -> BatchShape:
+    """The `BatchShape` of a trace of `modes` at `level` (core.trace_policy.kept_fields)."""
+    label: LevelName = level.label  # type: ignore[assignment]
+    return BatchShape.of(kept_fields(modes, level), label)
 
 
 class TraceRound(msgspec.Struct, frozen=True):
