@@ -17,6 +17,7 @@ import argparse
 import importlib.util
 import os
 import secrets
+import shutil
 import statistics
 import sys
 import tempfile
@@ -136,10 +137,11 @@ def main() -> None:
         lag = index_lag(gw)
     finally:
         gw.stop()
+        m = run.machine(work)  # before the data dir goes: the file system it was on
+        shutil.rmtree(work, ignore_errors=True)
     table = report(rows, args, lag)
     print(table)
     if args.results:
-        m = run.machine(work)
         with open(run.RESULTS, "a", encoding="utf-8") as out:
             out.write(f"\n{table}\n- machine: {m['nproc']} CPUs ({m['cpu']}), {m['memory']} RAM, kernel ")
             out.write(f"{m['kernel']}, data dir on {m['fs']}; Python {m['python']}\n")

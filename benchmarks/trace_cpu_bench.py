@@ -18,6 +18,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import tempfile
@@ -68,7 +69,7 @@ async def call(app: Any, path: str, body: bytes, token: str) -> tuple[int, bytes
 
 async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[float, float, str]:
     """(main thread CPU µs per request, messages per second, a line for the log)."""
-    os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-cpu-")
+    data_dir = os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-cpu-")
     os.environ["MQGATE_ADMIN_TOKEN"] = ADMIN
     app = build_app(load_settings())
     lifespan: asyncio.Queue[dict[str, str]] = asyncio.Queue()
@@ -112,6 +113,7 @@ async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[
     after, main_after, t1 = os.times(), time.thread_time(), time.monotonic()
     await lifespan.put({"type": "lifespan.shutdown"})
     await running
+    shutil.rmtree(data_dir, ignore_errors=True)
     main_us = (main_after - main_before) / count * 1e6
     process_us = (after.user - before.user + after.system - before.system) / count * 1e6
     rate = count * batch / (t1 - t0)

@@ -118,42 +118,42 @@ class Producing:
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         tracing = self.tracing
-        # Whether a queue's messages carry a trace context: the request sent one, or a policy
-        # traces them (one producer sent them all, so one match per queue).
-        traced: dict[int, bool] = {}
-        matches: dict[int, MatchedTrace] = {}  # the traced queues' trace
         if traceparent is not None:
             context = traceparent_for(traceparent)
         else:
             context = new_traceparent() if tracing.active else ""
-        # Messages without properties of their own share one dict (nothing changes a stored
-        # message's properties); `own_context`: queues where a message kept a context of its own.
-        only_context = {TRACEPARENT: context}
-        own_context: set[int] = set()
         grid = topic.grid
         queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
+        # The queues whose messages carry a trace context: the request sent one, or a policy
+        # traces them (one producer sent them all: one match per queue, `matches`).
+        matches: dict[int, MatchedTrace] = {}
+        with_context: set[int] = set()
+        if context:
+            for q in dict.fromkeys(queues):
+                found = tracing.match(topic, q, (producer.name,))
+                if found is not None:
+                    matches[q] = found
+                if found is not None or traceparent is not None:
+                    with_context.add(q)
+        # Messages without properties of their own share one dict (nothing changes a stored
+        # message's properties); `own_context`: queues where a message kept a context of its own.
+        only_context = {TRACEPARENT: context}
+        own_context: set[int] = set()
         for m, msg_id, q in zip(messages, ids, queues, strict=True):
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
             props = m.properties
-            if context:
-                with_context = traced.get(q)
-                if with_context is None:
-                    found = tracing.match(topic, q, (producer.name,))
-                    if found is not None:
-                        matches[q] = found
-                    with_context = traced[q] = traceparent is not None or found is not None
-                if with_context:
-                    if not props:
-                        props = only_context
-                    else:
-                        props = with_traceparent(props, context)
-                        if props is m.properties:
-                            own_context.add(q)
+            if q in with_context:
+                if not props:
+                    props = only_context
+                else:
+                    props = with_traceparent(props, context)
+                    if props is m.properties:
+                        own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        shared = {q: context for q, on in traced.items() if on and q not in own_context}
+        shared = {q: context for q in with_context if q not in own_context}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None

@@ -90,15 +90,15 @@ def request_batch(
         parts.append(
             QueueRun(head.msg_id, n, q if shape.queue else None, first_offset if shape.offset else None)
         )
-    messages = [m for _, batch, _ in queues for m in batch]
-    keys = [m.keys for m in messages]
+    keys = [m.keys for _, batch, _ in queues for m in batch]
+    bodies = [m.body for _, batch, _ in queues for m in batch] if shape.body else []
     return _batch(
         origin,
         shape,
-        producer=messages[0].producer if shape.producer else None,
+        producer=queues[0][1][0].producer if shape.producer else None,
         keys=keys if any(keys) else [],
         traceparent=traceparent,
-        bodies=cut_bodies([m.body for m in messages], origin.body_max_bytes) if shape.body else [],
+        bodies=cut_bodies(bodies, origin.body_max_bytes) if bodies else [],
         parts=parts,
     )
 
