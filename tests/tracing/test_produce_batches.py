@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from mqgate.core.ids import ids_by_queue, new_message_ids
 from mqgate.model import StoredMessage
-from mqgate.tracing.batch import BatchShape, expand
+from mqgate.tracing.batch import BatchShape, TraceBatch, expand
 from mqgate.tracing.produce_batches import Origin, queue_batch, request_batch
 from tests.tracing.conftest import GATEWAY
 
@@ -47,3 +47,41 @@ def test_a_request_over_several_queues_is_one_batch_unless_a_queue_is_not_a_run(
     assert whole.keys == [[m.msg_id] for q in (0, 1, 2) for m in by_queue[q]]
     broken = [*by_queue[0][:1], *by_queue[0][2:]]  # a gap in queue 0's ids
     assert request_batch(ORIGIN, INFO, [(0, broken, 10), (1, by_queue[1], 20)], "tp") is None
+
+
+def test_a_queue_batch_holds_each_field_by_its_name() -> None:
+    """queue_batch builds its TraceBatch positionally (the hot path): each value must land in
+    the field of its name, for a single message and for a run."""
+    [one] = msgs(new_message_ids(1_000, 1), keys=True)
+    assert queue_batch(ORIGIN, ROUTE, 3, [one], 40, "tp") == TraceBatch(
+        kind="batch",
+        hops=["accepted", "stored"],
+        time_ms=1_000,
+        last_ms=1_002,
+        project="shop",
+        topic="orders",
+        resource=GATEWAY,
+        msg_ids=[one.msg_id],
+        level="info",
+        producer="p1",
+        keys=[[one.msg_id]],
+        traceparent="tp",
+        bodies=["body "],
+    )
+    run = msgs(new_message_ids(1_000, 3))
+    assert queue_batch(ORIGIN, INFO, 5, run, 40, None) == TraceBatch(
+        kind="batch",
+        hops=["accepted", "stored"],
+        time_ms=1_000,
+        last_ms=1_002,
+        project="shop",
+        topic="orders",
+        resource=GATEWAY,
+        first_id=run[0].msg_id,
+        count=3,
+        level="info",
+        queue=5,
+        first_offset=40,
+        producer="p1",
+        content_ref=True,
+    )
