@@ -27,7 +27,7 @@ from mqgate.tracing.batch import (
     shared_or_each,
 )
 from mqgate.tracing.events import TraceEvent, encode_event
-from mqgate.tracing.index import TraceIndex
+from mqgate.tracing.index import TraceIndex, batch_row
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
@@ -269,6 +269,40 @@ def test_the_batches_of_a_commit_round_share_one_record_and_each_message_is_foun
         await recorder.close()
 
     run_with_stores(store_kind, tmp_path / "data", body)
+
+
+def test_a_records_id_ranges_are_its_lowest_and_highest_id_per_prefix() -> None:
+    """The index finds a record by the ranges of its ids per millisecond and process: runs
+    counted up from their first id, listed ids as they are, both merged under one prefix."""
+    a, b = "0000000003e8" + "0000beef", "0000000003e9" + "0000beef"  # two prefixes (ms, process)
+    runs = batch(
+        0,
+        msg_ids=[],
+        keys=[],
+        traceparents=[],
+        queue=None,
+        first_offset=None,
+        parts=[
+            QueueRun(a + "000000000110", 5, 1, 0),  # counters 0x110-0x114
+            QueueRun(a + "0000000000ff", 2, 2, 0),  # 0xff-0x100: a higher first, a lower start
+            QueueRun(b + "00000000000a", 1, 3, 0),
+        ],
+    )
+    listed = batch(2, msg_ids=[a + "000000000200", a + "000000000001"], keys=[], traceparents=[])
+    other = batch(1, msg_ids=["m7"], keys=[], traceparents=[])
+    row = batch_row(TraceRound(kind="round", batches=[runs, listed, other]), "{}")
+    assert sorted(row.id_ranges) == sorted(
+        [
+            (a + "000000000001", a + "000000000200"),
+            (b + "00000000000a", b + "00000000000a"),
+            ("m7", "m7"),
+        ]
+    )
+    only_runs = batch_row(runs, "{}")
+    assert sorted(only_runs.id_ranges) == [
+        (a + "0000000000ff", a + "000000000114"),
+        (b + "00000000000a", b + "00000000000a"),
+    ]
 
 
 def test_produces_join_their_projects_open_group_until_it_is_sealed() -> None:

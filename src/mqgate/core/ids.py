@@ -66,6 +66,11 @@ def id_run(first: str, count: int) -> list[str]:
     return [f"{prefix}{n:012x}" for n in range(start, start + count)]
 
 
+def id_from(prefix: str, counter: int) -> str:
+    """The id of `counter` under `prefix` (an id's first `ID_PREFIX_CHARS`)."""
+    return f"{prefix}{counter:012x}"
+
+
 def id_at(first: str, i: int) -> str:
     """The id `i` after `first` in a run."""
     return f"{first[:ID_PREFIX_CHARS]}{int(first[ID_PREFIX_CHARS:], 16) + i:012x}"

@@ -196,26 +196,35 @@ def decode_round(raw: bytes | str) -> TraceRound:
 
 
 def _checked(batch: TraceBatch) -> TraceBatch:
-    if batch.parts:
+    # One pass, no generators: the trace index writer checks every batch it decodes.
+    parts = batch.parts
+    if parts:
         named = batch.msg_ids or batch.first_id is not None or batch.count
         if named or batch.queue is not None or batch.first_offset is not None:
             raise msgspec.ValidationError(
                 "a trace batch's parts stand for msgIds, firstId, queue, firstOffset"
             )
-        if not all(is_valid_run(p.first_id, p.count) for p in batch.parts):
-            raise msgspec.ValidationError("a trace batch's part needs a count of ids its firstId can hold")
+        n = 0
+        for part in parts:
+            if not is_valid_run(part.first_id, part.count):
+                raise msgspec.ValidationError(
+                    "a trace batch's part needs a count of ids its firstId can hold"
+                )
+            n += part.count
     elif batch.first_id is not None:
         if batch.msg_ids or not is_valid_run(batch.first_id, batch.count):
             raise msgspec.ValidationError(
                 "a trace batch's firstId needs a count of ids it can hold, no msgIds"
             )
+        n = batch.count
     elif batch.count:
         raise msgspec.ValidationError("a trace batch's count goes with a firstId")
-    n = batch.message_count
+    else:
+        n = len(batch.msg_ids)
     if n == 0 or not batch.hops:
         raise msgspec.ValidationError("a trace batch needs msgIds (or firstId and count) and hops")
-    for name in ("keys", "traceparents", "bodies"):
-        if len(getattr(batch, name)) not in (0, n):
+    for name, items in (("keys", batch.keys), ("traceparents", batch.traceparents), ("bodies", batch.bodies)):
+        if items and len(items) != n:
             raise msgspec.ValidationError(f"a trace batch's {name} must have one item per message id")
     return batch
 

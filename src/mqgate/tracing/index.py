@@ -18,7 +18,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from mqgate.core.ids import ID_PREFIX_CHARS, id_at, lowest_id_like
+from mqgate.core.ids import ID_PREFIX_CHARS, id_from, lowest_id_like
 from mqgate.errors import Unavailable
 from mqgate.sqlschema import create_all_shared
 from mqgate.tracing.batch import TraceBatch, TraceRound, batches_of, decode_record, expand
@@ -107,15 +107,36 @@ def batch_row(record: TraceBatch | TraceRound, body: str) -> IndexRow:
 def _id_ranges(batches: Sequence[TraceBatch]) -> list[tuple[str, str]]:
     """Per id prefix (millisecond and process, the part a look-up's range is bounded by), the
     lowest and highest id of the batches."""
-    spans: dict[str, tuple[str, str]] = {}
+    # A run's ids share its first id's prefix and count up from its counter (decoding checked
+    # it is hex and the run fits): lowest and highest counters are compared as numbers and
+    # formatted once per prefix. Listed ids are compared as they are.
+    counters: dict[str, list[int]] = {}
+    listed: dict[str, tuple[str, str]] = {}
     for b in batches:
-        # A run is ascending and of one prefix; listed ids each count.
-        runs = b.runs()
-        ends = [(first, id_at(first, n - 1)) for first, n in runs] if runs else [(m, m) for m in b.msg_ids]
-        for low, high in ends:
-            prefix = low[:ID_PREFIX_CHARS]
-            found = spans.get(prefix)
-            spans[prefix] = (low, high) if found is None else (min(found[0], low), max(found[1], high))
+        if not b.parts and b.first_id is None:
+            for m in b.msg_ids:
+                prefix = m[:ID_PREFIX_CHARS]
+                found = listed.get(prefix)
+                listed[prefix] = (m, m) if found is None else (min(found[0], m), max(found[1], m))
+            continue
+        for first, n in b.runs():
+            prefix = first[:ID_PREFIX_CHARS]
+            low = int(first[ID_PREFIX_CHARS:], 16)
+            high = low + n - 1
+            span = counters.get(prefix)
+            if span is None:
+                counters[prefix] = [low, high]
+            else:
+                if low < span[0]:
+                    span[0] = low
+                if high > span[1]:
+                    span[1] = high
+    spans = {p: (id_from(p, low), id_from(p, high)) for p, (low, high) in counters.items()}
+    for prefix, (low_id, high_id) in listed.items():
+        found = spans.get(prefix)
+        if found is not None:
+            low_id, high_id = min(found[0], low_id), max(found[1], high_id)
+        spans[prefix] = (low_id, high_id)
     return list(spans.values())
 
 
