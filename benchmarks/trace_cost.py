@@ -92,6 +92,19 @@ def measure(gw: Any, token: str, kind: str, seconds: float) -> dict[str, float]:
     }
 
 
+def measure_run(
+    gw: Any, token: str, kind: str, seconds: float, policy: dict[str, str] | None
+) -> dict[str, float]:
+    """`measure` with `policy` (a trace policy) in force for the run, or untraced (None)."""
+    if policy is None:
+        return measure(gw, token, kind, seconds)
+    policy_id = gw.admin.ok("POST", "/admin/trace-policies", policy)["id"]
+    try:
+        return measure(gw, token, kind, seconds)
+    finally:
+        gw.admin.ok("DELETE", f"/admin/trace-policies/{policy_id}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pairs", type=int, default=4, help="untraced/traced pairs per kind")
@@ -115,17 +128,12 @@ def main() -> None:
         for kind in kinds:
             # Warm up untraced and traced: the trace topic and the index writer process start
             # at the first traced produce, a one-time cost no pair should carry.
-            measure(gw, token, kind, 2)
-            policy_id = gw.admin.ok("POST", "/admin/trace-policies", policy)["id"]
-            measure(gw, token, kind, 2)
-            gw.admin.ok("DELETE", f"/admin/trace-policies/{policy_id}")
+            for traced in (False, True):
+                measure_run(gw, token, kind, 2, policy if traced else None)
             for pair in range(args.pairs):
                 got: dict[bool, dict[str, float]] = {}
                 for traced in (False, True) if pair % 2 == 0 else (True, False):
-                    policy_id = gw.admin.ok("POST", "/admin/trace-policies", policy)["id"] if traced else None
-                    got[traced] = measure(gw, token, kind, args.seconds)
-                    if policy_id is not None:
-                        gw.admin.ok("DELETE", f"/admin/trace-policies/{policy_id}")
+                    got[traced] = measure_run(gw, token, kind, args.seconds, policy if traced else None)
                 rows[kind].append((got[False], got[True]))
                 if args.threads:
                     names = sorted({k for g in got.values() for k in g if k.startswith("thread ")})

@@ -73,7 +73,7 @@ def id_from(prefix: str, counter: int) -> str:
 
 def id_at(first: str, i: int) -> str:
     """The id `i` after `first` in a run."""
-    return f"{first[:ID_PREFIX_CHARS]}{int(first[ID_PREFIX_CHARS:], 16) + i:012x}"
+    return id_from(first[:ID_PREFIX_CHARS], int(first[ID_PREFIX_CHARS:], 16) + i)
 
 
 def in_id_run(msg_id: str, first: str, count: int) -> bool:
