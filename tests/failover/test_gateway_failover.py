@@ -61,7 +61,10 @@ class Traffic:
     acked: dict[str, float] = field(default_factory=dict)  # msgId -> when its produce was answered
     statuses: dict[str, int] = field(default_factory=dict)  # receipt status -> count
     errors: list[tuple[float, int, str]] = field(default_factory=list)
-    consumed: dict[str, int] = field(default_factory=dict)  # msgId -> deliveries acked
+    consumed: dict[str, int] = field(default_factory=dict)  # msgId -> deliveries
+    # msgId -> its deliveries whose ack did not answer 200 (sent to the primary as it died, or
+    # after the lock expired): each may be delivered again, by at-least-once.
+    unacked: dict[str, int] = field(default_factory=dict)
     found_at: list[float] = field(default_factory=list)  # when each pull that found messages came back
     latencies: list[tuple[float, float]] = field(default_factory=list)  # (when, produce seconds)
     brokers: list[tuple[float, str]] = field(default_factory=list)  # (when, cluster that stored a batch)
@@ -109,9 +112,13 @@ class Traffic:
                     self.found_at.append(time.monotonic())
                     for m in res["msgList"]:
                         self.consumed[m["messageId"]] = self.consumed.get(m["messageId"], 0) + 1
-                c.post(
+                ack = c.post(
                     "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
                 )
+                if ack.status_code != 200:
+                    with self.lock:
+                        for m in res["msgList"]:
+                            self.unacked[m["messageId"]] = self.unacked.get(m["messageId"], 0) + 1
 
     def run(self, producers: int, consumers: int) -> list[threading.Thread]:
         threads = [threading.Thread(target=self.produce, args=(n,)) for n in range(producers)]
@@ -166,7 +173,7 @@ def test_kill9_of_the_primary_under_load(
         # or from the primary before it died).
         primary.start()
         state = wait_until(lambda: (s := failover_state(gw)) and not s["draining"] and s, 30, "the drain")
-        rest = Traffic(gw.url, ptoken, ctoken, consumed=traffic.consumed)
+        rest = Traffic(gw.url, ptoken, ctoken, consumed=traffic.consumed, unacked=traffic.unacked)
         threads = rest.run(producers=0, consumers=2)
         wait_until(
             lambda: not set(traffic.acked) - set(rest.consumed), 60, "every acknowledged message consumed"
@@ -177,6 +184,9 @@ def test_kill9_of_the_primary_under_load(
         produce_errors = [e for e in traffic.errors if not e[2].startswith("pull")]
         spool = gw.admin("GET", "/admin/spool")
         duplicates = sum(n - 1 for n in rest.consumed.values())
+        # Deliveries beyond a message's first and its unacknowledged ones: only a stored copy
+        # too many explains them.
+        stored_twice = sum(max(n - 1 - rest.unacked.get(m, 0), 0) for m, n in rest.consumed.items())
         first_pull = min(t for t in traffic.found_at if t > killed) - killed
         around = sorted(d for t, d in traffic.latencies if killed - 1 <= t <= killed + 3)
         p99 = around[int(len(around) * 0.99)] if around else 0.0
@@ -184,8 +194,9 @@ def test_kill9_of_the_primary_under_load(
             f"\nkill -9 of the primary: switched in {switched:.2f}s, first pull served after "
             f"{first_pull:.2f}s, produce p99 around the switch {p99 * 1000:.0f} ms, "
             f"{len(traffic.acked)} produced ({traffic.statuses}), produce errors {len(produce_errors)}, "
-            f"pull errors {len(traffic.errors) - len(produce_errors)}, duplicates {duplicates} "
-            f"(possible: {spool['possibleDuplicates']}), spooled {spool['spooledTotal']} resent "
+            f"pull errors {len(traffic.errors) - len(produce_errors)}, acks refused or failed for "
+            f"{sum(rest.unacked.values())} messages, duplicates {duplicates} ({stored_twice} beyond "
+            f"those; possible: {spool['possibleDuplicates']}), spooled {spool['spooledTotal']} resent "
             f"{spool['resentTotal']}, {state['reason']}"
         )
         assert not produce_errors, produce_errors[:5]
@@ -201,7 +212,7 @@ def test_kill9_of_the_primary_under_load(
             ("p", "b", "p is failed")
         ]
         # A message is stored twice only by the resend of a produce that failed mid-call.
-        assert duplicates <= spool["possibleDuplicates"]
+        assert stored_twice <= spool["possibleDuplicates"]
     finally:
         gw.stop()
         hook.shutdown()

@@ -144,7 +144,7 @@ class MetricsHistory:
         What a failed write did not record stays counted for the next sample."""
         async with self._lock:
             now = _now_ms()
-            if self._last is None or now - self._last_ms < at_least_s * 1000:
+            if self._last is None or not sample_due(now, self._last_ms, at_least_s):
                 return
             current = self.read()
             covered = max(now - self._last_ms, 0)
@@ -256,6 +256,14 @@ def points(rows: Iterable[Any], first: int, last: int, step: int) -> list[Point]
             )
         )
     return out
+
+
+def sample_due(now_ms: int, last_ms: int, at_least_s: float) -> bool:
+    """Whether a sample is due: `at_least_s` passed since the last one, or a new minute began
+    since it (else a chart drawn just after the minute turned would end in a point with no
+    data, though the gateway was up all along)."""
+    minute_ms = MINUTE_S * 1000
+    return now_ms - last_ms >= at_least_s * 1000 or now_ms // minute_ms != last_ms // minute_ms
 
 
 def _delta(now: float, before: float) -> float:
