@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -23,11 +24,13 @@ import statistics
 import subprocess
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mqgate
 from mqgate.api.app import build_app
+from mqgate.services.tracing import Tracing
 from mqgate.settings import load_settings
 
 ADMIN = "admintoken-0123456789abcdef"
@@ -67,11 +70,48 @@ async def call(app: Any, path: str, body: bytes, token: str) -> tuple[int, bytes
     return int(answer["status"]), bytes(answer["body"])
 
 
-async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[float, float, str]:
-    """(main thread CPU µs per request, messages per second, a line for the log)."""
+@dataclass
+class Started:
+    """A gateway app started in this process, with a topic `bench` and a producer `bp`."""
+
+    app: Any
+    tracing: Tracing
+    token: str
+    path: str  # what a request posts, and its body
+    body: bytes
+    lifespan: asyncio.Queue[dict[str, str]]
+    running: asyncio.Task[None]
+    data_dir: str
+
+    async def drive(self, conns: int, seconds: float) -> int:
+        """`conns` callers posting requests for `seconds`: how many were answered (all 200)."""
+        count = 0
+        until = time.monotonic() + seconds
+
+        async def caller() -> None:
+            nonlocal count
+            while time.monotonic() < until:
+                status, answer = await call(self.app, self.path, self.body, self.token)
+                assert status == 200, answer
+                count += 1
+
+        await asyncio.gather(*(caller() for _ in range(conns)))
+        return count
+
+    async def stop(self) -> None:
+        await self.lifespan.put({"type": "lifespan.shutdown"})
+        await self.running
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+async def start(trace: bool, batch: int) -> Started:
+    """A gateway whose requests produce `batch` messages (1: /mq/produce), every one traced at
+    info by a project policy when `trace`."""
     data_dir = os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-cpu-")
     os.environ["MQGATE_ADMIN_TOKEN"] = ADMIN
+    before = {id(o) for o in gc.get_objects() if isinstance(o, Tracing)}
     app = build_app(load_settings())
+    [tracing] = [o for o in gc.get_objects() if isinstance(o, Tracing) and id(o) not in before]
     lifespan: asyncio.Queue[dict[str, str]] = asyncio.Queue()
     started = asyncio.Event()
 
@@ -97,23 +137,17 @@ async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[
     else:
         many = {"producer": "bp", "messages": [message] * batch}
         path, body = "/mq/produce/batch", json.dumps(many).encode()
-    count = 0
+    return Started(app, tracing, token, path, body, lifespan, running, data_dir)
 
-    async def caller(until: float) -> None:
-        nonlocal count
-        while time.monotonic() < until:
-            status, answer = await call(app, path, body, token)
-            assert status == 200, answer
-            count += 1
 
-    await asyncio.gather(*(caller(time.monotonic() + 1) for _ in range(conns)))  # warm up
-    count = 0
+async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[float, float, str]:
+    """(main thread CPU µs per request, messages per second, a line for the log)."""
+    gw = await start(trace, batch)
+    await gw.drive(conns, 1.0)  # warm up
     before, main_before, t0 = os.times(), time.thread_time(), time.monotonic()
-    await asyncio.gather(*(caller(t0 + seconds) for _ in range(conns)))
+    count = await gw.drive(conns, seconds)
     after, main_after, t1 = os.times(), time.thread_time(), time.monotonic()
-    await lifespan.put({"type": "lifespan.shutdown"})
-    await running
-    shutil.rmtree(data_dir, ignore_errors=True)
+    await gw.stop()
     main_us = (main_after - main_before) / count * 1e6
     process_us = (after.user - before.user + after.system - before.system) / count * 1e6
     rate = count * batch / (t1 - t0)
@@ -163,17 +197,24 @@ def main() -> None:
     )
     print(summary)
     if args.results:
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         command = (
             f"PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch {args.batch} "
             f"--conns {args.conns} --rounds {args.rounds} --seconds {args.seconds:g}"
         )
-        with open(Path(__file__).resolve().parent / "RESULTS.md", "a", encoding="utf-8") as out:
-            out.write(
-                f"\n## {when} — traced produce, event loop CPU in one process (trace_cpu_bench.py)\n\n"
-                f"- command: `{command}`; code measured: git {code_commit()}; {os.cpu_count()} CPUs\n"
-                f"- {summary}\n"
-            )
+        append_results(
+            "traced produce, event loop CPU in one process (trace_cpu_bench.py)", command, f"- {summary}"
+        )
+
+
+def append_results(title: str, command: str, body: str) -> None:
+    """A dated section of benchmarks/RESULTS.md: the command, the measured code's commit, `body`."""
+    when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+    with open(Path(__file__).resolve().parent / "RESULTS.md", "a", encoding="utf-8") as out:
+        out.write(
+            f"\n## {when} — {title}\n\n"
+            f"- command: `{command}`; code measured: git {code_commit()}; {os.cpu_count()} CPUs\n"
+            f"{body}\n"
+        )
 
 
 if __name__ == "__main__":

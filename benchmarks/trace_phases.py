@@ -21,22 +21,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
-import json
-import os
-import shutil
-import tempfile
 import time
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
-from trace_cpu_bench import ADMIN, call, code_commit
+from trace_cpu_bench import Started, append_results, start
 
-from mqgate.api.app import build_app
 from mqgate.api.collector import tune_for_serving
 from mqgate.services.tracing import Tracing
-from mqgate.settings import load_settings
 from mqgate.tracing.rounds import RoundGroup
 
 VARIANTS = ("off", "on", "nomatch", "nobuild", "noseal")
@@ -74,79 +66,30 @@ def _ablate(variant: str, tracing: Tracing) -> None:
 @dataclass
 class Gateway:
     variant: str
-    app: Any
-    token: str
-    path: str
-    body: bytes
-    lifespan: asyncio.Queue[dict[str, str]]
-    task: asyncio.Task[None]
-    data_dir: str
+    started: Started
     cpu_s: float = 0.0
     wall_s: float = 0.0
     requests: int = 0
-    per_phase_us: list[float] = field(default_factory=list)
 
 
-async def start(variant: str, batch: int) -> Gateway:
-    data_dir = os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-phases-")
-    os.environ["MQGATE_ADMIN_TOKEN"] = ADMIN
-    before = {id(o) for o in gc.get_objects() if isinstance(o, Tracing)}
-    app = build_app(load_settings())
-    [tracing] = [o for o in gc.get_objects() if isinstance(o, Tracing) and id(o) not in before]
-    lifespan: asyncio.Queue[dict[str, str]] = asyncio.Queue()
-    started = asyncio.Event()
-
-    async def lifespan_send(message: dict[str, Any]) -> None:
-        started.set()
-
-    task = asyncio.create_task(app({"type": "lifespan"}, lifespan.get, lifespan_send))
-    await lifespan.put({"type": "lifespan.startup"})
-    await asyncio.wait_for(started.wait(), 30)
-
-    async def admin(path: str, **fields: Any) -> dict[str, Any]:
-        status, answer = await call(app, path, json.dumps(fields).encode(), ADMIN)
-        assert status == 200, answer
-        return dict(json.loads(answer)["result"])
-
-    await admin("/admin/topics", name="bench", queues=4)
-    token = (await admin("/admin/producers", name="bp", topic="bench"))["token"]
-    if variant != "off":
-        await admin("/admin/trace-policies", mode="project", project="default", level="info")
-    _ablate(variant, tracing)
-    message = {"message": "x" * 100}
-    if batch == 1:
-        path, body = "/mq/produce", json.dumps({"producer": "bp", **message}).encode()
-    else:
-        path, body = (
-            "/mq/produce/batch",
-            json.dumps({"producer": "bp", "messages": [message] * batch}).encode(),
-        )
-    return Gateway(variant, app, token, path, body, lifespan, task, data_dir)
+async def start_variant(variant: str, batch: int) -> Gateway:
+    started = await start(variant != "off", batch)
+    _ablate(variant, started.tracing)
+    return Gateway(variant, started)
 
 
 async def phase(gw: Gateway, conns: int, seconds: float, counted: bool = True) -> None:
-    count = 0
-
-    async def caller(until: float) -> None:
-        nonlocal count
-        while time.monotonic() < until:
-            status, answer = await call(gw.app, gw.path, gw.body, gw.token)
-            assert status == 200, answer
-            count += 1
-
     cpu, wall = time.thread_time(), time.perf_counter()
-    until = time.monotonic() + seconds
-    await asyncio.gather(*(caller(until) for _ in range(conns)))
+    count = await gw.started.drive(conns, seconds)
     cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
     if counted:
         gw.cpu_s += cpu
         gw.wall_s += wall
         gw.requests += count
-        gw.per_phase_us.append(cpu / count * 1e6)
 
 
 async def measure(variants: list[str], batch: int, conns: int, phases: int, seconds: float) -> list[Gateway]:
-    gateways = [await start(v, batch) for v in variants]
+    gateways = [await start_variant(v, batch) for v in variants]
     try:
         for gw in gateways:
             await phase(gw, conns, 1.5, counted=False)  # warm up (the index writer process starts)
@@ -155,9 +98,7 @@ async def measure(variants: list[str], batch: int, conns: int, phases: int, seco
                 await phase(gw, conns, seconds)
     finally:
         for gw in gateways:
-            await gw.lifespan.put({"type": "lifespan.shutdown"})
-            await gw.task
-            shutil.rmtree(gw.data_dir, ignore_errors=True)
+            await gw.started.stop()
     return gateways
 
 
@@ -196,18 +137,12 @@ def main() -> None:
     lines = table(gateways)
     print("\n".join(lines))
     if args.results:
-        when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         command = (
             f"PYTHONPATH=src .venv/bin/python benchmarks/trace_phases.py --variants {args.variants} "
             f"--batch {args.batch} --conns {args.conns} --phases {args.phases} --seconds {args.seconds:g}"
         )
-        with open(Path(__file__).resolve().parent / "RESULTS.md", "a", encoding="utf-8") as out:
-            out.write(
-                f"\n## {when} — where a traced produce's event loop time goes (trace_phases.py)\n\n"
-                f"- command: `{command}`; code measured: git {code_commit()}; {os.cpu_count()} CPUs\n\n"
-                + "\n".join(lines)
-                + "\n"
-            )
+        title = "where a traced produce's event loop time goes (trace_phases.py)"
+        append_results(title, command, "\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":
