@@ -4,6 +4,7 @@ gateways disagreeing, and the steps around a switch on real Redis servers."""
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from pathlib import Path
 
@@ -11,7 +12,7 @@ import pytest
 
 from mqgate.clusters.declare import clean_up, project_topology, redeclare, table_bounds
 from mqgate.clusters.pool import ClusterPool, ClusterSpec
-from mqgate.clusters.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator
+from mqgate.clusters.switch import ActiveRecord, ProjectClusters, SqlSwitchRecords, SwitchCoordinator
 from mqgate.core.failover import ClusterState
 from mqgate.core.layout import Layout
 from mqgate.core.tokens import AckToken
@@ -130,6 +131,44 @@ def test_gateways_disagree_for_at_most_the_lease(pg_url: str) -> None:
             rec_b.dispose()
 
     asyncio.run(go())
+
+
+def test_stop_waits_for_a_database_call_under_way(tmp_path: Path) -> None:
+    """A check that stop() cancels leaves its read running in a thread: stop() returns once it
+    is done, so the `dispose()` after it finds every connection back in the pool (else the
+    read's connection outlives the engine: a ResourceWarning, once failing CI on PostgreSQL)."""
+    records = SqlSwitchRecords(f"sqlite:///{tmp_path / 'switch.db'}")
+    records.create_schema()
+    read_all, entered, release = records.read_all, threading.Event(), threading.Event()
+    finished: list[bool] = []
+
+    def late_read() -> dict[str, ActiveRecord]:  # a database that answers late
+        entered.set()
+        release.wait(10)
+        try:
+            return read_all()
+        finally:
+            finished.append(True)
+
+    async def go() -> list[bool]:
+        coordinator = SwitchCoordinator(records, lambda: {}, lambda: {}, check_s=0.05)
+        await coordinator.start()
+        records.read_all = late_read  # type: ignore[method-assign]
+        assert await asyncio.to_thread(entered.wait, 5)
+        stopping = asyncio.ensure_future(coordinator.stop())
+        at_stop: list[bool] = []
+        stopping.add_done_callback(lambda _: at_stop.append(bool(finished)))
+        done, _ = await asyncio.wait({stopping}, timeout=0.3)
+        assert not done  # still reading
+        release.set()
+        await stopping
+        return at_stop
+
+    try:
+        assert asyncio.run(go()) == [True]  # the read was over when stop() returned
+    finally:
+        release.set()
+        records.dispose()
 
 
 def test_a_view_not_read_again_expires(tmp_path: Path) -> None:

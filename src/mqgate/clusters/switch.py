@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
@@ -33,6 +33,7 @@ from mqgate.core.failover import ClusterState, choose_active
 from mqgate.errors import BadRequest, NotFound, Unavailable
 from mqgate.sqlschema import create_all_shared
 
+T = TypeVar("T")
 log = logging.getLogger("mqgate.clusters")
 
 metadata = sa.MetaData()
@@ -162,6 +163,7 @@ class SwitchCoordinator:
         self._views: dict[str, _View] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._in_threads: set[asyncio.Future[Any]] = set()  # database calls under way
         self.checks = 0
         self.failed_checks = 0
 
@@ -201,6 +203,15 @@ class SwitchCoordinator:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        # A cancelled check leaves its database call running in its thread: wait for it, so
+        # the caller's `records.dispose()` finds every connection back in the pool.
+        await asyncio.gather(*self._in_threads, return_exceptions=True)
+
+    async def _in_thread(self, call: Callable[..., T], *args: Any) -> T:
+        done = asyncio.ensure_future(asyncio.to_thread(call, *args))
+        self._in_threads.add(done)
+        done.add_done_callback(self._in_threads.discard)
+        return await asyncio.shield(done)
 
     async def _run(self) -> None:
         last = self.clock()
@@ -220,7 +231,7 @@ class SwitchCoordinator:
     async def check(self) -> list[SwitchEvent]:
         """Read every project's record, switch those this gateway's view says to; the events."""
         read_at = self.clock()
-        found = await asyncio.to_thread(self.records.read_all)
+        found = await self._in_thread(self.records.read_all)
         states = self.states()
         events: list[SwitchEvent] = []
         for project, clusters in self.projects().items():
@@ -261,13 +272,11 @@ class SwitchCoordinator:
         before = None if rec is None else rec.cluster
         expected = 0 if rec is None else rec.epoch
         now_ms = int(time.time() * 1000)
-        new = await asyncio.to_thread(
-            self.records.compare_and_set, project, expected, cluster, reason, now_ms
-        )
+        new = await self._in_thread(self.records.compare_and_set, project, expected, cluster, reason, now_ms)
         if new is not None:
             return new, SwitchEvent(project, before, cluster, new.epoch, reason, True)
         # Another gateway switched first: take its record (read again, it is newer than ours).
-        latest = (await asyncio.to_thread(self.records.read_all))[project]
+        latest = (await self._in_thread(self.records.read_all))[project]
         return latest, SwitchEvent(project, before, latest.cluster, latest.epoch, latest.reason, False)
 
     async def switch_to(self, project: str, cluster: str, reason: str) -> ActiveRecord:
@@ -278,7 +287,7 @@ class SwitchCoordinator:
         if cluster not in (clusters.primary, clusters.backup):
             raise BadRequest(f"{cluster} is neither primary nor backup of {project}", field="cluster")
         read_at = self.clock()
-        rec = (await asyncio.to_thread(self.records.read_all)).get(project)
+        rec = (await self._in_thread(self.records.read_all)).get(project)
         if rec is not None and rec.cluster == cluster:
             self._views[project] = _View(rec, read_at)
             return rec  # already there (a retried request, or another gateway's): no new epoch
