@@ -1,0 +1,140 @@
+"""What tracing costs a produce in CPU instructions (issue 11), counted by valgrind's callgrind:
+the same count for the same code and inputs whatever else the machine does, where timings on
+these machines move by 20 % within a minute (trace_phases.py, trace_cost.py).
+
+Each variant (trace_phases.py's: off, on, nomatch, nobuild, noseal; and `noindex`, traced but
+the trace index never fed) runs a gateway in this process under callgrind twice, driving its
+ASGI app with `--small` and then `--large` requests after the same warm-up; the difference of
+the two runs' totals over the difference of their requests is the instructions per request,
+start-up and shut-down cancelling out. The trace index writer runs in a thread of the gateway
+(so its work is counted) and is fed once, after the requests, in rounds as large as a busy
+gateway's (a round every 0.1 s holds hundreds of produces; under callgrind's 50x slowdown a
+timed round would hold a few and inflate the per-round cost).
+
+    PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py [--variants off,on]
+        [--batch 1] [--small 300] [--large 1500] [--results]
+
+Needs valgrind (Debian's package). A run of two variants takes about two minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import shutil
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+WARM_UP = 200
+CALLERS = 16
+
+
+async def drive(variant: str, batch: int, requests: int) -> None:
+    """Inside callgrind: a gateway of `variant`, `WARM_UP` + `requests` requests, its trace index
+    fed to the end."""
+    from trace_cpu_bench import call, start
+    from trace_phases import _ablate
+
+    started = await start(variant != "off", batch)
+    tracing = started.tracing
+    await tracing.indexer.close()  # fed below, in rounds of a busy gateway's size
+    _ablate("on" if variant == "noindex" else variant, tracing)
+    left = WARM_UP + requests
+
+    async def caller() -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            status, answer = await call(started.app, started.path, started.body, started.token)
+            assert status == 200, answer
+
+    await asyncio.gather(*(caller() for _ in range(CALLERS)))
+    if variant not in ("off", "noindex"):
+        await tracing.recorder.flush()
+        while await tracing.indexer.step():
+            pass
+    await started.stop()
+
+
+def instructions(variant: str, batch: int, requests: int) -> int:
+    """Instructions of one callgrind run of `drive`."""
+    env = {**os.environ, "MQGATE_TRACE_INDEX_PROCESS": "false"}
+    command = [
+        "valgrind",
+        "--tool=callgrind",
+        "--callgrind-out-file=/dev/null",
+        sys.executable,
+        __file__,
+        "--inner",
+        f"{variant},{batch},{requests}",
+    ]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise SystemExit(f"callgrind run failed ({variant}, {requests}):\n{done.stderr[-3000:]}")
+    return int(found.group(1))
+
+
+def per_request(variant: str, batch: int, small: int, large: int) -> float:
+    with ThreadPoolExecutor(2) as pool:  # the two runs of a variant side by side (2 cores)
+        low, high = pool.map(lambda n: instructions(variant, batch, n), (small, large))
+    return (high - low) / (large - small)
+
+
+def table(counts: dict[str, float]) -> list[str]:
+    base = counts.get("off")
+    lines = ["| variant | instructions per request | vs off | off / variant |", "|---|---:|---:|---:|"]
+    for variant, n in counts.items():
+        versus = f"{n - base:+,.0f}" if base else ""
+        ratio = f"{base / n:.3f}" if base else ""
+        lines.append(f"| {variant} | {n:,.0f} | {versus} | {ratio} |")
+    return lines
+
+
+def main() -> None:
+    from trace_phases import VARIANTS
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--variants", default="off,on", help=", ".join((*VARIANTS, "noindex")))
+    parser.add_argument("--batch", type=int, default=1, help="messages per request (1: /mq/produce)")
+    parser.add_argument("--small", type=int, default=300, help="requests of the first run")
+    parser.add_argument("--large", type=int, default=1500, help="requests of the second run")
+    parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        variant, batch, requests = args.inner.split(",")
+        asyncio.run(drive(variant, int(batch), int(requests)))
+        return
+    if shutil.which("valgrind") is None:
+        parser.error("valgrind is not installed (apt-get install valgrind)")
+    variants = args.variants.split(",")
+    unknown = set(variants) - {*VARIANTS, "noindex"}
+    if unknown:
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    if args.large <= args.small:
+        parser.error("--large must be more than --small")
+    counts = {}
+    for variant in variants:
+        counts[variant] = per_request(variant, args.batch, args.small, args.large)
+        print(f"{variant}: {counts[variant]:,.0f} instructions per request", flush=True)
+    lines = table(counts)
+    print("\n".join(lines))
+    if args.results:
+        from trace_cpu_bench import append_results
+
+        command = (
+            f"PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py --variants {args.variants} "
+            f"--batch {args.batch} --small {args.small} --large {args.large}"
+        )
+        title = "what tracing costs a produce in instructions (trace_instructions.py, callgrind)"
+        append_results(title, command, "\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    main()
