@@ -1,6 +1,9 @@
 """What tracing costs a produce in CPU instructions (issue 11), counted by valgrind's callgrind:
-the same count for the same code and inputs whatever else the machine does, where timings on
-these machines move by 20 % within a minute (trace_phases.py, trace_cost.py).
+about the same count for the same code and inputs whatever else the machine does, where
+timings on these machines move by 20 % within a minute (trace_phases.py, trace_cost.py). Not
+exact: the group commit's rounds, and so their per-round work, depend on how threads
+interleave; repeated runs of a variant have differed by 1-4 %. User space only: the kernel's
+work for writes and fsyncs is not counted.
 
 Each variant (trace_phases.py's: off, on, nomatch, nobuild, noseal; and `noindex`, traced but
 the trace index never fed) runs a gateway in this process under callgrind twice, driving its
@@ -39,6 +42,9 @@ async def drive(variant: str, batch: int, requests: int) -> None:
     from trace_cpu_bench import call, start
     from trace_phases import _ablate
 
+    from mqgate.api.collector import tune_for_serving
+
+    tune_for_serving()  # as `mqgate serve` collects garbage
     started = await start(variant != "off", batch)
     tracing = started.tracing
     await tracing.indexer.close()  # fed below, in rounds of a busy gateway's size
