@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,6 +16,10 @@ import httpx
 from tests.conftest import RedisServer, Server, wait_until
 
 MAX_CALL_S = 8.0  # no call may hang: Redis calls time out after 5 s
+# A batch whose ack was lost is handed to the scheduler when its lock (3 s) expires and comes
+# back after its backoff (1 s, then 2 s): meanwhile the group's lag reads 0 (the scheduler's
+# messages are in no queue). Lag 0 counts as drained once it has held this long.
+LAG_ZERO_HELD_S = 3 + 2 + 2.0
 RUN_BOUND_S = 90.0  # producers stop by then at the latest
 DRAIN_BOUND_S = 120.0  # consumers keep going this much longer, so a slow recovery can drain
 
@@ -108,6 +113,21 @@ def _consume(gws: list[Server], token: str, shared: Shared, worker: int) -> None
         c.close()
 
 
+def _lag_zero_held(gw: Server, seconds: float) -> Callable[[], bool]:
+    """A predicate: the group's lag has read 0 at every look for `seconds`."""
+    since: float | None = None
+
+    def held() -> bool:
+        nonlocal since
+        if gw.admin("GET", "/admin/consumers/t-c/progress")["lag"] != 0:
+            since = None
+            return False
+        since = time.monotonic() if since is None else since
+        return time.monotonic() - since >= seconds
+
+    return held
+
+
 def test_redis_restart_under_load(own_redis: RedisServer, pg_url: str, tmp_path: Path) -> None:
     gws = [
         Server(
@@ -137,6 +157,8 @@ def test_redis_restart_under_load(own_redis: RedisServer, pg_url: str, tmp_path:
         own_redis.start()
         wait_until(lambda: shared.ok_after_restart >= 200, 60, "the gateways to recover by themselves")
         shared.stop_producing.set()
+        for t in threads[:2]:  # no produce lands after the consumers stop
+            t.join(MAX_CALL_S + 30)
         acked = set(shared.acked_produce)
         try:
             wait_until(lambda: acked <= shared.consumed, 60, "every acknowledged message to be consumed")
@@ -148,9 +170,9 @@ def test_redis_restart_under_load(own_redis: RedisServer, pg_url: str, tmp_path:
                 f"consumers alive: {[t.is_alive() for t in threads[2:]]}; errors {shared.errors[:3]}; "
                 f"progress {progress}"
             ) from None
-        # Delivered is not yet acked: the consumers go on until the group's lag is 0 (a batch whose
-        # ack was lost comes again once its lock expires).
-        wait_until(lambda: gws[1].admin("GET", "/admin/consumers/t-c/progress")["lag"] == 0, 60, "lag 0")
+        # Delivered is not yet acked: the consumers go on until the group's lag has been 0 for
+        # longer than a lost ack's lock and backoff (its batch comes again meanwhile).
+        wait_until(_lag_zero_held(gws[1], LAG_ZERO_HELD_S), 90, f"lag 0 for {LAG_ZERO_HELD_S:g} s", 0.2)
         shared.stop_consuming.set()
         for t in threads:
             t.join(30)
