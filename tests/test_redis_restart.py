@@ -16,10 +16,10 @@ import httpx
 from tests.conftest import RedisServer, Server, wait_until
 
 MAX_CALL_S = 8.0  # no call may hang: Redis calls time out after 5 s
-# A batch whose ack was lost is handed to the scheduler when its lock (3 s) expires and comes
-# back after its backoff (1 s, then 2 s): meanwhile the group's lag reads 0 (the scheduler's
-# messages are in no queue). Lag 0 counts as drained once it has held this long.
-LAG_ZERO_HELD_S = 3 + 2 + 2.0
+# A batch whose ack was lost is handed to the scheduler when its lock (3 s) expires, its
+# offsets committed, and comes back after its backoff (1 s, 2 s, 4 s for its first three
+# failures): meanwhile the group's lag reads 0. Lag 0 counts as drained once it has held longer.
+LAG_ZERO_HELD_S = 7.0
 RUN_BOUND_S = 90.0  # producers stop by then at the latest
 DRAIN_BOUND_S = 120.0  # consumers keep going this much longer, so a slow recovery can drain
 
