@@ -206,6 +206,13 @@ def main() -> None:
         )
 
 
+def report_table(lines: list[str], results: bool, title: str, command: str) -> None:
+    """Print a Markdown table; with `results`, append it to RESULTS.md as `append_results` does."""
+    print("\n".join(lines))
+    if results:
+        append_results(title, command, "\n" + "\n".join(lines))
+
+
 def append_results(title: str, command: str, body: str) -> None:
     """A dated section of benchmarks/RESULTS.md: the command, the measured code's commit, `body`."""
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())

@@ -128,17 +128,14 @@ def main() -> None:
     for variant in variants:
         counts[variant] = per_request(variant, args.batch, args.small, args.large)
         print(f"{variant}: {counts[variant]:,.0f} instructions per request", flush=True)
-    lines = table(counts)
-    print("\n".join(lines))
-    if args.results:
-        from trace_cpu_bench import append_results
+    from trace_cpu_bench import report_table
 
-        command = (
-            f"PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py --variants {args.variants} "
-            f"--batch {args.batch} --small {args.small} --large {args.large}"
-        )
-        title = "what tracing costs a produce in instructions (trace_instructions.py, callgrind)"
-        append_results(title, command, "\n" + "\n".join(lines))
+    command = (
+        f"PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py --variants {args.variants} "
+        f"--batch {args.batch} --small {args.small} --large {args.large}"
+    )
+    title = "what tracing costs a produce in instructions (trace_instructions.py, callgrind)"
+    report_table(table(counts), args.results, title, command)
 
 
 if __name__ == "__main__":

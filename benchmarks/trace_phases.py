@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from trace_cpu_bench import Started, append_results, start
+from trace_cpu_bench import Started, report_table, start
 
 from mqgate.api.collector import tune_for_serving
 from mqgate.services.tracing import Tracing
@@ -139,15 +139,12 @@ def main() -> None:
         parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
     tune_for_serving()  # as `mqgate serve` collects garbage
     gateways = asyncio.run(measure(variants, args.batch, args.conns, args.phases, args.seconds))
-    lines = table(gateways)
-    print("\n".join(lines))
-    if args.results:
-        command = (
-            f"PYTHONPATH=src .venv/bin/python benchmarks/trace_phases.py --variants {args.variants} "
-            f"--batch {args.batch} --conns {args.conns} --phases {args.phases} --seconds {args.seconds:g}"
-        )
-        title = "where a traced produce's event loop time goes (trace_phases.py)"
-        append_results(title, command, "\n" + "\n".join(lines))
+    command = (
+        f"PYTHONPATH=src .venv/bin/python benchmarks/trace_phases.py --variants {args.variants} "
+        f"--batch {args.batch} --conns {args.conns} --phases {args.phases} --seconds {args.seconds:g}"
+    )
+    title = "where a traced produce's event loop time goes (trace_phases.py)"
+    report_table(table(gateways), args.results, title, command)
 
 
 if __name__ == "__main__":
