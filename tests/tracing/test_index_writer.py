@@ -1,20 +1,26 @@
 """The trace index written by a process of its own (tracing/index_writer.py): the same rows as
 in the gateway's thread, malformed records counted, and a writer process that dies (kill -9)
-replaced with nothing lost or written twice."""
+replaced with nothing lost or written twice; the worker goes when its gateway is killed or
+stops, and an index that fails in it fails the round."""
 
 from __future__ import annotations
 
 import asyncio
 import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
+from mqgate.errors import Unavailable
 from mqgate.model import StoredMessage
 from mqgate.store.interface import MessageStore
 from mqgate.tracing.events import trace_topic
-from mqgate.tracing.index import TraceIndex
+from mqgate.tracing.index import PositionMove, TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
@@ -56,6 +62,71 @@ def test_a_writer_process_indexes_what_the_thread_would_and_survives_its_own_dea
             assert len((await query.find(key="k3")).paths) == 17
         finally:
             await recorder.close()
-            await asyncio.to_thread(indexer.writer.close)
+            await indexer.writer.close()
 
     run_with_stores("embedded", tmp_path / "data", body)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def _wait_gone(pid: int, timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"the index writer process {pid} outlived its gateway"
+        time.sleep(0.05)
+
+
+_HOLDER = """
+import asyncio, sys
+from mqgate.tracing.index import PositionMove, TraceIndex
+from mqgate.tracing.index_writer import ProcessWriter
+
+async def main() -> None:
+    TraceIndex(sys.argv[1]).create_schema()
+    writer = ProcessWriter(sys.argv[1])
+    await writer.write([], {})
+    print(writer.worker_pids()[0], flush=True)
+    await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_the_writer_process_goes_with_its_gateway_killed_or_stopped(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/trace-index.sqlite"
+    with subprocess.Popen([sys.executable, "-c", _HOLDER, url], stdout=subprocess.PIPE, text=True) as holder:
+        assert holder.stdout is not None
+        worker = int(holder.stdout.readline())
+        assert _alive(worker)
+        os.kill(holder.pid, signal.SIGKILL)
+        _wait_gone(worker)
+
+    async def stopped() -> int:
+        writer = ProcessWriter(url)
+        written = await writer.write([], {("__trace.shop", 0): PositionMove(None, 0)})
+        assert written.rows == 0
+        [pid] = writer.worker_pids()
+        await writer.close()
+        assert writer.worker_pids() == []
+        return pid
+
+    assert not _alive(asyncio.run(stopped()))
+
+
+def test_an_index_that_fails_in_the_writer_process_fails_the_round_as_unavailable(tmp_path: Path) -> None:
+    async def body() -> None:
+        writer = ProcessWriter(f"sqlite:///{tmp_path}/missing-dir/trace-index.sqlite")
+        try:
+            with pytest.raises(Unavailable, match="trace index"):
+                await writer.write([], {("__trace.shop", 0): PositionMove(None, 1)})
+            assert writer.restarts == 0 and len(writer.worker_pids()) == 1  # the worker stays
+        finally:
+            await writer.close()
+
+    asyncio.run(body())

@@ -109,7 +109,7 @@ class Tracing:
         await self.recorder.close()
         await self.indexer.close()
         if self.indexer.writer is not None:
-            await asyncio.to_thread(self.indexer.writer.close)
+            await self.indexer.writer.close()
         await asyncio.to_thread(self.index.dispose)
 
     def _index_failed(self, detail: str) -> None:

@@ -1,34 +1,43 @@
 """Writing the trace index in a process of its own (issue 11: tracing's cost on the gateway).
 
 The indexer's round reads raw trace records from the store in the gateway (cheap: stored bytes,
-no decoding) and hands them to one worker process, which decodes them and writes the rows and
-the new positions in one transaction. The decoding and the SQL driver's work then run beside
-the gateway's event loop, not in its process, so they neither take its CPU time nor its GIL.
-The worker is started with `spawn` (no copy of the gateway's threads and event loop) and exits
-when the gateway goes: its end of the pipe closes.
+no decoding) and hands them to one worker process (tracing/index_worker.py), which decodes them
+and writes the rows and the new positions in one transaction. The decoding and the SQL driver's
+work then run beside the gateway's event loop, not in its process, so they neither take its CPU
+time nor its GIL.
+
+The worker is fed through its stdin and answers on its stdout, both driven by the gateway's
+event loop: a round is one framed write and one framed read, and the gateway runs no thread
+for it. (A `ProcessPoolExecutor` did the same with a manager and a feeder thread in the
+gateway, which took the GIL from the event loop at every round: py-spy, a traced produce load.)
+The worker exits when the gateway goes: its stdin closes, and a gateway killed -9 takes it
+along (index_worker.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import multiprocessing
 import os
+import sys
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
 
 import msgspec
 
+import mqgate
 from mqgate.errors import Unavailable
 from mqgate.model import decode_stored
 from mqgate.tracing.batch import TraceBatch, TraceRound, decode_record
-from mqgate.tracing.index import IndexRow, Position, PositionMove, TraceIndex, batch_row
+from mqgate.tracing.index import IndexRow, Position, PositionMove, StalePositions, TraceIndex, batch_row
 
 log = logging.getLogger(__name__)
 
-_index: TraceIndex | None = None  # the worker process's own
+FRAME_HEADER_BYTES: Final = 4  # a frame: its length (big-endian) and its msgpack
+STOP_WAIT_S: Final = 10.0  # for the worker to end its round and exit before it is killed
 
 
 @dataclass(slots=True, frozen=True)
@@ -36,6 +45,23 @@ class Written:
     held: int  # events the written records hold
     rows: int
     malformed: int
+
+
+class Round(msgspec.Struct, array_like=True):
+    """What the gateway sends: the raw records and the moves of the positions."""
+
+    raws: list[bytes]
+    moves: list[tuple[str, int, int | None, int]]  # topic, queue, old, new
+
+
+class Outcome(msgspec.Struct, array_like=True):
+    """What the worker answers: the counts, or why the round wrote nothing."""
+
+    held: int = 0
+    rows: int = 0
+    malformed: int = 0
+    stale: str | None = None  # another indexer moved a position first (StalePositions)
+    error: str | None = None  # the index failed (the round is retried)
 
 
 def decode_rows(raws: Sequence[bytes]) -> tuple[list[IndexRow], int, int]:
@@ -67,31 +93,8 @@ def decode_and_write(
     return Written(held, len(rows), malformed)
 
 
-def _start(url: str, parent: int) -> None:
-    global _index
-    _die_with_parent(parent)
-    _index = TraceIndex(url)
-
-
-def _die_with_parent(parent: int) -> None:
-    """A gateway killed -9 takes its worker along (Linux: the parent-death signal; a parent
-    that died while this process was starting is seen by its pid no longer being ours)."""
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except (OSError, AttributeError):  # not Linux: the worker ends at its next write's EOF
-        pass
-    if os.getppid() != parent:
-        os._exit(0)
-
-
-def _write(raws: Sequence[bytes], moves: Mapping[Position, PositionMove]) -> Written:
-    assert _index is not None
-    return decode_and_write(_index, raws, moves)
+def frame(payload: bytes) -> bytes:
+    return len(payload).to_bytes(FRAME_HEADER_BYTES, "big") + payload
 
 
 class ProcessWriter:
@@ -102,28 +105,82 @@ class ProcessWriter:
     def __init__(self, url: str) -> None:
         self.url = url
         self.restarts = 0
-        self._pool = self._new_pool()
-
-    def _new_pool(self) -> ProcessPoolExecutor:
-        context = multiprocessing.get_context("spawn")
-        return ProcessPoolExecutor(
-            max_workers=1, mp_context=context, initializer=_start, initargs=(self.url, os.getpid())
-        )
+        self._worker: asyncio.subprocess.Process | None = None
+        self._lock = asyncio.Lock()  # one round in the pipe at a time
+        self._encode = msgspec.msgpack.Encoder().encode
+        self._decode = msgspec.msgpack.Decoder(Outcome).decode
 
     async def write(self, raws: Sequence[bytes], moves: Mapping[Position, PositionMove]) -> Written:
-        loop = asyncio.get_running_loop()
-        try:
-            return await loop.run_in_executor(self._pool, _write, list(raws), dict(moves))
-        except BrokenProcessPool as exc:
-            log.error("the trace index writer process died (%s): starting another", exc)
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = self._new_pool()
-            self.restarts += 1
-            raise Unavailable("the trace index writer process died; the round is retried") from exc
+        """Raises StalePositions as `TraceIndex.write` does, Unavailable when the index failed
+        or the worker died (then the next write starts another)."""
+        request = Round(list(raws), [(t, q, m.old, m.new) for (t, q), m in moves.items()])
+        async with self._lock:
+            worker = self._worker or await self._start()
+            assert worker.stdin is not None and worker.stdout is not None
+            try:
+                worker.stdin.write(frame(self._encode(request)))
+                await worker.stdin.drain()
+                size = int.from_bytes(await worker.stdout.readexactly(FRAME_HEADER_BYTES), "big")
+                outcome = self._decode(await worker.stdout.readexactly(size))
+            except (ConnectionError, asyncio.IncompleteReadError) as exc:
+                log.error("the trace index writer process died (%r): another starts next round", exc)
+                await self._discard(worker)
+                self.restarts += 1
+                raise Unavailable("the trace index writer process died; the round is retried") from exc
+            except BaseException:  # cancelled mid-round: the pipe holds half a frame
+                await self._discard(worker)
+                raise
+        if outcome.stale is not None:
+            raise StalePositions(outcome.stale)
+        if outcome.error is not None:
+            raise Unavailable(f"trace index writer: {outcome.error}")
+        return Written(outcome.held, outcome.rows, outcome.malformed)
+
+    async def _start(self) -> asyncio.subprocess.Process:
+        # The worker imports mqgate from where this gateway did, however it was started.
+        source = str(Path(mqgate.__file__).resolve().parent.parent)
+        path = os.environ.get("PYTHONPATH")
+        env = {**os.environ, "PYTHONPATH": source if not path else f"{source}{os.pathsep}{path}"}
+        self._worker = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "mqgate.tracing.index_worker",
+            self.url,
+            str(os.getpid()),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            env=env,
+        )
+        return self._worker
+
+    async def _discard(self, worker: asyncio.subprocess.Process) -> None:
+        self._worker = None
+        with contextlib.suppress(ProcessLookupError):
+            worker.kill()
+        await _reap(worker)
 
     def worker_pids(self) -> list[int]:
-        processes = getattr(self._pool, "_processes", None) or {}
-        return [p.pid for p in list(processes.values()) if p.pid is not None]
+        worker = self._worker
+        return [] if worker is None or worker.returncode is not None else [worker.pid]
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    async def close(self) -> None:
+        """Let the worker end the round it is in and exit (its stdin closes), then reap it."""
+        worker, self._worker = self._worker, None
+        if worker is None:
+            return
+        if worker.stdin is not None:
+            worker.stdin.close()
+        try:
+            await asyncio.wait_for(_reap(worker), STOP_WAIT_S)
+        except TimeoutError:
+            log.error("the trace index writer process did not stop in %.0f s: killed", STOP_WAIT_S)
+            await self._discard(worker)
+
+
+async def _reap(worker: asyncio.subprocess.Process) -> None:
+    """Wait for the worker's exit and for its stdout's end (so the pipe is closed)."""
+    if worker.stdout is not None:
+        with contextlib.suppress(ConnectionError):
+            while await worker.stdout.read(1 << 16):
+                pass
+    await worker.wait()
