@@ -176,6 +176,15 @@ class TraceIndex:
         self._insert_ranges_sql = (
             f"INSERT INTO {ranges.name} (first_id, last_id, event_id) VALUES ({mark}, {mark}, {mark})"
         )
+        # The positions move by plain SQL: SQLAlchemy's building and compiling of an UPDATE took
+        # about 280 µs a round (most of an empty round's cost), the driver's about 30.
+        self._insert_position_sql = (
+            f"INSERT INTO {positions.name} (topic, queue, next_offset) VALUES ({mark}, {mark}, {mark})"
+        )
+        self._move_position_sql = (
+            f"UPDATE {positions.name} SET next_offset = {mark} "
+            f"WHERE topic = {mark} AND queue = {mark} AND next_offset = {mark}"
+        )
         self._insert_keys_sql = (
             f"INSERT INTO {keys.name} (key, msg_id, event_id) VALUES ({mark}, {mark}, {mark}) "
             "ON CONFLICT DO NOTHING"
@@ -205,7 +214,7 @@ class TraceIndex:
         try:
             with self.engine.begin() as conn:
                 for (topic, queue), move in moves.items():
-                    _move(conn, topic, queue, move)
+                    self._move(conn, topic, queue, move)
                 if rows:
                     self._insert(conn, rows)
         except IntegrityError as exc:  # a position row inserted by another indexer first
@@ -213,6 +222,14 @@ class TraceIndex:
         except SQLAlchemyError as exc:
             raise Unavailable(f"trace index database error: {exc}") from exc
         self.counters.written += len(rows)
+
+    def _move(self, conn: sa.Connection, topic: str, queue: int, move: PositionMove) -> None:
+        if move.old is None:
+            conn.exec_driver_sql(self._insert_position_sql, (topic, queue, move.new))
+            return
+        moved = conn.exec_driver_sql(self._move_position_sql, (move.new, topic, queue, move.old))
+        if moved.rowcount != 1:
+            raise StalePositions(f"{topic} queue {queue} moved from {move.old}")
 
     def _insert(self, conn: sa.Connection, rows: Sequence[IndexRow]) -> None:
         # Ids are given, from the highest one on: a plain executemany (no RETURNING) is the
@@ -347,17 +364,6 @@ class TraceIndex:
             return self.engine.connect()
         except SQLAlchemyError as exc:
             raise Unavailable(f"trace index database error: {exc}") from exc
-
-
-def _move(conn: sa.Connection, topic: str, queue: int, move: PositionMove) -> None:
-    if move.old is None:
-        conn.execute(sa.insert(positions).values(topic=topic, queue=queue, next_offset=move.new))
-        return
-    where = (
-        (positions.c.topic == topic) & (positions.c.queue == queue) & (positions.c.next_offset == move.old)
-    )
-    if conn.execute(sa.update(positions).where(where).values(next_offset=move.new)).rowcount != 1:
-        raise StalePositions(f"{topic} queue {queue} moved from {move.old}")
 
 
 def _batches_holding(conn: sa.Connection, ids: Sequence[str]) -> list[tuple[str, TraceBatch]]:
