@@ -137,10 +137,6 @@ class ProcessWriter:
         return Written(outcome.held, outcome.rows, outcome.malformed)
 
     async def _start(self) -> asyncio.subprocess.Process:
-        # The worker imports mqgate from where this gateway did, however it was started.
-        source = str(Path(mqgate.__file__).resolve().parent.parent)
-        path = os.environ.get("PYTHONPATH")
-        env = {**os.environ, "PYTHONPATH": source if not path else f"{source}{os.pathsep}{path}"}
         self._worker = await asyncio.create_subprocess_exec(
             sys.executable,
             "-m",
@@ -149,7 +145,7 @@ class ProcessWriter:
             str(os.getpid()),
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            env=env,
+            env=_worker_env(),
         )
         return self._worker
 
@@ -184,3 +180,13 @@ async def _reap(worker: asyncio.subprocess.Process) -> None:
             while await worker.stdout.read(1 << 16):
                 pass
     await worker.wait()
+
+
+def _worker_env() -> dict[str, str]:
+    """The worker imports mqgate from where this gateway did: an installed package is found as
+    it is; a source checkout (tests, benchmarks, `PYTHONPATH=src`) goes first on its path."""
+    source = Path(mqgate.__file__).resolve().parent.parent
+    if source.name in ("site-packages", "dist-packages"):
+        return dict(os.environ)
+    path = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": str(source) if not path else f"{source}{os.pathsep}{path}"}
