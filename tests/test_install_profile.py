@@ -24,12 +24,14 @@ GATEWAY_PACKAGES = {"msgspec", "uvicorn", "uvloop", "httptools", "sqlalchemy", "
 OPTIONAL_PACKAGES = ("pyspark", "pyarrow", "pandas", "numpy", "redis", "psycopg")
 PROFILES = {"redis": {"redis"}, "postgres": {"psycopg"}, "spark": {"pyspark", "pyarrow", "pandas"}}
 
-# Loads the gateway's ASGI app module (and the worker processes' entry point) and the CLI, then
+# Loads the gateway's ASGI app module (and the worker processes' entry points: the HTTP workers'
+# and the trace index writer's) and the CLI, then
 # prints the optional packages that came with them.
 IMPORT_PROBE = """
 import importlib, sys
 importlib.import_module("mqgate.api.app")
 importlib.import_module("mqgate.api.asgi")
+importlib.import_module("mqgate.tracing.index_worker")
 importlib.import_module("mqgate.cli")
 print(" ".join(sorted({m.partition(".")[0] for m in sys.modules} & set(sys.argv[1:]))))
 """
