@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,3 +66,46 @@ def test_gateways_creating_the_registry_on_postgresql_at_once_all_start(pg_url: 
             for table in tables:
                 conn.execute(sa.text(f'drop table "{table}" cascade'))
         engine.dispose()
+
+
+@pytest.mark.parametrize("kind", ["trace-index", "queue-state"])
+def test_an_index_opens_while_another_process_writes_the_database_in_its_old_journal_mode(
+    kind: str, tmp_path: Path
+) -> None:
+    """SQLite answers the switch to WAL with "database is locked" at once, not after its busy
+    timeout, while another connection writes in the old journal mode (CI: one of the racing
+    processes above died so): the index waits for the lock instead."""
+    path = tmp_path / "index.db"
+    held, release = threading.Event(), threading.Event()
+
+    def writer() -> None:  # another gateway process, mid-way through creating its tables
+        conn = sqlite3.connect(path, isolation_level=None)
+        conn.execute("CREATE TABLE other (x)")
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("INSERT INTO other VALUES (1)")
+        held.set()
+        release.wait(10)
+        conn.execute("COMMIT")
+        conn.close()
+
+    # Opened (its modules imported) before the writer takes the lock: the wait is for the lock.
+    if kind == "trace-index":
+        from mqgate.tracing.index import TraceIndex
+
+        opened: Any = TraceIndex(f"sqlite:///{path}")
+    else:
+        from mqgate.queuestate.history import QueueStateHistory
+
+        opened = QueueStateHistory(f"sqlite:///{path}")
+    holder = threading.Thread(target=writer)
+    holder.start()
+    try:
+        assert held.wait(10)
+        threading.Timer(0.3, release.set).start()  # the writer commits while the index waits
+        opened.create_schema()
+        with opened.engine.connect() as conn:
+            assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        opened.engine.dispose()
+    finally:
+        release.set()
+        holder.join(10)

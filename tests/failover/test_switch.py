@@ -98,16 +98,22 @@ def test_gateways_disagree_for_at_most_the_lease(pg_url: str) -> None:
         b = SwitchCoordinator(rec_b, lambda: seen_by_b, lambda: projects, check_s=0.2)
         await a.start()
         await b.start()
+
+        def writes_to(c: SwitchCoordinator) -> str | None:
+            try:
+                return c.active("shop")
+            except Unavailable:
+                return None  # a view past its lease: that gateway spools, writes nowhere
+
         try:
-            assert a.active("shop") == b.active("shop") == "a"
+            # Both views fresh before the primary fails (on a loaded machine, B's start can take
+            # longer than A's lease: A's next check then brings its view back).
+            ready_by = time.monotonic() + 10
+            while not writes_to(a) == writes_to(b) == "a":
+                assert time.monotonic() < ready_by, "the gateways never both read cluster a"
+                await asyncio.sleep(0.01)
             seen_by_b["a"] = F
             b.notice()
-
-            def writes_to(c: SwitchCoordinator) -> str | None:
-                try:
-                    return c.active("shop")
-                except Unavailable:
-                    return None  # a view past its lease: that gateway spools, writes nowhere
 
             differ_since: float | None = None
             longest = 0.0

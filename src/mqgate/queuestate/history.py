@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mqgate.errors import BadRequest, Unavailable
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval, Rollup
 from mqgate.queuestate.tables import make_tables
-from mqgate.sqlschema import create_all_shared
+from mqgate.sqlschema import create_all_shared, sqlite_wal
 
 DEFAULT_RETENTION_S: Final = 7 * 24 * 3600.0
 DEFAULT_TABLE_PREFIX: Final = "mqgate_qstate_"
@@ -97,7 +97,7 @@ class QueueStateHistory:
             raise BadRequest("queue state history needs an SQLite file or a PostgreSQL URL", field="url")
         self.engine = sa.create_engine(self.url, **kwargs)
         if self._sqlite:
-            sa.event.listen(self.engine, "connect", _sqlite_wal)
+            sa.event.listen(self.engine, "connect", sqlite_wal)
         self._meta, self.queues, self.consumers, self.produce, self.errors = make_tables(table_prefix)
         insert: Any
         if self._sqlite:
@@ -296,15 +296,6 @@ class QueueStateHistory:
 
         result: list[_Row] = self._run(job)
         return result
-
-
-def _sqlite_wal(dbapi_conn: Any, _record: Any) -> None:
-    # WAL lets queries read while the recorder writes; NORMAL sync survives a process crash
-    # (a power cut may lose the last flushes: state history, not data).
-    cursor = dbapi_conn.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
 
 
 def _as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:

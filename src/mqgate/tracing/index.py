@@ -20,7 +20,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from mqgate.core.ids import ID_PREFIX_CHARS, id_from, lowest_id_like
 from mqgate.errors import Unavailable
-from mqgate.sqlschema import create_all_shared
+from mqgate.sqlschema import create_all_shared, sqlite_wal
 from mqgate.tracing.batch import TraceBatch, TraceRound, batches_of, decode_record, expand
 from mqgate.tracing.events import TraceEvent, decode_event
 from mqgate.tracing.paths import MessagePath, build_path
@@ -167,7 +167,7 @@ class TraceIndex:
             kwargs["connect_args"] = {"timeout": 30, "check_same_thread": False}
         self.engine = sa.create_engine(url, **kwargs)
         if self.is_sqlite:
-            sa.event.listen(self.engine, "connect", _sqlite_pragmas)
+            sa.event.listen(self.engine, "connect", sqlite_wal)
         mark = "?" if self.is_sqlite else "%s"
         self._insert_events_sql = (
             f"INSERT INTO {events.name} (id, msg_id, request_id, time_ms, event) "
@@ -391,12 +391,3 @@ def _event(stored: str | TraceEvent) -> TraceEvent:
 
 def _distinct(values: Iterable[str]) -> list[str]:
     return list(dict.fromkeys(values))
-
-
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    cursor = dbapi_conn.cursor()
-    # WAL: queries read while the indexer writes. synchronous=NORMAL: a power cut may lose the
-    # last batches, but a batch and its positions go together, so the indexer redoes them.
-    cursor.execute("PRAGMA journal_mode=WAL")
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.close()
