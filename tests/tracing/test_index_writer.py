@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.query import TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
+from tests.conftest import wait_until
 from tests.tracing.conftest import Stores, event, run_with_stores
 
 
@@ -75,13 +75,6 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _wait_gone(pid: int, timeout_s: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while _alive(pid):
-        assert time.monotonic() < deadline, f"the index writer process {pid} outlived its gateway"
-        time.sleep(0.05)
-
-
 _HOLDER = """
 import asyncio, sys
 from mqgate.tracing.index import PositionMove, TraceIndex
@@ -105,7 +98,7 @@ def test_the_writer_process_goes_with_its_gateway_killed_or_stopped(tmp_path: Pa
         worker = int(holder.stdout.readline())
         assert _alive(worker)
         os.kill(holder.pid, signal.SIGKILL)
-        _wait_gone(worker)
+        wait_until(lambda: not _alive(worker), 20, "the index writer process to go with its gateway", 0.05)
 
     async def stopped() -> int:
         writer = ProcessWriter(url)
