@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from mqgate.tracing.context import derived_traceparent
 from tests.conftest import MQGATE, Client, Server, wait_until
 from tests.test_redis_gateways import gateways  # noqa: F401  (a fixture)
 
@@ -69,6 +70,41 @@ def test_a_batch_keeps_each_message_s_own_trace_context_and_gives_the_others_the
         found = wait_until(lambda m=msg_id: traces(server, msgId=m)["paths"], 15, "the trace")
         assert found[0]["traceparent"] == ctx
     client.close()
+
+
+def test_a_traced_message_without_a_context_stores_none_and_is_delivered_its_derived_one(
+    server: Server,
+) -> None:
+    client = setup(server, "drv", "drvt")
+    server.admin("POST", "/admin/trace-policies", mode="project", project="drv", level="info")
+    own_ctx = f"00-{'c' * 32}-{'d' * 16}-01"
+    messages = [
+        {"message": "plain"},
+        {"message": "own", "properties": {"traceparent": own_ctx}},
+        {"message": "bad", "properties": {"traceparent": "not a context", "shop": "17"}},
+    ]
+    r = client.produce_batch("drvt-p", messages)
+    assert r.status_code == 200, r.text
+    ids = [m["msgId"] for m in r.json()["result"]["receipts"]]
+    # Stored: the producer's properties as sent, no context added (the derived one costs no bytes).
+    h = {"Authorization": f"Bearer {client.ctoken}"}
+    read = {"topic": "drvt", "queue": 0, "offset": 0, "max": 3, "consumer": "drvt-c"}
+    stored = httpx.get(server.url + "/mq/read", params=read, headers=h).json()["result"]["msgList"]
+    assert [m["properties"] for m in stored] == [m.get("properties", {}) for m in messages]
+    # Delivered: each with its context, the producer's when valid, else derived from its id.
+    got = {m["messageId"]: m["properties"] for m in pull_found(client, "drvt")["msgList"]}
+    want = [derived_traceparent(ids[0]), own_ctx, derived_traceparent(ids[2])]
+    assert [got[i]["traceparent"] for i in ids] == want
+    assert got[ids[2]]["shop"] == "17"
+    for msg_id, ctx in zip(ids, want, strict=True):
+        found = wait_until(lambda m=msg_id: traces(server, msgId=m)["paths"], 15, "the trace")
+        assert found[0]["traceparent"] == ctx
+    client.close()
+    # An untraced delivery is as stored.
+    other = setup(server, "undrv", "undrvt")
+    assert other.produce("undrvt-p", "plain").status_code == 200
+    assert pull_found(other, "undrvt")["msgList"][0]["properties"] == {}
+    other.close()
 
 
 def test_a_traced_path_through_every_hop_by_id_request_and_key(server: Server) -> None:

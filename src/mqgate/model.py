@@ -83,8 +83,9 @@ class StoredMessage(
     deadline_ms: int | None = None
 
 
-# The one decoder of a stored record (the JSON object `StoredMessage` encodes).
+# The one decoder of a stored record (the JSON object `StoredMessage` encodes), and an encoder.
 decode_stored: Final = msgspec.json.Decoder(StoredMessage).decode
+encode_stored: Final = msgspec.json.Encoder().encode
 
 
 class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):

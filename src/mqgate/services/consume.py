@@ -7,13 +7,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from mqgate.clusters.scope import request_scope
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import is_expired
 from mqgate.core.tokens import AckToken, decode_token, encode_token
 from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
-from mqgate.model import MODE_CLUSTER, decode_stored
+from mqgate.model import MODE_CLUSTER, StoredMessage, decode_stored, encode_stored
 from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
@@ -22,6 +24,7 @@ from mqgate.services.queue_state import QueueState
 from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
 from mqgate.services.topology import Topology
 from mqgate.services.tracing import Tracing
+from mqgate.tracing.context import TRACEPARENT, context_of
 from mqgate.tracing.events import Hop
 
 FOUND: Final = "FOUND"
@@ -137,7 +140,8 @@ class Consuming:
                     self.queue_state.pulled(c, slot.queue if slot.topic == c.topic else None, len(msgs))
                     request = encode_token(token, ctx.secret)
                     if self.tracing.active:
-                        self._trace_delivered(c, slot, msgs, request, table_client, owner, lease.attempts)
+                        attempt = lease.attempts
+                        msgs = self._trace_delivered(c, slot, msgs, request, table_client, owner, attempt)
                     return PullResult(
                         FOUND,
                         request_id=request,
@@ -172,7 +176,10 @@ class Consuming:
         client: str,
         owner: str,
         attempt: int,
-    ) -> None:
+    ) -> list[tuple[int, bytes]]:
+        """Trace the delivery; return the messages as delivered: a traced one without a trace
+        context of its own given its derived one (tracing/context.py), so the consumer's spans
+        join its trace."""
         msgs = [(o, decode_stored(r)) for o, r in raw]
         events = self.tracing.batch_events(
             "delivered",
@@ -185,6 +192,13 @@ class Consuming:
             attempt=attempt,
         )
         self.tracing.record_later(events)
+        if not events:
+            return raw
+        traced = {e.msg_id for e in events}
+        return [
+            (o, r if m.msg_id not in traced else with_context(m, r))
+            for (o, r), (_, m) in zip(raw, msgs, strict=True)
+        ]
 
     async def _trace_settled(
         self, c: ConsumerRecord, token: AckToken, hop: Hop, durable: bool, refusal: str | None = None
@@ -352,3 +366,15 @@ def _ignore(consumer: str) -> None:
 def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
     if refusal is not None:
         raise Conflict(f"{what} refused: {refusal.replace('_', ' ')}", field="requestId", code=refusal)
+
+
+def with_context(message: StoredMessage, raw: bytes) -> bytes:
+    """`raw` (the stored `message`) as delivered to a consumer whose delivery is traced: with
+    the message's trace context among its properties (its own when valid, else derived)."""
+    own = message.properties.get(TRACEPARENT)
+    context = context_of(message.msg_id, own)
+    if context == own:
+        return raw
+    return encode_stored(
+        msgspec.structs.replace(message, properties={**message.properties, TRACEPARENT: context})
+    )

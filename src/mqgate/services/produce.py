@@ -34,13 +34,8 @@ from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
 from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
-from mqgate.tracing.events import (
-    TRACEPARENT,
-    TraceEvent,
-    new_traceparent,
-    traceparent_for,
-    with_traceparent,
-)
+from mqgate.tracing.context import TRACEPARENT, request_context, with_traceparent
+from mqgate.tracing.events import TraceEvent
 
 log = logging.getLogger(__name__)
 
@@ -118,42 +113,41 @@ class Producing:
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
         tracing = self.tracing
-        if traceparent is not None:
-            context = traceparent_for(traceparent)
-        else:
-            context = new_traceparent() if tracing.active else ""
+        # The request's valid trace context is kept with each message; without one, a message
+        # keeps only its own, and a traced one is known by the context derived from its id
+        # (tracing/context.py): nothing more is stored.
+        context = request_context(traceparent)
         grid = topic.grid
         queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
-        # The queues whose messages carry a trace context: the request sent one, or a policy
-        # traces them (one producer sent them all: one match per queue, `matches`).
+        # The traced queues (one producer sent them all: one match per queue).
         matches: dict[int, MatchedTrace] = {}
-        with_context: set[int] = set()
-        if context:
+        if tracing.active:
             for q in dict.fromkeys(queues):
                 found = tracing.match(topic, q, (producer.name,))
                 if found is not None:
                     matches[q] = found
-                if found is not None or traceparent is not None:
-                    with_context.add(q)
         # Messages without properties of their own share one dict (nothing changes a stored
         # message's properties); `own_context`: queues where a message kept a context of its own.
-        only_context = {TRACEPARENT: context}
+        only_context = {TRACEPARENT: context} if context else {}
         own_context: set[int] = set()
         for m, msg_id, q in zip(messages, ids, queues, strict=True):
             batch = by_queue.setdefault(q, [])
             placed.append((q, len(batch)))
             props = m.properties
-            if q in with_context:
+            if context:
                 if not props:
                     props = only_context
                 else:
                     props = with_traceparent(props, context)
                     if props is m.properties:
                         own_context.add(q)
+            elif props and TRACEPARENT in props:
+                own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        shared = {q: context for q in with_context if q not in own_context}
+        # Per traced queue, the context all its messages carry (None: each its derived one).
+        shared = {q: context for q in matches if q not in own_context}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
@@ -213,7 +207,7 @@ class Producing:
         # (store topic, placement, message, store queue or -1 when held)
         plan: list[tuple[str, Placement, StoredMessage, int]] = []
         holds: list[tuple[bytes, list[Destination]]] = []
-        context = traceparent_for(traceparent) if traceparent is not None or self.tracing.active else ""
+        context = request_context(traceparent)
         for i, (m, msg_id) in enumerate(zip(messages, new_message_ids(ts, len(messages)), strict=True)):
             props = m.properties
             if context:

@@ -29,7 +29,7 @@ class ProduceTraces:
         by_queue: dict[int, list[StoredMessage]],
         firsts: dict[int, int],
         accepted_ms: int,
-        traceparents: Mapping[int, str],
+        traceparents: Mapping[int, str | None],
     ) -> None:
         """The produce hops traced the separate way: after the messages, a durable wait of
         their own (the embedded store's own path writes them in the messages' group commit)."""

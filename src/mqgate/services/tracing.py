@@ -32,9 +32,9 @@ from mqgate.services.context import Context, now_ms
 from mqgate.services.tracing_metrics import TracingMetrics
 from mqgate.store.interface import Companions
 from mqgate.tracing.batch import TraceBatch, batch_shape
+from mqgate.tracing.context import TRACEPARENT
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
-    TRACEPARENT,
     Hop,
     Resource,
     TraceEvent,
@@ -258,7 +258,7 @@ class Tracing:
         by_queue: dict[int, list[StoredMessage]],
         firsts: dict[int, int],
         accepted_ms: int,
-        traceparents: Mapping[int, str],
+        traceparents: Mapping[int, str | None],
         matches: Mapping[int, MatchedTrace],
     ) -> TraceBatch | None:
         """The produce hops of a request over several queues as one record (`parts`: each
@@ -269,8 +269,10 @@ class Tracing:
         first = next(iter(matches.values()))
         if any(m.level != first.level or m.modes != first.modes for m in matches.values()):
             return None
-        context = traceparents.get(next(iter(matches)))
-        if context is None or any(traceparents.get(q) != context for q in matches):
+        if any(q not in traceparents for q in matches):
+            return None
+        context = traceparents[next(iter(matches))]
+        if any(traceparents[q] != context for q in matches):
             return None
         queues = [(q, by_queue[q], firsts[q]) for q in matches]
         return request_batch(
@@ -309,12 +311,13 @@ class Tracing:
         topic: TopicRecord,
         by_queue: dict[int, list[StoredMessage]],
         accepted_ms: int,
-        traceparents: Mapping[int, str],
+        traceparents: Mapping[int, str | None],
         matches: Mapping[int, MatchedTrace],
     ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch]]:
         """For `MessageStore.append_many_with`: the produce's trace records, made once its
         offsets are known, and the list they are kept in for `produce_written`.
-        `traceparents`: per queue, the context all its messages carry, where known;
+        `traceparents`: per queue, the context all its messages carry where known (None: none
+        stored, each message's is derived from its id);
         `matches`: the trace of each traced queue (the others are not traced)."""
         made: list[TraceBatch] = []
         if len(matches) == 1:  # the common case, on every traced produce: one queue traced

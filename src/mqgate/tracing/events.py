@@ -1,4 +1,4 @@
-"""The trace event (SPEC P3–P6) and the W3C traceparent helpers. Pure: no IO.
+"""The trace event (SPEC P3–P6). Pure: no IO.
 
 An event is stored as the body of one message in its project's trace topic, so it encodes to
 compact JSON (defaults omitted) with camelCase names a Spark job reads as they are.
@@ -6,10 +6,7 @@ compact JSON (defaults omitted) with camelCase names a Spark job reads as they a
 
 from __future__ import annotations
 
-import os
-import random
-import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Final, Literal
 
 import msgspec
@@ -151,97 +148,6 @@ def project_of_trace_topic(topic: str) -> str | None:
 
 def is_trace_topic(topic: str) -> bool:
     return topic.startswith(TRACE_TOPIC_PREFIX)
-
-
-# --- W3C trace context (https://www.w3.org/TR/trace-context/#traceparent-header) ---------------
-
-TRACEPARENT: Final = "traceparent"  # the property and header that carries it
-_TRACEPARENT_RE: Final = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})(-.*)?")
-_ZERO_TRACE: Final = "0" * 32
-_ZERO_SPAN: Final = "0" * 16
-
-
-class TraceParent(msgspec.Struct, frozen=True):
-    trace_id: str  # 32 lowercase hex, not all zeros
-    parent_id: str  # 16 lowercase hex, not all zeros
-    flags: int = 1  # bit 0: sampled
-
-    def header(self) -> str:
-        return f"00-{self.trace_id}-{self.parent_id}-{self.flags:02x}"
-
-    @property
-    def sampled(self) -> bool:
-        return bool(self.flags & 1)
-
-
-def parse_traceparent(value: str | None) -> TraceParent | None:
-    """The traceparent a request carried, or None when it is absent or invalid (the spec says a
-    receiver then starts a new trace). Version ff is invalid; a future version is read by its
-    version-00 prefix, as the spec asks."""
-    if not value:
-        return None
-    found = _TRACEPARENT_RE.fullmatch(value.strip().lower())
-    if found is None:
-        return None
-    version, trace_id, parent_id, flags, rest = found.groups()
-    if version == "ff" or (version == "00" and rest) or trace_id == _ZERO_TRACE or parent_id == _ZERO_SPAN:
-        return None
-    return TraceParent(trace_id, parent_id, int(flags, 16))
-
-
-def _random_hex(nbytes: int, random_bytes: Callable[[int], bytes], zero: str) -> str:
-    while True:
-        value = random_bytes(nbytes).hex()
-        if value != zero:
-            return value
-
-
-# W3C asks for random ids, not secret ones: a generator seeded from the OS draws them without a
-# system call per traced request.
-_ids: Final = random.Random(os.urandom(32))
-
-
-def _pseudo_random_bytes(n: int) -> bytes:
-    return _ids.getrandbits(8 * n).to_bytes(n, "big")
-
-
-def new_traceparent(random_bytes: Callable[[int], bytes] = _pseudo_random_bytes, sampled: bool = True) -> str:
-    """A traceparent header starting a new trace."""
-    if random_bytes is _pseudo_random_bytes:  # the hot path (every traced produce): one draw
-        drawn = _ids.randbytes(24).hex()
-        trace, span = drawn[:32], drawn[32:]
-        if trace != _ZERO_TRACE and span != _ZERO_SPAN:
-            return f"00-{trace}-{span}-{'01' if sampled else '00'}"
-    trace_id = _random_hex(16, random_bytes, _ZERO_TRACE)
-    span_id = _random_hex(8, random_bytes, _ZERO_SPAN)
-    return TraceParent(trace_id, span_id, 1 if sampled else 0).header()
-
-
-def child_traceparent(
-    parent: TraceParent, random_bytes: Callable[[int], bytes] = _pseudo_random_bytes
-) -> str:
-    """The header of a span of the gateway's own under `parent`: same trace, new span id."""
-    return TraceParent(parent.trace_id, _random_hex(8, random_bytes, _ZERO_SPAN), parent.flags).header()
-
-
-def traceparent_for(incoming: str | None, random_bytes: Callable[[int], bytes] = _pseudo_random_bytes) -> str:
-    """What to keep with a produced message: the producer's own traceparent when it sent a valid
-    one (so its OpenTelemetry spans and the consumer's join one trace), else a new one."""
-    parsed = parse_traceparent(incoming)
-    if parsed is None:
-        return new_traceparent(random_bytes)
-    return parsed.header()
-
-
-def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
-    """The message's properties with its W3C trace context: its own, else the request's (SPEC
-    P6: a user's OpenTelemetry spans join the same trace). `request_traceparent` is the
-    request's header or one generated for the request (`traceparent_for`): the messages of
-    one request share a trace, as they would had the producer sent one."""
-    own = properties.get(TRACEPARENT)
-    if own is not None and parse_traceparent(own) is not None:
-        return properties
-    return {**properties, TRACEPARENT: request_traceparent}
 
 
 def sort_key(event: TraceEvent) -> tuple[int, int]:

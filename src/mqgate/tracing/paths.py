@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from mqgate.tracing.context import context_of
 from mqgate.tracing.events import Resource, TraceEvent, hops_in_order
 
 
@@ -51,7 +52,7 @@ class MessagePath:
     topic: str
     keys: list[str]
     producer: str | None
-    traceparent: str | None
+    traceparent: str  # W3C: the producer's, else derived from the id (tracing/context.py)
     level: str  # the highest level any hop was recorded at
     hops: list[HopView]
     failures: list[HopView] = field(default_factory=list)  # the hops that failed, in order
@@ -110,7 +111,9 @@ def build_path(msg_id: str, events: Iterable[TraceEvent]) -> MessagePath:
     for e in ordered:
         keys.extend(k for k in e.keys if k not in keys)
     producer = next((e.producer for e in ordered if e.producer), None)
-    traceparent = next((e.traceparent for e in ordered if e.traceparent), None)
+    # The producer's context where a hop recorded it, else the one derived from the id (what
+    # the consumer was given).
+    traceparent = context_of(msg_id, next((e.traceparent for e in ordered if e.traceparent), None))
     level = max((e.level for e in ordered), key=_LEVEL_RANK.__getitem__, default="info")
     return MessagePath(
         msg_id=msg_id,

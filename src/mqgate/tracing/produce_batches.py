@@ -11,7 +11,8 @@ from typing import Any, Final, NamedTuple
 from mqgate.core.ids import is_id_run
 from mqgate.model import StoredMessage
 from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, shared_or_each
-from mqgate.tracing.events import TRACEPARENT, Hop, Resource
+from mqgate.tracing.context import TRACEPARENT
+from mqgate.tracing.events import Hop, Resource
 
 PRODUCE_HOPS: Final[tuple[Hop, ...]] = ("accepted", "stored")
 _HOP_LIST: Final[list[Hop]] = list(PRODUCE_HOPS)  # one list the batches share (none changes it)
@@ -78,10 +79,11 @@ def request_batch(
     origin: Origin,
     shape: BatchShape,
     queues: Sequence[tuple[int, Sequence[StoredMessage], int]],
-    traceparent: str,
+    traceparent: str | None,
 ) -> TraceBatch | None:
     """The messages of `queues` (queue, its messages, its first offset), all carrying
-    `traceparent`, as one batch; None when a queue's ids are not a run."""
+    `traceparent` (None: none, each message's is derived from its id), as one batch; None when
+    a queue's ids are not a run."""
     parts: list[QueueRun] = []
     for q, batch, first_offset in queues:
         head, n = batch[0], len(batch)
