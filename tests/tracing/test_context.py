@@ -55,8 +55,7 @@ def test_a_derived_context_is_valid_stable_and_its_own_per_message() -> None:
     # Pseudo-random, not the id's counter: a sampler reading a trace id's low bits (OpenTelemetry's
     # ratio sampler) keeps about half of them at ratio 0.5.
     low_half = sum(int(p.trace_id[16:], 16) < 2**63 for p in parsed if p)
-    assert 400 < low_half < 600
-    assert {p.trace_id[-2:] for p in parsed if p} > {f"{b:02x}" for b in range(0, 256, 16)}
+    assert 400 < low_half < 600  # 1,000 fair draws: outside with a chance of about 1e-9
 
 
 def test_a_message_s_context_is_its_own_valid_one_else_derived() -> None:

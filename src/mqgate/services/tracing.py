@@ -138,7 +138,7 @@ class Tracing:
     def match(
         self, topic: TopicRecord | None, queue: int | None, services: Sequence[str]
     ) -> MatchedTrace | None:
-        if not self.policies or topic is None:
+        if topic is None or not self.policies.policies:
             return None
         return self.policies.match(project=topic.project, topic=topic.name, queue=queue, services=services)
 
@@ -291,7 +291,7 @@ class Tracing:
 
     def ready(self, topic: TopicRecord) -> bool:
         """`ready_for` without a wait, for the common case: the trace topic is known."""
-        return self.recorder.knows(trace_topic(topic.project))
+        return self.recorder.knows_project(topic.project)
 
     async def ready_for(self, topic: TopicRecord) -> bool:
         """Whether a produce to `topic` can write its trace records with its messages (the
@@ -322,12 +322,13 @@ class Tracing:
         made: list[TraceBatch] = []
         if len(matches) == 1:  # the common case, on every traced produce: one queue traced
             ((q, matched),) = matches.items()
-            batch, context = by_queue[q], traceparents.get(q)
+            batch, context, known = by_queue[q], traceparents.get(q), q in traceparents
             shape = batch_shape(matched.modes, matched.level)
             recorder = self.recorder
 
             def one(firsts: dict[int, int]) -> Companions:
-                found = queue_batch(self._origin(topic, accepted_ms), shape, q, batch, firsts[q], context)
+                origin = self._origin(topic, accepted_ms)
+                found = queue_batch(origin, shape, q, batch, firsts[q], context, context_known=known)
                 made.append(found)
                 return recorder.join(found)
 

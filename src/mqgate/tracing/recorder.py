@@ -23,7 +23,7 @@ from typing import Final
 from mqgate.errors import Unavailable
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
 from mqgate.tracing.batch import TraceBatch
-from mqgate.tracing.events import TraceEvent, trace_topic
+from mqgate.tracing.events import TraceEvent, project_of_trace_topic, trace_topic
 from mqgate.tracing.rounds import TRACE_PRODUCER, RoundGroup, encode_for_store
 
 __all__ = ["TRACE_PRODUCER", "RecorderCounters", "TraceRecorder", "encode_for_store"]
@@ -91,6 +91,8 @@ class TraceRecorder:
         self._timer: asyncio.TimerHandle | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._known_topics: set[str] = set()
+        # The projects of `_known_topics`: a traced produce asks once per request (`knows_project`).
+        self._known_projects: set[str] = set()
         self._closing = False
         self._rounds: dict[tuple[str, int], RoundGroup] = {}  # open companion groups
         self._project_rounds: dict[str, RoundGroup] = {}  # the same, by project (`join`)
@@ -197,6 +199,10 @@ class TraceRecorder:
 
     def knows(self, topic: str) -> bool:
         return topic in self._known_topics
+
+    def knows_project(self, project: str) -> bool:
+        """`knows(trace_topic(project))`, without building the topic's name."""
+        return project in self._known_projects
 
     async def flush(self) -> None:
         """Return once everything buffered before this call was attempted (tests, shutdown)."""
@@ -307,6 +313,9 @@ class TraceRecorder:
         if self.on_new_topic is not None:
             await self.on_new_topic(topic)
         self._known_topics.add(topic)
+        project = project_of_trace_topic(topic)
+        if project is not None:
+            self._known_projects.add(project)
 
     def _give_up(self, item: _Item, exc: Exception) -> None:
         if item.future is None:

@@ -17,7 +17,7 @@ from mqgate.tracing.batch import TraceBatch, TraceRound, encode_batch
 from mqgate.tracing.events import TraceEvent, encode_event
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
-# Items per round record, a batch weighing one plus its listed ids and bodies (`_round_weight`):
+# Items per round record, a batch weighing one plus its listed ids and bodies:
 # a record stays well under a megabyte with bodies kept at 4 KiB, while batches that name their
 # ids as a run and keep content by reference (a few hundred bytes each) share one record.
 ROUND_ITEMS: Final = 200
@@ -65,7 +65,7 @@ class RoundGroup:
         chunk: list[TraceBatch] = []
         held = 0
         for batch in batches:
-            weight = _round_weight(batch)
+            weight = 1 + len(batch.msg_ids) + len(batch.bodies)  # see ROUND_ITEMS
             if chunk and held + weight > ROUND_ITEMS:
                 out.append((now, encode_for_store(_round_of(chunk), now)))
                 chunk, held = [], 0
@@ -74,10 +74,6 @@ class RoundGroup:
         if chunk:
             out.append((now, encode_for_store(_round_of(chunk), now)))
         return out
-
-
-def _round_weight(batch: TraceBatch) -> int:
-    return 1 + len(batch.msg_ids) + len(batch.bodies)
 
 
 def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:
