@@ -24,7 +24,7 @@ from mqgate.services.queue_state import QueueState
 from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
 from mqgate.services.topology import Topology
 from mqgate.services.tracing import Tracing
-from mqgate.tracing.context import TRACEPARENT, context_of
+from mqgate.tracing.context import derived_traceparent, with_traceparent
 from mqgate.tracing.events import Hop
 
 FOUND: Final = "FOUND"
@@ -371,10 +371,7 @@ def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
 def with_context(message: StoredMessage, raw: bytes) -> bytes:
     """`raw` (the stored `message`) as delivered to a consumer whose delivery is traced: with
     the message's trace context among its properties (its own when valid, else derived)."""
-    own = message.properties.get(TRACEPARENT)
-    context = context_of(message.msg_id, own)
-    if context == own:
+    properties = with_traceparent(message.properties, derived_traceparent(message.msg_id))
+    if properties is message.properties:
         return raw
-    return encode_stored(
-        msgspec.structs.replace(message, properties={**message.properties, TRACEPARENT: context})
-    )
+    return encode_stored(msgspec.structs.replace(message, properties=properties))

@@ -322,13 +322,12 @@ class Tracing:
         made: list[TraceBatch] = []
         if len(matches) == 1:  # the common case, on every traced produce: one queue traced
             ((q, matched),) = matches.items()
-            batch, context, known = by_queue[q], traceparents.get(q), q in traceparents
+            batch, context = by_queue[q], traceparents.get(q)
             shape = batch_shape(matched.modes, matched.level)
             recorder = self.recorder
 
             def one(firsts: dict[int, int]) -> Companions:
-                origin = self._origin(topic, accepted_ms)
-                found = queue_batch(origin, shape, q, batch, firsts[q], context, context_known=known)
+                found = queue_batch(self._origin(topic, accepted_ms), shape, q, batch, firsts[q], context)
                 made.append(found)
                 return recorder.join(found)
 

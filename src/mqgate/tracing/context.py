@@ -82,11 +82,12 @@ def context_of(msg_id: str, stored: str | None) -> str:
     return derived_traceparent(msg_id)
 
 
-def with_traceparent(properties: dict[str, str], request_traceparent: str) -> dict[str, str]:
-    """The message's properties with its W3C trace context: its own, else the request's (SPEC
-    P6: a user's OpenTelemetry spans join the same trace); `request_traceparent` comes from
-    `request_context`, so the messages of one request share its trace."""
+def with_traceparent(properties: dict[str, str], context: str) -> dict[str, str]:
+    """The message's properties with its W3C trace context: its own valid one (`properties`
+    themselves), else `context` (SPEC P6: a user's OpenTelemetry spans join the same trace).
+    At produce `context` is the request's (`request_context`: the messages of one request share
+    its trace); at a traced delivery the message's derived one."""
     own = properties.get(TRACEPARENT)
     if own is not None and parse_traceparent(own) is not None:
         return properties
-    return {**properties, TRACEPARENT: request_traceparent}
+    return {**properties, TRACEPARENT: context}

@@ -36,16 +36,14 @@ def queue_batch(
     batch: Sequence[StoredMessage],
     first_offset: int,
     traceparent: str | None,
-    *,
-    context_known: bool = False,
 ) -> TraceBatch:
     """`batch`: one queue's messages in the order of their ids (core.ids.ids_by_queue), so ids
     whose first and last span exactly `len(batch)` counters are that run. `traceparent`: the
-    context every message carries, when known (`context_known`, None: none stored, each
-    message's is derived from its id); else each message's is read."""
+    context every message carries, when known; else each message's is read (none when no
+    message has properties: each one's is then derived from its id)."""
     head, n = batch[0], len(batch)
     traceparents: list[str | None] = []
-    if traceparent is None and not context_known:
+    if traceparent is None and any(m.properties for m in batch):
         traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
     if n == 1:
         keys = [head.keys] if head.keys else []
