@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import faulthandler
 import os
 import secrets
 import shutil
@@ -11,10 +13,10 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 import pytest
@@ -23,6 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 MQGATE = str(Path(sys.executable).parent / "mqgate")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = "host=127.0.0.1 port=5432 user=postgres dbname=test"
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -41,6 +44,29 @@ def wait_until(predicate: Any, timeout_s: float, what: str, interval_s: float = 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
         time.sleep(interval_s)
+
+
+def run_bounded(main: Coroutine[Any, Any, T], timeout_s: float) -> T:
+    """`asyncio.run(main)`, failing after `timeout_s` with every task's stack printed (and every
+    thread's, should the loop itself be stuck): a hang then says where it is, instead of a
+    whole-test time-out that shows only the event loop waiting."""
+
+    async def bounded() -> T:
+        task = asyncio.ensure_future(main)
+        done, _ = await asyncio.wait({task}, timeout=timeout_s)
+        if not done:
+            for pending in asyncio.all_tasks():
+                if pending is not asyncio.current_task():
+                    pending.print_stack(file=sys.stderr)
+            task.cancel()
+            raise AssertionError(f"not done within {timeout_s:g}s; the tasks' stacks are on stderr")
+        return task.result()
+
+    faulthandler.dump_traceback_later(timeout_s + 30, exit=False)
+    try:
+        return asyncio.run(bounded())
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 def require_service(host: str, port: int, name: str) -> None:
