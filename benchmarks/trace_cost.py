@@ -6,8 +6,11 @@ over the pairs, beside the pooled ratio (all traced messages over all untraced) 
 gateway's CPU per request (its whole process tree, the trace index writer included).
 
     PYTHONPATH=src .venv/bin/python benchmarks/trace_cost.py [--pairs 4] [--seconds 6]
-        [--level info] [--kinds produce,batch] [--results]
+        [--level info] [--kinds produce,batch] [--connections N] [--results]
 
+--connections: wrk's connections for every kind instead of 64 (single) and 16 (batches): the
+figure at another concurrency (with more connections a group-commit round carries more
+requests, and the part of tracing's cost paid per round weighs less).
 --results appends the table to benchmarks/RESULTS.md with the machine, command, commit, date.
 """
 
@@ -69,10 +72,12 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CONNECTIONS: dict[str, int] = {}  # --connections: a kind's wrk connections instead of LOADS'
 
 
 def measure(gw: Any, token: str, kind: str, seconds: float) -> dict[str, float]:
     script, path, conns, per_request = LOADS[kind]
+    conns = CONNECTIONS.get(kind, conns)
     env = {"MQB_TOKEN": token, "MQB_PRODUCER": run.PRODUCER, "MQB_MSG_BYTES": str(run.MSG_BYTES)}
     if per_request > 1:
         env["MQB_BATCH"] = str(per_request)
@@ -114,7 +119,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="produce,batch")
     parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
     parser.add_argument("--threads", action="store_true", help="log the CPU per request of each thread")
+    parser.add_argument(
+        "--connections", type=int, default=0, help="wrk connections for every kind (default: LOADS')"
+    )
     args = parser.parse_args()
+    if args.connections:
+        CONNECTIONS.update(dict.fromkeys(LOADS, args.connections))
     kinds = [k for k in args.kinds.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="mqgate-trace-cost-"))
     gw = run.Gateway(
@@ -187,9 +197,12 @@ def report(
         f"## {when} — produce traced at {args.level} vs untraced (benchmarks/trace_cost.py)",
         "",
         f"- command: `PYTHONPATH=src .venv/bin/python benchmarks/trace_cost.py --pairs {args.pairs} "
-        f"--seconds {args.seconds:g} --level {args.level}`; code: git {commit}",
+        f"--seconds {args.seconds:g} --level {args.level}"
+        + (f" --connections {args.connections}" if args.connections else "")
+        + f"`; code: git {commit}",
         "- one gateway (embedded store, fsync always), topic of 8 queues, 100-byte messages; wrk runs "
-        "alternating untraced and traced (the policy added and deleted between runs, A B B A)",
+        "alternating untraced and traced (the policy added and deleted between runs, A B B A); "
+        + ", ".join(f"{k} {CONNECTIONS.get(k, LOADS[k][2])} connections" for k in rows),
         "",
         "| load | pairs: traced / untraced msgs/s | median ratio | 90 % interval of the median "
         "| pooled ratio | CPU µs/request untraced → traced | p99 ms untraced → traced |",

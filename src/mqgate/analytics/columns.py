@@ -80,6 +80,7 @@ BATCH_JSON: Final = StructType(
         StructField("firstOffset", LongType()),
         StructField("producer", _S),
         StructField("keys", ArrayType(ArrayType(_S))),
+        StructField("timesMs", ArrayType(LongType())),
         StructField(
             "parts",
             ArrayType(

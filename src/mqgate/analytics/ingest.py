@@ -138,7 +138,11 @@ def _expand_batches(batches: DataFrame) -> DataFrame:
     event = F.struct(
         F.col("msgId").alias("msgId"),
         F.col("hop").alias("hop"),
-        F.when(first, b["timeMs"]).otherwise(b["lastMs"]).alias("timeMs"),
+        # A run of single produces has each message's first hop time (tracing.batch.TraceBatch).
+        F.when(first & (F.size(b["timesMs"]) > F.col("i")), b["timesMs"][F.col("i")])
+        .when(first, b["timeMs"])
+        .otherwise(b["lastMs"])
+        .alias("timeMs"),
         b["project"].alias("project"),
         b["topic"].alias("topic"),
         b["resource"].alias("resource"),

@@ -13,7 +13,10 @@ no default), which tells it from an event without decoding it.
 The batches of every produce that one group-commit round makes durable go further, into one
 `TraceRound` record (`{"kind":"round","batches":[…]}`): one record to frame, write, read and
 index per round and trace topic, however many requests the round carried (a traced single
-message produce otherwise pays for a whole record of its own).
+message produce otherwise pays for a whole record of its own). Within a round, the
+single-message produces to one queue at consecutive offsets are one batch listing their ids
+and each one's accepted time (`times_ms`), not a batch each: ~50 bytes a message instead of
+~350.
 """
 
 from __future__ import annotations
@@ -76,6 +79,10 @@ class TraceBatch(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     # or firstOffset): one record for the request instead of one per queue. Per-message lists
     # follow the parts' order.
     parts: list[QueueRun] = msgspec.field(default_factory=list)
+    # The first hop's time of each message where they differ: the single-message produces of
+    # one round to one queue, listed in one batch (tracing.produce_batches.SingleRun); then
+    # `time_ms` is the earliest.
+    times_ms: list[int] = msgspec.field(default_factory=list)
 
     @property
     def message_count(self) -> int:
@@ -223,7 +230,12 @@ def _checked(batch: TraceBatch) -> TraceBatch:
         n = len(batch.msg_ids)
     if n == 0 or not batch.hops:
         raise msgspec.ValidationError("a trace batch needs msgIds (or firstId and count) and hops")
-    for name, items in (("keys", batch.keys), ("traceparents", batch.traceparents), ("bodies", batch.bodies)):
+    for name, items in (
+        ("keys", batch.keys),
+        ("traceparents", batch.traceparents),
+        ("bodies", batch.bodies),
+        ("timesMs", batch.times_ms),
+    ):
         if items and len(items) != n:
             raise msgspec.ValidationError(f"a trace batch's {name} must have one item per message id")
     return batch
@@ -268,7 +280,9 @@ def expand(batch: TraceBatch, only: str | None = None) -> list[TraceEvent]:
                 TraceEvent(
                     msg_id=msg_id,
                     hop=hop,
-                    time_ms=batch.time_ms if first else batch.last_ms,
+                    time_ms=(batch.times_ms[i] if batch.times_ms else batch.time_ms)
+                    if first
+                    else batch.last_ms,
                     project=batch.project,
                     topic=batch.topic,
                     resource=batch.resource,

@@ -1,7 +1,9 @@
 """A produce's trace record (tracing.batch.TraceBatch) built from its stored messages. Pure:
 no IO. One queue's messages as one batch (`queue_batch`), or a request over several queues as
 one batch of per-queue runs of ids (`request_batch`): one record to build, encode, write, read
-and index per request instead of one per queue."""
+and index per request instead of one per queue. Single-message produces of one round to one
+queue join one batch (`SingleRun`): a traced single produce adds its id to lists instead of
+building a record."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Sequence
 from typing import Any, Final, NamedTuple
 
 from mqgate.core.ids import is_id_run
+from mqgate.core.trace_policy import cut_body
 from mqgate.model import StoredMessage
 from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, shared_or_each
 from mqgate.tracing.context import TRACEPARENT
@@ -16,6 +19,9 @@ from mqgate.tracing.events import Hop, Resource
 
 PRODUCE_HOPS: Final[tuple[Hop, ...]] = ("accepted", "stored")
 _HOP_LIST: Final[list[Hop]] = list(PRODUCE_HOPS)  # one list the batches share (none changes it)
+# Messages a `SingleRun` lists at most: its batch then weighs at most half a round record
+# (tracing.rounds.ROUND_ITEMS).
+SINGLE_RUN_MAX: Final = 100
 
 
 class Origin(NamedTuple):
@@ -119,3 +125,109 @@ def _batch(origin: Origin, shape: BatchShape, **fields: Any) -> TraceBatch:
         content_ref=shape.content_ref,
         **fields,
     )
+
+
+class SingleRun:
+    """Single-message produces of one group-commit round to one queue of a topic, at
+    consecutive offsets, of one producer and one kept shape: one `TraceBatch` listing their ids
+    with each one's accepted time, built when the round is sealed. The produce hops' second
+    time (`last_ms`, stored) is then the round's: when the write that makes them durable began.
+    A produce that does not continue the run (another producer or shape, an offset taken by an
+    untraced append between) starts another."""
+
+    __slots__ = (
+        "bodies",
+        "body_max_bytes",
+        "contexts",
+        "has_context",
+        "has_keys",
+        "ids",
+        "keys",
+        "next_offset",
+        "offset",
+        "producer",
+        "project",
+        "queue",
+        "resource",
+        "shape",
+        "times",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        project: str,
+        topic: str,
+        resource: Resource,
+        queue: int,
+        shape: BatchShape,
+        producer: str,
+        offset: int,
+        body_max_bytes: int,
+    ) -> None:
+        self.project = project
+        self.topic = topic
+        self.resource = resource
+        self.queue = queue
+        self.shape = shape
+        self.producer = producer
+        self.offset = offset
+        self.next_offset = offset
+        self.body_max_bytes = body_max_bytes
+        self.ids: list[str] = []
+        self.times: list[int] = []
+        self.keys: list[list[str]] = []
+        self.contexts: list[str | None] = []
+        self.bodies: list[str | None] = []
+        self.has_keys = False
+        self.has_context = False
+
+    def continues(self, offset: int, producer: str, shape: BatchShape) -> bool:
+        return (
+            offset == self.next_offset
+            and producer == self.producer
+            and shape is self.shape  # batch_shape is cached: one object per kept shape
+            and len(self.ids) < SINGLE_RUN_MAX
+        )
+
+    def add(self, message: StoredMessage, offset: int, accepted_ms: int, context: str | None) -> None:
+        """`context`: the trace context the message carries, if known; else its own is read
+        (none: it is derived from its id)."""
+        self.ids.append(message.msg_id)
+        self.times.append(accepted_ms)
+        keys = message.keys
+        self.keys.append(keys)
+        if keys:
+            self.has_keys = True
+        if context is None and message.properties:
+            context = message.properties.get(TRACEPARENT)
+        self.contexts.append(context)
+        if context is not None:
+            self.has_context = True
+        if self.shape.body:
+            self.bodies.append(cut_body(message.body, self.body_max_bytes))
+        self.next_offset = offset + 1
+
+    def batch(self, stored_ms: int) -> TraceBatch:
+        shape, times = self.shape, self.times
+        traceparent, traceparents = shared_or_each(self.contexts) if self.has_context else (None, [])
+        return TraceBatch(
+            kind="batch",
+            hops=_HOP_LIST,
+            time_ms=min(times),
+            last_ms=max(stored_ms, max(times)),
+            project=self.project,
+            topic=self.topic,
+            resource=self.resource,
+            msg_ids=self.ids,
+            level=shape.level,
+            queue=self.queue if shape.queue else None,
+            first_offset=self.offset if shape.offset else None,
+            producer=self.producer if shape.producer else None,
+            keys=self.keys if self.has_keys else [],
+            traceparents=traceparents,
+            traceparent=traceparent,
+            bodies=self.bodies,
+            content_ref=shape.content_ref,
+            times_ms=times if len(set(times)) > 1 else [],
+        )

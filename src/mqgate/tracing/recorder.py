@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqgate.errors import Unavailable
+from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
-from mqgate.tracing.batch import TraceBatch
-from mqgate.tracing.events import TraceEvent, project_of_trace_topic, trace_topic
+from mqgate.tracing.batch import BatchShape, TraceBatch
+from mqgate.tracing.events import Resource, TraceEvent, project_of_trace_topic, trace_topic
 from mqgate.tracing.rounds import TRACE_PRODUCER, RoundGroup, encode_for_store
 
 __all__ = ["TRACE_PRODUCER", "RecorderCounters", "TraceRecorder", "encode_for_store"]
@@ -185,6 +186,30 @@ class TraceRecorder:
             group = self._group((trace_topic(batch.project), self._queue_of(batch.first_msg_id)))
             self._project_rounds[batch.project] = group
         group.add(batch)
+        return group.records
+
+    def join_single(
+        self,
+        project: str,
+        topic: str,
+        queue: int,
+        shape: BatchShape,
+        message: StoredMessage,
+        offset: int,
+        accepted_ms: int,
+        context: str | None,
+        resource: Resource,
+        body_max_bytes: int,
+    ) -> Companions:
+        """`join` for a traced single-message produce: it joins the open group's run of its
+        queue (RoundGroup.add_single) instead of building a batch of its own."""
+        group = self._project_rounds.get(project)
+        if group is None or group.is_sealed or self.queues != 1:
+            group = self._group((trace_topic(project), self._queue_of(message.msg_id)))
+            self._project_rounds[project] = group
+        group.add_single(
+            project, topic, queue, shape, message, offset, accepted_ms, context, resource, body_max_bytes
+        )
         return group.records
 
     def _group(self, where: tuple[str, int]) -> RoundGroup:

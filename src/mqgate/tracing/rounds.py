@@ -13,8 +13,9 @@ import msgspec
 from mqgate.core.ids import new_message_id
 from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded
-from mqgate.tracing.batch import TraceBatch, TraceRound, encode_batch
-from mqgate.tracing.events import TraceEvent, encode_event
+from mqgate.tracing.batch import BatchShape, TraceBatch, TraceRound, encode_batch
+from mqgate.tracing.events import Resource, TraceEvent, encode_event
+from mqgate.tracing.produce_batches import SingleRun
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
 # Items per round record, a batch weighing one plus its listed ids and bodies:
@@ -38,12 +39,14 @@ def encode_for_store(event: TraceEvent | TraceBatch | TraceRound, now_ms: int) -
 
 class RoundGroup:
     """The produce batches of one group-commit round for one trace topic and queue, written as
-    `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`)."""
+    `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`). Traced
+    single-message produces join their queue's open `SingleRun` instead (`add_single`)."""
 
-    __slots__ = ("_batches", "_clock_ms", "is_sealed", "queue", "records", "topic")
+    __slots__ = ("_batches", "_clock_ms", "_runs", "is_sealed", "queue", "records", "topic")
 
     def __init__(self, clock_ms: Callable[[], int], topic: str = "", queue: int = 0) -> None:
-        self._batches: list[TraceBatch] = []
+        self._batches: list[TraceBatch | SingleRun] = []
+        self._runs: dict[tuple[str, int], SingleRun] = {}  # the open run of each topic and queue
         self._clock_ms = clock_ms
         self.is_sealed = False
         self.topic = topic
@@ -55,12 +58,38 @@ class RoundGroup:
             raise RuntimeError("a sealed round takes no more batches")
         self._batches.append(batch)
 
+    def add_single(
+        self,
+        project: str,
+        topic: str,
+        queue: int,
+        shape: BatchShape,
+        message: StoredMessage,
+        offset: int,
+        accepted_ms: int,
+        context: str | None,
+        resource: Resource,
+        body_max_bytes: int,
+    ) -> None:
+        """A traced single-message produce, stored at `offset` of `queue` of `topic` (see
+        SingleRun.add for `context`)."""
+        if self.is_sealed:
+            raise RuntimeError("a sealed round takes no more batches")
+        run = self._runs.get((topic, queue))
+        if run is None or not run.continues(offset, message.producer, shape):
+            run = SingleRun(project, topic, resource, queue, shape, message.producer, offset, body_max_bytes)
+            self._runs[(topic, queue)] = run
+            self._batches.append(run)
+        run.add(message, offset, accepted_ms, context)
+
     def seal(self) -> list[Encoded]:
         if self.is_sealed:
             return []
         self.is_sealed = True
-        batches, self._batches = self._batches, []  # the recorder keeps the sealed group a while
+        items, self._batches = self._batches, []  # the recorder keeps the sealed group a while
+        self._runs = {}
         now = self._clock_ms()
+        batches = [b.batch(now) if isinstance(b, SingleRun) else b for b in items]
         out: list[Encoded] = []
         chunk: list[TraceBatch] = []
         held = 0

@@ -1,0 +1,157 @@
+"""Traced single-message produces of one group-commit round to one queue: one batch listing
+their ids and each one's accepted time (tracing.produce_batches.SingleRun), which reads as the
+batches each would have had, is a fraction of their bytes, and is retried per produce when the
+store refuses the round's records."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import msgspec
+import pytest
+
+from mqgate.backends import backends_for
+from mqgate.core.ids import new_message_ids
+from mqgate.metrics import Metrics
+from mqgate.model import StoredMessage, decode_stored
+from mqgate.registry.cache import RegistryCache
+from mqgate.registry.records import PolicyRecord, TopicRecord
+from mqgate.registry.sql import SqlRegistry
+from mqgate.services.context import Context
+from mqgate.services.tracing import Tracing
+from mqgate.settings import load_settings
+from mqgate.store.interface import TopicConfig
+from mqgate.tracing.batch import BatchShape, TraceBatch, TraceRound, batches_of, decode_record, expand
+from mqgate.tracing.context import TRACEPARENT
+from mqgate.tracing.events import trace_topic
+from mqgate.tracing.produce_batches import Origin, queue_batch
+from mqgate.tracing.rounds import RoundGroup
+from tests.tracing.conftest import GATEWAY
+
+INFO = BatchShape("info", queue=True, offset=True, producer=True, body=False, content_ref=True)
+DEBUG = BatchShape("debug", queue=True, offset=True, producer=True, body=True, content_ref=False)
+SEALED_MS = 1_050
+CONTEXT = f"00-{'a' * 32}-{'b' * 16}-01"
+
+
+def message(accepted_ms: int, producer: str = "p1", keys: bool = False, own: bool = False) -> StoredMessage:
+    [msg_id] = new_message_ids(accepted_ms, 1)
+    props = {TRACEPARENT: CONTEXT} if own else {}
+    return StoredMessage(
+        msg_id, accepted_ms, producer, f"body of {msg_id}", [msg_id] if keys else [], [], props
+    )
+
+
+def test_a_rounds_single_produces_to_one_queue_are_one_batch_that_reads_as_theirs() -> None:
+    group = RoundGroup(lambda: SEALED_MS, "%TRACE%shop", 0)
+    # (queue, offset, message, shape): a run of three in queue 3 (one with keys, one with its
+    # own context), one in queue 5, then queue 3 again after a gap (an untraced append took
+    # offset 43), by another producer, and at another level: four more runs.
+    produced = [
+        (3, 40, message(1_000), INFO),
+        (3, 41, message(1_001, keys=True), INFO),
+        (5, 7, message(1_002), INFO),
+        (3, 42, message(1_003, own=True), INFO),
+        (3, 44, message(1_004), INFO),
+        (3, 45, message(1_005, producer="p2"), INFO),
+        (3, 46, message(1_006, producer="p2"), DEBUG),
+    ]
+    for q, offset, m, shape in produced:
+        group.add_single("shop", "orders", q, shape, m, offset, m.timestamp_ms, None, GATEWAY, 12)
+    [(_, raw)] = group.seal()
+    record = decode_record(decode_stored(raw).body)
+    assert isinstance(record, TraceRound)
+    runs = batches_of(record)
+    assert [(b.queue, b.first_offset, len(b.msg_ids)) for b in runs] == [
+        (3, 40, 3),
+        (5, 7, 1),
+        (3, 44, 1),
+        (3, 45, 1),
+        (3, 46, 1),
+    ]
+    first = runs[0]
+    assert (first.time_ms, first.last_ms, first.times_ms) == (1_000, SEALED_MS, [1_000, 1_001, 1_003])
+    assert first.traceparents == [None, None, CONTEXT] and first.keys[1] == [produced[1][2].msg_id]
+    assert runs[4].bodies == [produced[6][2].body[:12]]  # debug keeps the body, cut to the bound
+    # Every message's hops are those of a batch of its own, stored when the round was sealed.
+    each = {
+        m.msg_id: expand(
+            queue_batch(
+                Origin("shop", "orders", GATEWAY, m.timestamp_ms, SEALED_MS, 12), shape, q, [m], offset, None
+            )
+        )
+        for q, offset, m, shape in produced
+    }
+    assert {m: [e for b in runs for e in expand(b, only=m)] for m in each} == each
+    assert all(b.holds(m.msg_id) for b in runs[:1] for _, _, m, _ in produced[:2])
+
+
+def test_a_run_is_a_fraction_of_the_bytes_of_a_batch_each() -> None:
+    merged, apart = RoundGroup(lambda: SEALED_MS), RoundGroup(lambda: SEALED_MS)
+    for i in range(30):
+        m = message(1_000 + i)
+        merged.add_single("shop", "orders", 3, INFO, m, 40 + i, m.timestamp_ms, None, GATEWAY, 12)
+        origin = Origin("shop", "orders", GATEWAY, m.timestamp_ms, SEALED_MS, 12)
+        apart.add(queue_batch(origin, INFO, 3, [m], 40 + i, None))
+    [(_, one)] = merged.seal()
+    [(_, each)] = apart.seal()
+    assert len(one) * 4 < len(each), (len(one), len(each))
+    assert len(one) / 30 < 100  # bytes per message
+
+
+def test_a_batch_whose_times_are_not_one_per_message_is_refused() -> None:
+    run = RoundGroup(lambda: SEALED_MS)
+    for i in range(2):
+        m = message(1_000 + i)
+        run.add_single("shop", "orders", 0, INFO, m, i, m.timestamp_ms, None, GATEWAY, 12)
+    [(_, raw)] = run.seal()
+    body = decode_stored(raw).body
+    assert isinstance(decode_record(body), TraceBatch)
+    with pytest.raises(msgspec.ValidationError, match="timesMs"):
+        decode_record(body.replace('"timesMs":[1000,1001]', '"timesMs":[1000]'))
+
+
+def test_a_single_produce_whose_round_the_store_refused_is_retried_as_its_own_batch(tmp_path: Path) -> None:
+    """The trace topic is gone when the round is written (deleted under the recorder, which
+    still knows it): the produce is answered, its trace batch buffered, and stored by the
+    retry once the topic is back."""
+
+    async def go() -> None:
+        settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
+        backends = backends_for(settings)
+        registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), 3600)
+        ctx = Context(
+            settings, backends.store, backends.offsets, backends.scheduler, registry, Metrics(), b"k" * 32
+        )
+        await backends.start()
+        await backends.store.open()
+        tracing = Tracing(ctx)
+        await tracing.start()
+        try:
+            store = backends.store
+            await store.create_topic(TopicConfig("orders", 2, 86_400_000, None))
+            topic = TopicRecord("orders", 2, 86_400_000, None, 0, project="shop")
+            tracing.policies_changed([PolicyRecord("p", "project", "info", "shop", None, None, None, 0)])
+            matched = tracing.match(topic, 1, ("p1",))
+            assert matched is not None and await tracing.ready_for(topic)
+            await store.delete_topic(trace_topic("shop"))
+            m = message(2_000)
+            companions, made = tracing.produce_companions(topic, {1: [m]}, 2_000, {1: None}, {1: matched})
+            firsts, failed = await store.append_many_with("orders", {1: [m]}, companions)
+            assert failed is not None and firsts == {1: 0}
+            tracing.produce_written(made, failed)
+            assert tracing.recorder.counters.pending == 2  # accepted and stored, buffered
+            await store.create_topic(TopicConfig(trace_topic("shop"), 1, 86_400_000, None))
+            await tracing.recorder.flush()
+            [(_, stored)] = await store.read(trace_topic("shop"), 0, 0, 10)
+            [batch] = batches_of(decode_record(stored.body))  # type: ignore[arg-type]
+            hops = [(e.msg_id, e.hop, e.time_ms, e.queue, e.offset) for e in expand(batch)]
+            assert hops[0] == (m.msg_id, "accepted", 2_000, 1, None) and hops[1][1:2] == ("stored",)
+            assert hops[1][3:] == (1, 0)
+        finally:
+            await tracing.stop()
+            await backends.store.close()
+            await backends.stop()
+
+    asyncio.run(go())
