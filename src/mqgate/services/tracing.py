@@ -351,7 +351,8 @@ class Tracing:
                 def single(firsts: dict[int, int]) -> Companions:
                     offset = firsts[q]
                     made.append(SingleProduce(topic, q, batch, offset, accepted_ms, context, shape))
-                    return recorder.join_single(
+                    group = recorder.open_group(topic.project, message.msg_id)
+                    group.add_single(
                         topic.project,
                         topic.name,
                         q,
@@ -363,6 +364,7 @@ class Tracing:
                         resource,
                         body_max_bytes,
                     )
+                    return group.records
 
                 return single, made
 

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqgate.errors import Unavailable
-from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
-from mqgate.tracing.batch import BatchShape, TraceBatch
-from mqgate.tracing.events import Resource, TraceEvent, project_of_trace_topic, trace_topic
+from mqgate.tracing.batch import TraceBatch
+from mqgate.tracing.events import TraceEvent, project_of_trace_topic, trace_topic
 from mqgate.tracing.rounds import TRACE_PRODUCER, RoundGroup, encode_for_store
 
 __all__ = ["TRACE_PRODUCER", "RecorderCounters", "TraceRecorder", "encode_for_store"]
@@ -181,36 +180,19 @@ class TraceRecorder:
         """`companions` of one batch, on the hot path of a traced produce: the open group of its
         project, and the companions naming it (the same object for every call the group takes,
         which the store's writer recognises)."""
-        group = self._project_rounds.get(batch.project)
-        if group is None or group.is_sealed or self.queues != 1:
-            group = self._group((trace_topic(batch.project), self._queue_of(batch.first_msg_id)))
-            self._project_rounds[batch.project] = group
+        group = self.open_group(batch.project, batch.first_msg_id)
         group.add(batch)
         return group.records
 
-    def join_single(
-        self,
-        project: str,
-        topic: str,
-        queue: int,
-        shape: BatchShape,
-        message: StoredMessage,
-        offset: int,
-        accepted_ms: int,
-        context: str | None,
-        resource: Resource,
-        body_max_bytes: int,
-    ) -> Companions:
-        """`join` for a traced single-message produce: it joins the open group's run of its
-        queue (RoundGroup.add_single) instead of building a batch of its own."""
+    def open_group(self, project: str, msg_id: str) -> RoundGroup:
+        """The open round group of `project`'s trace topic, for a produce's records (its
+        `records` are the companions naming it; a traced single-message produce joins it with
+        `RoundGroup.add_single`). `msg_id` picks the trace topic's queue when it has several."""
         group = self._project_rounds.get(project)
         if group is None or group.is_sealed or self.queues != 1:
-            group = self._group((trace_topic(project), self._queue_of(message.msg_id)))
+            group = self._group((trace_topic(project), self._queue_of(msg_id)))
             self._project_rounds[project] = group
-        group.add_single(
-            project, topic, queue, shape, message, offset, accepted_ms, context, resource, body_max_bytes
-        )
-        return group.records
+        return group
 
     def _group(self, where: tuple[str, int]) -> RoundGroup:
         group = self._rounds.get(where)
