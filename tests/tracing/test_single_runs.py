@@ -137,10 +137,10 @@ def test_a_single_produce_whose_round_the_store_refused_is_retried_as_its_own_ba
             assert matched is not None and await tracing.ready_for(topic)
             await store.delete_topic(trace_topic("shop"))
             m = message(2_000)
-            companions, made = tracing.produce_companions(topic, {1: [m]}, 2_000, {1: None}, {1: matched})
+            companions, made = tracing.companions.make(topic, {1: [m]}, 2_000, {1: None}, {1: matched})
             firsts, failed = await store.append_many_with("orders", {1: [m]}, companions)
             assert failed is not None and firsts == {1: 0}
-            tracing.produce_written(made, failed)
+            tracing.companions.written(made, failed)
             assert tracing.recorder.counters.pending == 2  # accepted and stored, buffered
             await store.create_topic(TopicConfig(trace_topic("shop"), 1, 86_400_000, None))
             await tracing.recorder.flush()

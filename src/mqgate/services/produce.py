@@ -162,9 +162,9 @@ class Producing:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
         elif tracing.ready(topic) or await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
-            companions, made = tracing.produce_companions(topic, by_queue, ts, shared, matches)
+            companions, made = tracing.companions.make(topic, by_queue, ts, shared, matches)
             firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
-            tracing.produce_written(made, failed)
+            tracing.companions.written(made, failed)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
             await self.traces.produced(topic, by_queue, firsts, ts, shared)

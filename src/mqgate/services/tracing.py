@@ -14,8 +14,8 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import (
@@ -29,9 +29,9 @@ from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.services.produce_companions import ProduceCompanions
 from mqgate.services.tracing_metrics import TracingMetrics
-from mqgate.store.interface import Companions
-from mqgate.tracing.batch import BatchShape, TraceBatch, batch_shape
+from mqgate.tracing.batch import TraceBatch, batch_shape
 from mqgate.tracing.context import TRACEPARENT
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
@@ -44,29 +44,11 @@ from mqgate.tracing.events import (
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
-from mqgate.tracing.produce_batches import PRODUCE_HOPS, Origin, queue_batch, request_batch
+from mqgate.tracing.produce_batches import Origin, queue_batch, request_batch
 from mqgate.tracing.query import TraceAnswer, TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
 
 log = logging.getLogger(__name__)
-
-
-class SingleProduce(NamedTuple):
-    """A traced single-message produce that joined its round's run (RoundGroup.add_single):
-    what `produce_written` counts, or builds a batch of for a retry when the store refused
-    the round's records."""
-
-    topic: TopicRecord
-    queue: int
-    batch: Sequence[StoredMessage]
-    offset: int
-    accepted_ms: int
-    context: str | None
-    shape: BatchShape
-
-    @property
-    def event_count(self) -> int:
-        return len(PRODUCE_HOPS)
 
 
 FLUSH_INTERVAL_MS: Final = 50
@@ -110,6 +92,7 @@ class Tracing:
             on_new_topic=self.indexer.on_new_topic,
         )
         self.query = TraceQuery(self.index, self.indexer)
+        self.companions = ProduceCompanions(self)
         self.metrics = TracingMetrics(self.recorder, self.indexer)
 
     async def start(self) -> None:
@@ -263,7 +246,7 @@ class Tracing:
             if matched is None:
                 return None
         return queue_batch(
-            self._origin(topic, accepted_ms),
+            self.origin(topic, accepted_ms),
             batch_shape(matched.modes, matched.level),
             queue,
             batch,
@@ -295,10 +278,10 @@ class Tracing:
             return None
         queues = [(q, by_queue[q], firsts[q]) for q in matches]
         return request_batch(
-            self._origin(topic, accepted_ms), batch_shape(first.modes, first.level), queues, context
+            self.origin(topic, accepted_ms), batch_shape(first.modes, first.level), queues, context
         )
 
-    def _origin(self, topic: TopicRecord, accepted_ms: int) -> Origin:
+    def origin(self, topic: TopicRecord, accepted_ms: int) -> Origin:
         return Origin(
             topic.project,
             topic.name,
@@ -324,94 +307,6 @@ class Tracing:
             log.warning("trace topic %s not ready (%s): traced the separate way", where, exc.message)
             return False
         return True
-
-    def produce_companions(
-        self,
-        topic: TopicRecord,
-        by_queue: dict[int, list[StoredMessage]],
-        accepted_ms: int,
-        traceparents: Mapping[int, str | None],
-        matches: Mapping[int, MatchedTrace],
-    ) -> tuple[Callable[[dict[int, int]], Companions], list[TraceBatch | SingleProduce]]:
-        """For `MessageStore.append_many_with`: the produce's trace records, made once its
-        offsets are known, and the list they are kept in for `produce_written`.
-        `traceparents`: per queue, the context all its messages carry where known (None: none
-        stored, each message's is derived from its id);
-        `matches`: the trace of each traced queue (the others are not traced)."""
-        made: list[TraceBatch | SingleProduce] = []
-        if len(matches) == 1:  # the common case, on every traced produce: one queue traced
-            ((q, matched),) = matches.items()
-            batch, context = by_queue[q], traceparents.get(q)
-            shape = batch_shape(matched.modes, matched.level)
-            recorder = self.recorder
-            if len(batch) == 1:  # a single message joins its queue's run in the round
-                message, resource = batch[0], self.resource
-                body_max_bytes = self.ctx.settings.trace_body_max_bytes
-
-                def single(firsts: dict[int, int]) -> Companions:
-                    offset = firsts[q]
-                    made.append(SingleProduce(topic, q, batch, offset, accepted_ms, context, shape))
-                    group = recorder.open_group(topic.project, message.msg_id)
-                    group.add_single(
-                        topic.project,
-                        topic.name,
-                        q,
-                        shape,
-                        message,
-                        offset,
-                        accepted_ms,
-                        context,
-                        resource,
-                        body_max_bytes,
-                    )
-                    return group.records
-
-                return single, made
-
-            def one(firsts: dict[int, int]) -> Companions:
-                found = queue_batch(self._origin(topic, accepted_ms), shape, q, batch, firsts[q], context)
-                made.append(found)
-                return recorder.join(found)
-
-            return one, made
-
-        def companions(firsts: dict[int, int]) -> Companions:
-            whole = self.request_batch(topic, by_queue, firsts, accepted_ms, traceparents, matches)
-            batches: list[TraceBatch] = []
-            if whole is not None:
-                batches.append(whole)
-            else:
-                for q, matched in matches.items():
-                    found = self.produce_batch(
-                        topic, q, by_queue[q], firsts[q], accepted_ms, traceparents.get(q), matched
-                    )
-                    if found is not None:
-                        batches.append(found)
-            made.extend(batches)
-            return self.recorder.companions(batches)
-
-        return companions, made
-
-    def produce_written(self, made: list[TraceBatch | SingleProduce], failed: MqgateError | None) -> None:
-        """After `append_many_with`: the trace records went with the messages, or (the store
-        refused them) they are buffered and retried like any trace event, never failing the
-        produce."""
-        if not made:
-            return
-        if failed is None:
-            self.recorder.written(made[0].event_count if len(made) == 1 else sum(b.event_count for b in made))
-            return
-        log.warning("trace records not stored with their produce (%s): buffered for a retry", failed.message)
-        self.recorder.record_nowait(
-            [
-                b
-                if isinstance(b, TraceBatch)
-                else queue_batch(
-                    self._origin(b.topic, b.accepted_ms), b.shape, b.queue, b.batch, b.offset, b.context
-                )
-                for b in made
-            ]
-        )
 
     def batch_events(
         self,
