@@ -72,12 +72,10 @@ def thread_cpu(pid: int) -> dict[str, float]:
 
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
-CONNECTIONS: dict[str, int] = {}  # --connections: a kind's wrk connections instead of LOADS'
 
 
-def measure(gw: Any, token: str, kind: str, seconds: float) -> dict[str, float]:
-    script, path, conns, per_request = LOADS[kind]
-    conns = CONNECTIONS.get(kind, conns)
+def measure(gw: Any, token: str, kind: str, seconds: float, conns: int) -> dict[str, float]:
+    script, path, _, per_request = LOADS[kind]
     env = {"MQB_TOKEN": token, "MQB_PRODUCER": run.PRODUCER, "MQB_MSG_BYTES": str(run.MSG_BYTES)}
     if per_request > 1:
         env["MQB_BATCH"] = str(per_request)
@@ -99,16 +97,21 @@ def measure(gw: Any, token: str, kind: str, seconds: float) -> dict[str, float]:
 
 
 def measure_run(
-    gw: Any, token: str, kind: str, seconds: float, policy: dict[str, str] | None
+    gw: Any, token: str, kind: str, seconds: float, conns: int, policy: dict[str, str] | None
 ) -> dict[str, float]:
     """`measure` with `policy` (a trace policy) in force for the run, or untraced (None)."""
     if policy is None:
-        return measure(gw, token, kind, seconds)
+        return measure(gw, token, kind, seconds, conns)
     policy_id = gw.admin.ok("POST", "/admin/trace-policies", policy)["id"]
     try:
-        return measure(gw, token, kind, seconds)
+        return measure(gw, token, kind, seconds, conns)
     finally:
         gw.admin.ok("DELETE", f"/admin/trace-policies/{policy_id}")
+
+
+def connections(kind: str, args: argparse.Namespace) -> int:
+    """wrk's connections for `kind`: --connections, else LOADS'."""
+    return int(args.connections or LOADS[kind][2])
 
 
 def main() -> None:
@@ -123,8 +126,6 @@ def main() -> None:
         "--connections", type=int, default=0, help="wrk connections for every kind (default: LOADS')"
     )
     args = parser.parse_args()
-    if args.connections:
-        CONNECTIONS.update(dict.fromkeys(LOADS, args.connections))
     kinds = [k for k in args.kinds.split(",") if k]
     work = Path(tempfile.mkdtemp(prefix="mqgate-trace-cost-"))
     gw = run.Gateway(
@@ -140,11 +141,13 @@ def main() -> None:
             # Warm up untraced and traced: the trace topic and the index writer process start
             # at the first traced produce, a one-time cost no pair should carry.
             for traced in (False, True):
-                measure_run(gw, token, kind, 2, policy if traced else None)
+                measure_run(gw, token, kind, 2, connections(kind, args), policy if traced else None)
             for pair in range(args.pairs):
                 got: dict[bool, dict[str, float]] = {}
                 for traced in (False, True) if pair % 2 == 0 else (True, False):
-                    got[traced] = measure_run(gw, token, kind, args.seconds, policy if traced else None)
+                    got[traced] = measure_run(
+                        gw, token, kind, args.seconds, connections(kind, args), policy if traced else None
+                    )
                 rows[kind].append((got[False], got[True]))
                 if args.threads:
                     names = sorted({k for g in got.values() for k in g if k.startswith("thread ")})
@@ -202,7 +205,7 @@ def report(
         + f"`; code: git {commit}",
         "- one gateway (embedded store, fsync always), topic of 8 queues, 100-byte messages; wrk runs "
         "alternating untraced and traced (the policy added and deleted between runs, A B B A); "
-        + ", ".join(f"{k} {CONNECTIONS.get(k, LOADS[k][2])} connections" for k in rows),
+        + ", ".join(f"{k} {connections(k, args)} connections" for k in rows),
         "",
         "| load | pairs: traced / untraced msgs/s | median ratio | 90 % interval of the median "
         "| pooled ratio | CPU µs/request untraced → traced | p99 ms untraced → traced |",

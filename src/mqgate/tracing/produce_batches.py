@@ -139,8 +139,6 @@ class SingleRun:
         "bodies",
         "body_max_bytes",
         "contexts",
-        "has_context",
-        "has_keys",
         "ids",
         "keys",
         "next_offset",
@@ -179,8 +177,6 @@ class SingleRun:
         self.keys: list[list[str]] = []
         self.contexts: list[str | None] = []
         self.bodies: list[str | None] = []
-        self.has_keys = False
-        self.has_context = False
 
     def continues(self, offset: int, producer: str, shape: BatchShape) -> bool:
         return (
@@ -195,39 +191,29 @@ class SingleRun:
         (none: it is derived from its id)."""
         self.ids.append(message.msg_id)
         self.times.append(accepted_ms)
-        keys = message.keys
-        self.keys.append(keys)
-        if keys:
-            self.has_keys = True
+        self.keys.append(message.keys)
         if context is None and message.properties:
             context = message.properties.get(TRACEPARENT)
         self.contexts.append(context)
-        if context is not None:
-            self.has_context = True
         if self.shape.body:
             self.bodies.append(cut_body(message.body, self.body_max_bytes))
         self.next_offset = offset + 1
 
     def batch(self, stored_ms: int) -> TraceBatch:
-        shape, times = self.shape, self.times
-        traceparent, traceparents = shared_or_each(self.contexts) if self.has_context else (None, [])
-        return TraceBatch(
-            kind="batch",
-            hops=_HOP_LIST,
-            time_ms=min(times),
-            last_ms=max(stored_ms, max(times)),
-            project=self.project,
-            topic=self.topic,
-            resource=self.resource,
+        shape, times, contexts = self.shape, self.times, self.contexts
+        first = min(times)
+        origin = Origin(self.project, self.topic, self.resource, first, max(stored_ms, max(times)), 0)
+        traceparent, traceparents = shared_or_each(contexts) if any(contexts) else (None, [])
+        return _batch(
+            origin,
+            shape,
             msg_ids=self.ids,
-            level=shape.level,
             queue=self.queue if shape.queue else None,
             first_offset=self.offset if shape.offset else None,
             producer=self.producer if shape.producer else None,
-            keys=self.keys if self.has_keys else [],
+            keys=self.keys if any(self.keys) else [],
             traceparents=traceparents,
             traceparent=traceparent,
             bodies=self.bodies,
-            content_ref=shape.content_ref,
-            times_ms=times if len(set(times)) > 1 else [],
+            times_ms=times if any(t != first for t in times) else [],
         )
