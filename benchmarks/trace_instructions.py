@@ -33,18 +33,40 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 WARM_UP = 200
-CALLERS = 16
 
 
-async def drive(variant: str, batch: int, requests: int) -> None:
-    """Inside callgrind: a gateway of `variant`, `WARM_UP` + `requests` requests, its trace index
-    fed to the end."""
+def _slow_syncs(round_ms: float) -> list[int]:
+    """Each group-commit round's fsync takes at least `round_ms` (wall time): under callgrind
+    the event loop runs ~50x slower while fsync does not, so without it a round holds one or
+    two requests and per-round work weighs per request many times what it does in a busy
+    gateway. Returns the count of rounds, kept up to date."""
+    import time
+
+    from mqgate.durable import group_commit
+
+    rounds = [0]
+    fsync_all = group_commit._fsync_all
+
+    def slow(fds: list[int]) -> None:
+        until = time.monotonic() + round_ms / 1000
+        fsync_all(fds)
+        rounds[0] += 1
+        time.sleep(max(0.0, until - time.monotonic()))
+
+    group_commit._fsync_all = slow
+    return rounds
+
+
+async def drive(variant: str, batch: int, requests: int, callers: int, round_ms: float) -> None:
+    """Inside callgrind: a gateway of `variant`, `WARM_UP` + `requests` requests from `callers`
+    concurrent callers, its trace index fed to the end. Prints the rounds of group commit."""
     from trace_cpu_bench import call, start
     from trace_phases import _ablate
 
     from mqgate.api.collector import tune_for_serving
 
     tune_for_serving()  # as `mqgate serve` collects garbage
+    rounds = _slow_syncs(round_ms)
     started = await start(variant != "off", batch)
     tracing = started.tracing
     await tracing.indexer.close()  # fed below, in rounds of a busy gateway's size
@@ -58,7 +80,8 @@ async def drive(variant: str, batch: int, requests: int) -> None:
             status, answer = await call(started.app, started.path, started.body, started.token)
             assert status == 200, answer
 
-    await asyncio.gather(*(caller() for _ in range(CALLERS)))
+    await asyncio.gather(*(caller() for _ in range(callers)))
+    print(f"rounds {rounds[0]}", flush=True)
     if variant not in ("off", "noindex"):
         await tracing.recorder.flush()
         while await tracing.indexer.step():
@@ -66,8 +89,8 @@ async def drive(variant: str, batch: int, requests: int) -> None:
     await started.stop()
 
 
-def instructions(variant: str, batch: int, requests: int) -> int:
-    """Instructions of one callgrind run of `drive`."""
+def instructions(variant: str, batch: int, requests: int, callers: int, round_ms: float) -> tuple[int, int]:
+    """Instructions and group-commit rounds of one callgrind run of `drive`."""
     env = {**os.environ, "MQGATE_TRACE_INDEX_PROCESS": "false"}
     command = [
         "valgrind",
@@ -76,28 +99,36 @@ def instructions(variant: str, batch: int, requests: int) -> int:
         sys.executable,
         __file__,
         "--inner",
-        f"{variant},{batch},{requests}",
+        f"{variant},{batch},{requests},{callers},{round_ms}",
     ]
     done = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     found = re.search(r"Collected : (\d+)", done.stderr)
-    if done.returncode != 0 or found is None:
+    rounds = re.search(r"^rounds (\d+)$", done.stdout, re.MULTILINE)
+    if done.returncode != 0 or found is None or rounds is None:
         raise SystemExit(f"callgrind run failed ({variant}, {requests}):\n{done.stderr[-3000:]}")
-    return int(found.group(1))
+    return int(found.group(1)), int(rounds.group(1))
 
 
-def per_request(variant: str, batch: int, small: int, large: int) -> float:
+def per_request(
+    variant: str, batch: int, small: int, large: int, callers: int, round_ms: float
+) -> tuple[float, float]:
+    """(instructions per request, requests per group-commit round)"""
     with ThreadPoolExecutor(2) as pool:  # the two runs of a variant side by side (2 cores)
-        low, high = pool.map(lambda n: instructions(variant, batch, n), (small, large))
-    return (high - low) / (large - small)
+        low, high = pool.map(lambda n: instructions(variant, batch, n, callers, round_ms), (small, large))
+    requests = large - small
+    return (high[0] - low[0]) / requests, requests / max(1, high[1] - low[1])
 
 
-def table(counts: dict[str, float]) -> list[str]:
-    base = counts.get("off")
-    lines = ["| variant | instructions per request | vs off | off / variant |", "|---|---:|---:|---:|"]
-    for variant, n in counts.items():
+def table(counts: dict[str, tuple[float, float]]) -> list[str]:
+    base = counts["off"][0] if "off" in counts else None
+    lines = [
+        "| variant | instructions per request | vs off | off / variant | requests per round |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for variant, (n, per_round) in counts.items():
         versus = f"{n - base:+,.0f}" if base else ""
         ratio = f"{base / n:.3f}" if base else ""
-        lines.append(f"| {variant} | {n:,.0f} | {versus} | {ratio} |")
+        lines.append(f"| {variant} | {n:,.0f} | {versus} | {ratio} | {per_round:.1f} |")
     return lines
 
 
@@ -109,12 +140,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="messages per request (1: /mq/produce)")
     parser.add_argument("--small", type=int, default=300, help="requests of the first run")
     parser.add_argument("--large", type=int, default=1500, help="requests of the second run")
+    parser.add_argument("--callers", type=int, default=16, help="concurrent callers")
+    parser.add_argument(
+        "--round-ms", type=float, default=0.0, help="each group-commit round takes at least this long (wall)"
+    )
     parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.inner:
-        variant, batch, requests = args.inner.split(",")
-        asyncio.run(drive(variant, int(batch), int(requests)))
+        variant, batch, requests, callers, round_ms = args.inner.split(",")
+        asyncio.run(drive(variant, int(batch), int(requests), int(callers), float(round_ms)))
         return
     if shutil.which("valgrind") is None:
         parser.error("valgrind is not installed (apt-get install valgrind)")
@@ -126,13 +161,16 @@ def main() -> None:
         parser.error("--large must be more than --small")
     counts = {}
     for variant in variants:
-        counts[variant] = per_request(variant, args.batch, args.small, args.large)
-        print(f"{variant}: {counts[variant]:,.0f} instructions per request", flush=True)
+        counts[variant] = found = per_request(
+            variant, args.batch, args.small, args.large, args.callers, args.round_ms
+        )
+        print(f"{variant}: {found[0]:,.0f} instructions per request, {found[1]:.1f} per round", flush=True)
     from trace_cpu_bench import report_table
 
     command = (
         f"PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py --variants {args.variants} "
-        f"--batch {args.batch} --small {args.small} --large {args.large}"
+        f"--batch {args.batch} --small {args.small} --large {args.large} --callers {args.callers} "
+        f"--round-ms {args.round_ms:g}"
     )
     title = "what tracing costs a produce in instructions (trace_instructions.py, callgrind)"
     report_table(table(counts), args.results, title, command)

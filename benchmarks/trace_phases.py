@@ -55,7 +55,7 @@ def _ablate(variant: str, tracing: Tracing) -> None:
     if variant == "nomatch":
         tracing.match = lambda topic, queue, services: None  # type: ignore[method-assign]
     elif variant == "nobuild":
-        tracing.companions.make = lambda *args: ((lambda firsts: {}), [])  # type: ignore[method-assign]
+        tracing.companions.make = lambda *args: lambda firsts: {}  # type: ignore[method-assign]
     elif variant == "noseal":
         recorder = tracing.recorder
 

@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from mqgate.errors import BadRequest, NotFound
+from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import StoredMessage
 from mqgate.redisio import connect
 from mqgate.store.backends.embedded import EmbeddedStore
@@ -183,6 +183,7 @@ class Joined:
     def __init__(self) -> None:
         self.ids: list[str] = []
         self.seals = 0
+        self.outcomes: list[MqgateError | None] = []  # what `written` was told, each time
 
     def seal(self) -> list[tuple[int, bytes]]:
         self.seals += 1
@@ -190,6 +191,9 @@ class Joined:
             return []
         joined = StoredMessage(",".join(self.ids), 9, "p", "", [], [], {})
         return [(9, raw_of(joined))]
+
+    def written(self, error: MqgateError | None) -> None:
+        self.outcomes.append(error)
 
 
 def test_appends_passing_one_companions_object_share_its_write_and_its_failure(
@@ -220,6 +224,10 @@ def test_appends_passing_one_companions_object_share_its_write_and_its_failure(
                 *(s.append_many_with("data", {0: [msg(i)]}, joining(i)) for i in range(20))
             )
             assert [type(err) for _, err in results] == [expected or type(None)] * 20
+            # Each group hears its fate once, whatever the number of calls that joined it.
+            assert [[type(e) for e in g.outcomes] for g, _ in opened] == [[expected or type(None)]] * len(
+                opened
+            )
             if kind == "embedded":  # one write for the calls of a round
                 assert len(opened) < 20
         written = [i for _, m in await s.read("side", 0, 0, 100) for i in m.msg_id.split(",")]
@@ -254,6 +262,7 @@ def test_a_companion_group_shared_by_many_appends_is_written_once_with_all_of_th
         written = [i for r in records for i in r.split(",")]
         assert sorted(written) == sorted(f"c{i}" for i in range(40))  # each once
         assert all(g.seals >= 1 for g in groups) and len(records) == len(groups)
+        assert all(g.outcomes == [None] for g in groups)  # listed twice: told once
         if kind == "embedded":  # fsync=always: the calls of one group-commit round share a record
             assert len(records) < 40
 

@@ -1,7 +1,7 @@
 """Traced single-message produces of one group-commit round to one queue: one batch listing
 their ids and each one's accepted time (tracing.produce_batches.SingleRun), which reads as the
-batches each would have had, is a fraction of their bytes, and is retried per produce when the
-store refuses the round's records."""
+batches each would have had, is a fraction of their bytes, and is retried whole when the store
+refuses the round's records."""
 
 from __future__ import annotations
 
@@ -112,10 +112,11 @@ def test_a_batch_whose_times_are_not_one_per_message_is_refused() -> None:
         decode_record(body.replace('"timesMs":[1000,1001]', '"timesMs":[1000]'))
 
 
-def test_a_single_produce_whose_round_the_store_refused_is_retried_as_its_own_batch(tmp_path: Path) -> None:
+def test_single_produces_whose_round_the_store_refused_are_retried_as_their_run(tmp_path: Path) -> None:
     """The trace topic is gone when the round is written (deleted under the recorder, which
-    still knows it): the produce is answered, its trace batch buffered, and stored by the
-    retry once the topic is back."""
+    still knows it): the produces are stored and answered, their round group buffers its
+    run's batch, counted as pending and as a failed append, and the retry stores it once the
+    topic is back."""
 
     async def go() -> None:
         settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
@@ -136,19 +137,29 @@ def test_a_single_produce_whose_round_the_store_refused_is_retried_as_its_own_ba
             matched = tracing.match(topic, 1, ("p1",))
             assert matched is not None and await tracing.ready_for(topic)
             await store.delete_topic(trace_topic("shop"))
-            m = message(2_000)
-            companions, made = tracing.companions.make(topic, {1: [m]}, 2_000, {1: None}, {1: matched})
-            firsts, failed = await store.append_many_with("orders", {1: [m]}, companions)
-            assert failed is not None and firsts == {1: 0}
-            tracing.companions.written(made, failed)
-            assert tracing.recorder.counters.pending == 2  # accepted and stored, buffered
+            produced = [message(2_000 + i) for i in range(3)]
+
+            async def produce(m: StoredMessage) -> tuple[dict[int, int], object]:
+                companions = tracing.companions.make(topic, {1: [m]}, m.timestamp_ms, {1: None}, {1: matched})
+                return await store.append_many_with("orders", {1: [m]}, companions)
+
+            results = await asyncio.gather(*(produce(m) for m in produced))
+            assert sorted(firsts[1] for firsts, _ in results) == [0, 1, 2]
+            assert all(failed is not None for _, failed in results)
+            counters = tracing.recorder.counters
+            assert counters.pending == 6 and counters.recorded == 0  # accepted and stored, each
+            assert counters.append_failures >= 1
             await store.create_topic(TopicConfig(trace_topic("shop"), 1, 86_400_000, None))
             await tracing.recorder.flush()
-            [(_, stored)] = await store.read(trace_topic("shop"), 0, 0, 10)
-            [batch] = batches_of(decode_record(stored.body))  # type: ignore[arg-type]
-            hops = [(e.msg_id, e.hop, e.time_ms, e.queue, e.offset) for e in expand(batch)]
-            assert hops[0] == (m.msg_id, "accepted", 2_000, 1, None) and hops[1][1:2] == ("stored",)
-            assert hops[1][3:] == (1, 0)
+            assert counters.pending == 0 and counters.recorded == 6
+            records = await store.read(trace_topic("shop"), 0, 0, 10)
+            events = [e for _, r in records for b in batches_of(decode_record(r.body)) for e in expand(b)]  # type: ignore[arg-type]
+            hops = sorted(
+                (e.msg_id, e.hop, e.time_ms, e.queue, e.offset) for e in events if e.hop == "accepted"
+            )
+            assert hops == [(m.msg_id, "accepted", m.timestamp_ms, 1, None) for m in produced]
+            stored = sorted((e.msg_id, e.queue, e.offset) for e in events if e.hop == "stored")
+            assert stored == sorted(zip((m.msg_id for m in produced), (1, 1, 1), (0, 1, 2), strict=True))
         finally:
             await tracing.stop()
             await backends.store.close()

@@ -21,7 +21,7 @@ from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.offsets.interface import Lease, OffsetEntry, OffsetStore
-from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig, sealed
+from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig, write_companions
 from mqgate.store.waiters import ANY_READER, Reader
 
 T = TypeVar("T")
@@ -102,16 +102,7 @@ class RoutedStore:
             return await store.append_many_with(topic, batches, companions)
         # The companions (trace records) live in the gateway's own store, not the cluster's.
         firsts = await self._on(topic, lambda s: s.append_many(topic, batches))
-        failed: MqgateError | None = None
-        for name, by_queue in companions(firsts).items():
-            ready = {q: found for q, held in by_queue.items() if (found := sealed(held))}
-            if not ready:
-                continue
-            try:
-                await self.router.default_store.append_encoded(name, ready)
-            except MqgateError as exc:
-                failed = exc
-        return firsts, failed
+        return firsts, await write_companions(companions(firsts), self.router.default_store.append_encoded)
 
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int

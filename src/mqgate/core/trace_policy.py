@@ -179,7 +179,7 @@ class PolicySet:
         return bool(self.policies)
 
     def match(
-        self, *, project: str, topic: str, queue: int | None = None, services: Iterable[str] = ()
+        self, project: str, topic: str, queue: int | None = None, services: Iterable[str] = ()
     ) -> MatchedTrace | None:
         if not self.policies:
             return None

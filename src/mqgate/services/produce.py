@@ -124,8 +124,9 @@ class Producing:
         # The traced queues (one producer sent them all: one match per queue).
         matches: dict[int, MatchedTrace] = {}
         if tracing.active:
+            policies, services = tracing.policies, (producer.name,)
             for q in dict.fromkeys(queues):
-                found = tracing.match(topic, q, (producer.name,))
+                found = policies.match(topic.project, topic.name, q, services)
                 if found is not None:
                     matches[q] = found
         # Messages without properties of their own share one dict (nothing changes a stored
@@ -162,9 +163,9 @@ class Producing:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
         elif tracing.ready(topic) or await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
-            companions, made = tracing.companions.make(topic, by_queue, ts, shared, matches)
-            firsts, failed = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
-            tracing.companions.written(made, failed)
+            # A store that refuses them tells their round group, which buffers them for a retry.
+            companions = tracing.companions.make(topic, by_queue, ts, shared, matches)
+            firsts, _ = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
             await self.traces.produced(topic, by_queue, firsts, ts, shared)

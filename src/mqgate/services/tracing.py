@@ -142,7 +142,7 @@ class Tracing:
     ) -> MatchedTrace | None:
         if topic is None or not self.policies.policies:
             return None
-        return self.policies.match(project=topic.project, topic=topic.name, queue=queue, services=services)
+        return self.policies.match(topic.project, topic.name, queue, services)
 
     def topic_of(self, name: str) -> TopicRecord | None:
         return self.ctx.registry.topic(name)
@@ -293,7 +293,7 @@ class Tracing:
 
     def ready(self, topic: TopicRecord) -> bool:
         """`ready_for` without a wait, for the common case: the trace topic is known."""
-        return self.recorder.knows_project(topic.project)
+        return topic.project in self.recorder.known_projects
 
     async def ready_for(self, topic: TopicRecord) -> bool:
         """Whether a produce to `topic` can write its trace records with its messages (the

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -17,24 +17,58 @@ Encoded = tuple[int, bytes]
 class CompanionGroup(Protocol):
     """Companion records that several appends share until the store writes them: the caller
     adds to the group until `seal` is called, which gives its records, once (later calls give
-    none). A backend that writes companions at once seals the group at once."""
+    none); once the store tried to write them, `written` tells the group how that went, once.
+    A backend that writes companions at once seals the group at once."""
 
     def seal(self) -> list[Encoded]: ...
+
+    def written(self, error: MqgateError | None) -> None:
+        """The sealed records are stored (None), or the store refused them (its error): the
+        group, not each append that joined it, answers for them (counts, retries)."""
 
 
 # Records that go with an append, by topic and queue (e.g. its trace record).
 Companions = dict[str, dict[int, list[Encoded | CompanionGroup]]]
 
 
-def sealed(items: list[Encoded | CompanionGroup]) -> list[Encoded]:
-    """The records of `items`, each group sealed (a group listed twice gives its records once)."""
-    out: list[Encoded] = []
-    for item in items:
-        if isinstance(item, tuple):
-            out.append(item)
-        else:
-            out += item.seal()
-    return out
+def sealed(
+    queues: dict[int, list[Encoded | CompanionGroup]],
+) -> tuple[dict[int, list[Encoded]], list[CompanionGroup]]:
+    """One topic's companions as records to write by queue (each group sealed; a group listed
+    twice gives its records once), and the groups, each once, to tell `written`."""
+    ready: dict[int, list[Encoded]] = {}
+    groups: dict[int, CompanionGroup] = {}
+    for queue, items in queues.items():
+        out: list[Encoded] = []
+        for item in items:
+            if isinstance(item, tuple):
+                out.append(item)
+            else:
+                out += item.seal()
+                groups[id(item)] = item
+        if out:
+            ready[queue] = out
+    return ready, list(groups.values())
+
+
+async def write_companions(
+    records: Companions, append: Callable[[str, dict[int, list[Encoded]]], Awaitable[object]]
+) -> MqgateError | None:
+    """For a backend that writes an append's companions at once, after its messages: one
+    `append` per topic, each topic's groups told its outcome; the first error is returned."""
+    failed: MqgateError | None = None
+    for topic, queues in records.items():
+        ready, groups = sealed(queues)
+        error: MqgateError | None = None
+        if ready:
+            try:
+                await append(topic, ready)
+            except MqgateError as exc:
+                error = exc
+                failed = failed or exc
+        for group in groups:
+            group.written(error)
+    return failed
 
 
 @dataclass(slots=True, frozen=True)

@@ -8,10 +8,10 @@ building a record."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import attrgetter
 from typing import Any, Final, NamedTuple
 
 from mqgate.core.ids import is_id_run
-from mqgate.core.trace_policy import cut_body
 from mqgate.model import StoredMessage
 from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, shared_or_each
 from mqgate.tracing.context import TRACEPARENT
@@ -133,14 +133,12 @@ class SingleRun:
     with each one's accepted time, built when the round is sealed. The produce hops' second
     time (`last_ms`, stored) is then the round's: when the write that makes them durable began.
     A produce that does not continue the run (another producer or shape, an offset taken by an
-    untraced append between) starts another."""
+    untraced append between) starts another. A produce only appends to a list (`take`): what its
+    batch lists is read from its message at seal time."""
 
     __slots__ = (
-        "bodies",
         "body_max_bytes",
-        "contexts",
-        "ids",
-        "keys",
+        "items",
         "next_offset",
         "offset",
         "producer",
@@ -148,7 +146,6 @@ class SingleRun:
         "queue",
         "resource",
         "shape",
-        "times",
         "topic",
     )
 
@@ -172,48 +169,58 @@ class SingleRun:
         self.offset = offset
         self.next_offset = offset
         self.body_max_bytes = body_max_bytes
-        self.ids: list[str] = []
-        self.times: list[int] = []
-        self.keys: list[list[str]] = []
-        self.contexts: list[str | None] = []
-        self.bodies: list[str | None] = []
+        # (message, accepted ms, the trace context it carries where known), in offset order
+        self.items: list[tuple[StoredMessage, int, str | None]] = []
 
-    def continues(self, offset: int, producer: str, shape: BatchShape) -> bool:
-        return (
-            offset == self.next_offset
-            and producer == self.producer
-            and shape is self.shape  # batch_shape is cached: one object per kept shape
-            and len(self.ids) < SINGLE_RUN_MAX
-        )
-
-    def add(self, message: StoredMessage, offset: int, accepted_ms: int, context: str | None) -> None:
-        """`context`: the trace context the message carries, if known; else its own is read
-        (none: it is derived from its id)."""
-        self.ids.append(message.msg_id)
-        self.times.append(accepted_ms)
-        self.keys.append(message.keys)
-        if context is None and message.properties:
-            context = message.properties.get(TRACEPARENT)
-        self.contexts.append(context)
-        if self.shape.body:
-            self.bodies.append(cut_body(message.body, self.body_max_bytes))
+    def take(
+        self, message: StoredMessage, offset: int, accepted_ms: int, context: str | None, shape: BatchShape
+    ) -> bool:
+        """Add the produce if it continues the run (False: it does not; start another).
+        `context`: the trace context the message carries, if known; else its own is read at
+        seal time (none: it is derived from its id)."""
+        items = self.items
+        if (
+            offset != self.next_offset
+            or shape is not self.shape  # batch_shape is cached: one object per kept shape
+            or message.producer != self.producer
+            or len(items) >= SINGLE_RUN_MAX
+        ):
+            return False
+        items.append((message, accepted_ms, context))
         self.next_offset = offset + 1
+        return True
 
     def batch(self, stored_ms: int) -> TraceBatch:
-        shape, times, contexts = self.shape, self.times, self.contexts
+        # Per message only C-level steps (zip, map): a round holds hundreds.
+        shape = self.shape
+        messages, accepted, known = zip(*self.items, strict=True)
+        times = list(accepted)
         first = min(times)
         origin = Origin(self.project, self.topic, self.resource, first, max(stored_ms, max(times)), 0)
+        contexts: list[str | None] = list(known)
+        if any(map(_properties, messages)):  # a message's own context, where not known
+            contexts = [
+                c if c is not None else m.properties.get(TRACEPARENT)
+                for m, c in zip(messages, contexts, strict=True)
+            ]
         traceparent, traceparents = shared_or_each(contexts) if any(contexts) else (None, [])
+        keys = list(map(_keys, messages))
         return _batch(
             origin,
             shape,
-            msg_ids=self.ids,
+            msg_ids=list(map(_msg_id, messages)),
             queue=self.queue if shape.queue else None,
             first_offset=self.offset if shape.offset else None,
             producer=self.producer if shape.producer else None,
-            keys=self.keys if any(self.keys) else [],
+            keys=keys if any(keys) else [],
             traceparents=traceparents,
             traceparent=traceparent,
-            bodies=self.bodies,
+            bodies=cut_bodies(list(map(_body, messages)), self.body_max_bytes) if shape.body else [],
             times_ms=times if any(t != first for t in times) else [],
         )
+
+
+_msg_id: Final = attrgetter("msg_id")
+_keys: Final = attrgetter("keys")
+_body: Final = attrgetter("body")
+_properties: Final = attrgetter("properties")

@@ -20,10 +20,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from mqgate.errors import Unavailable
+from mqgate.errors import MqgateError, Unavailable
+from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
-from mqgate.tracing.batch import TraceBatch
-from mqgate.tracing.events import TraceEvent, project_of_trace_topic, trace_topic
+from mqgate.tracing.batch import BatchShape, TraceBatch
+from mqgate.tracing.events import Resource, TraceEvent, project_of_trace_topic, trace_topic
 from mqgate.tracing.rounds import TRACE_PRODUCER, RoundGroup, encode_for_store
 
 __all__ = ["TRACE_PRODUCER", "RecorderCounters", "TraceRecorder", "encode_for_store"]
@@ -91,8 +92,8 @@ class TraceRecorder:
         self._timer: asyncio.TimerHandle | None = None
         self._flusher: asyncio.Task[None] | None = None
         self._known_topics: set[str] = set()
-        # The projects of `_known_topics`: a traced produce asks once per request (`knows_project`).
-        self._known_projects: set[str] = set()
+        # The projects of `_known_topics`: a traced produce asks once per request.
+        self.known_projects: set[str] = set()
         self._closing = False
         self._rounds: dict[tuple[str, int], RoundGroup] = {}  # open companion groups
         self._project_rounds: dict[str, RoundGroup] = {}  # the same, by project (`join`)
@@ -165,8 +166,9 @@ class TraceRecorder:
     def companions(self, batches: Sequence[TraceBatch]) -> Companions:
         """`batches` as companion records of their trace topics, for a caller that writes them
         itself (`MessageStore.append_many_with`): each joins the open `RoundGroup` of its topic
-        and queue, which the store seals when it writes the round. Their topics must be known
-        (`ensure_topic`); call `written` after."""
+        and queue, which the store seals when it writes the round and which then counts their
+        events, or buffers them for a retry if the store refused them (`RoundGroup.written`).
+        Their topics must be known (`ensure_topic`)."""
         if len(batches) == 1:
             return self.join(batches[0])
         out: Companions = {}
@@ -184,6 +186,38 @@ class TraceRecorder:
         group.add(batch)
         return group.records
 
+    def join_single(
+        self,
+        project: str,
+        topic: str,
+        queue: int,
+        shape: BatchShape,
+        message: StoredMessage,
+        accepted_ms: int,
+        context: str | None,
+        resource: Resource,
+        body_max_bytes: int,
+        firsts: dict[int, int],
+    ) -> Companions:
+        """A traced single-message produce's companions, given its offset (`firsts[queue]`):
+        it joins its queue's run in its project's open group (`RoundGroup.add_single`). Bound
+        to the rest with `functools.partial` (one object per request, made in C) for
+        `MessageStore.append_many_with`."""
+        group = self.open_group(project, message.msg_id)
+        group.add_single(
+            project,
+            topic,
+            queue,
+            shape,
+            message,
+            firsts[queue],
+            accepted_ms,
+            context,
+            resource,
+            body_max_bytes,
+        )
+        return group.records
+
     def open_group(self, project: str, msg_id: str) -> RoundGroup:
         """The open round group of `project`'s trace topic, for a produce's records (its
         `records` are the companions naming it; a traced single-message produce joins it with
@@ -197,19 +231,26 @@ class TraceRecorder:
     def _group(self, where: tuple[str, int]) -> RoundGroup:
         group = self._rounds.get(where)
         if group is None or group.is_sealed:
-            group = self._rounds[where] = RoundGroup(self.clock_ms, *where)
+            group = self._rounds[where] = RoundGroup(self.clock_ms, *where, self._round_written)
         return group
 
-    def written(self, events: int) -> None:
-        """Events a caller stored itself (see `companions`)."""
-        self.counters.recorded += events
+    def _round_written(self, batches: list[TraceBatch], error: MqgateError | None) -> None:
+        """A round group's batches went with their produces' messages (counted), or the store
+        refused them: buffered and retried like any trace event, never failing a produce."""
+        events = sum(b.event_count for b in batches)
+        if error is None:
+            self.counters.recorded += events
+            return
+        self.counters.append_failures += 1
+        log.warning(
+            "trace records of a round not stored with their produces (%s): %d events buffered for a retry",
+            error.message,
+            events,
+        )
+        self.record_nowait(batches)
 
     def knows(self, topic: str) -> bool:
         return topic in self._known_topics
-
-    def knows_project(self, project: str) -> bool:
-        """`knows(trace_topic(project))`, without building the topic's name."""
-        return project in self._known_projects
 
     async def flush(self) -> None:
         """Return once everything buffered before this call was attempted (tests, shutdown)."""
@@ -322,7 +363,7 @@ class TraceRecorder:
         self._known_topics.add(topic)
         project = project_of_trace_topic(topic)
         if project is not None:
-            self._known_projects.add(project)
+            self.known_projects.add(project)
 
     def _give_up(self, item: _Item, exc: Exception) -> None:
         if item.future is None:

@@ -11,6 +11,7 @@ from typing import Final
 import msgspec
 
 from mqgate.core.ids import new_message_id
+from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded
 from mqgate.tracing.batch import BatchShape, TraceBatch, TraceRound, encode_batch
@@ -37,17 +38,42 @@ def encode_for_store(event: TraceEvent | TraceBatch | TraceRound, now_ms: int) -
     return _encode_message(message)
 
 
+# How a round group's records fared (`RoundGroup.written`): its batches and the store's error
+# (None: stored). The recorder counts them, or buffers them for a retry.
+OnWritten = Callable[[list[TraceBatch], MqgateError | None], None]
+
+
 class RoundGroup:
     """The produce batches of one group-commit round for one trace topic and queue, written as
     `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`). Traced
-    single-message produces join their queue's open `SingleRun` instead (`add_single`)."""
+    single-message produces join their queue's open `SingleRun` instead (`add_single`). The
+    group answers for its batches once the store tried to write them (`written`): not each
+    produce that joined it."""
 
-    __slots__ = ("_batches", "_clock_ms", "_runs", "is_sealed", "queue", "records", "topic")
+    __slots__ = (
+        "_batches",
+        "_clock_ms",
+        "_on_written",
+        "_runs",
+        "_sealed",
+        "is_sealed",
+        "queue",
+        "records",
+        "topic",
+    )
 
-    def __init__(self, clock_ms: Callable[[], int], topic: str = "", queue: int = 0) -> None:
+    def __init__(
+        self,
+        clock_ms: Callable[[], int],
+        topic: str = "",
+        queue: int = 0,
+        on_written: OnWritten | None = None,
+    ) -> None:
         self._batches: list[TraceBatch | SingleRun] = []
         self._runs: dict[tuple[str, int], SingleRun] = {}  # the open run of each topic and queue
+        self._sealed: list[TraceBatch] | None = None  # sealed, until `written`
         self._clock_ms = clock_ms
+        self._on_written = on_written
         self.is_sealed = False
         self.topic = topic
         self.queue = queue
@@ -72,15 +98,15 @@ class RoundGroup:
         body_max_bytes: int,
     ) -> None:
         """A traced single-message produce, stored at `offset` of `queue` of `topic` (see
-        SingleRun.add for `context`)."""
+        SingleRun.take for `context`)."""
         if self.is_sealed:
             raise RuntimeError("a sealed round takes no more batches")
         run = self._runs.get((topic, queue))
-        if run is None or not run.continues(offset, message.producer, shape):
+        if run is None or not run.take(message, offset, accepted_ms, context, shape):
             run = SingleRun(project, topic, resource, queue, shape, message.producer, offset, body_max_bytes)
             self._runs[(topic, queue)] = run
             self._batches.append(run)
-        run.add(message, offset, accepted_ms, context)
+            run.take(message, offset, accepted_ms, context, shape)
 
     def seal(self) -> list[Encoded]:
         if self.is_sealed:
@@ -89,7 +115,7 @@ class RoundGroup:
         items, self._batches = self._batches, []  # the recorder keeps the sealed group a while
         self._runs = {}
         now = self._clock_ms()
-        batches = [b.batch(now) if isinstance(b, SingleRun) else b for b in items]
+        batches = self._sealed = [b.batch(now) if isinstance(b, SingleRun) else b for b in items]
         out: list[Encoded] = []
         chunk: list[TraceBatch] = []
         held = 0
@@ -103,6 +129,11 @@ class RoundGroup:
         if chunk:
             out.append((now, encode_for_store(_round_of(chunk), now)))
         return out
+
+    def written(self, error: MqgateError | None) -> None:
+        batches, self._sealed = self._sealed, None
+        if batches and self._on_written is not None:
+            self._on_written(batches, error)
 
 
 def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:

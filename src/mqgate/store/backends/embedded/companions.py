@@ -56,18 +56,23 @@ class CompanionWriter:
         return ticket
 
     def write_pending(self) -> None:
-        """The group committer's before-round hook: write what is held, one write per topic."""
+        """The group committer's before-round hook: write what is held, one write per topic;
+        each call and group hears how its topic's write went."""
         records, self._records = self._records, {}
         tickets, self._tickets = self._tickets, []
         self._last = None
         for topic, queues in records.items():
-            ready = {q: found for q, held in queues.items() if (found := sealed(held))}
-            if not ready:
-                continue
-            try:
-                self._write_all(topic, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in ready.items()})
-            except Exception as exc:  # never into the committer: the callers hear of it
-                error = exc if isinstance(exc, MqgateError) else StorageError(f"companion write: {exc!r}")
-                for ticket in tickets:
-                    if topic in ticket.topics:
-                        ticket.error = error
+            ready, groups = sealed(queues)
+            error: MqgateError | None = None
+            if ready:
+                try:
+                    self._write_all(
+                        topic, {q: ([p for _, p in msgs], msgs[-1][0]) for q, msgs in ready.items()}
+                    )
+                except Exception as exc:  # never into the committer: the callers hear of it
+                    error = exc if isinstance(exc, MqgateError) else StorageError(f"companion write: {exc!r}")
+                    for ticket in tickets:
+                        if topic in ticket.topics:
+                            ticket.error = error
+            for group in groups:
+                group.written(error)

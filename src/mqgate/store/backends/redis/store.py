@@ -23,7 +23,7 @@ from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
-from mqgate.store.interface import Companions, Encoded, TopicConfig, sealed
+from mqgate.store.interface import Companions, Encoded, TopicConfig, write_companions
 from mqgate.store.waiters import ANY_READER, Reader
 
 log = logging.getLogger(__name__)
@@ -217,14 +217,7 @@ class RedisStore:
         companions: Callable[[dict[int, int]], Companions],
     ) -> tuple[dict[int, int], MqgateError | None]:
         firsts = await self.append_many(topic, batches)
-        try:
-            for other, records in companions(firsts).items():
-                ready = {q: found for q, held in records.items() if (found := sealed(held))}
-                if ready:
-                    await self.append_encoded(other, ready)
-        except MqgateError as exc:
-            return firsts, exc
-        return firsts, None
+        return firsts, await write_companions(companions(firsts), self.append_encoded)
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         t = await self._topic(topic)
