@@ -9,13 +9,19 @@ Each variant (trace_phases.py's: off, on, nomatch, nobuild, noseal; and `noindex
 the trace index never fed) runs a gateway in this process under callgrind twice, driving its
 ASGI app with `--small` and then `--large` requests after the same warm-up; the difference of
 the two runs' totals over the difference of their requests is the instructions per request,
-start-up and shut-down cancelling out. The trace index writer runs in a thread of the gateway
-(so its work is counted) and is fed once, after the requests, in rounds as large as a busy
-gateway's (a round every 0.1 s holds hundreds of produces; under callgrind's 50x slowdown a
-timed round would hold a few and inflate the per-round cost).
+start-up and shut-down cancelling out. Each group-commit round's fsync is made to last at least
+`--round-ms` (wall time): under callgrind the interpreter runs ~50x slower while fsync does not,
+so rounds would hold one or two requests, and what tracing does per round (seal, write, one
+more file to sync) would weigh per request many times what it does in a busy gateway; with
+100 ms and 64 callers a round holds about as many requests as one through HTTP (the table
+gives requests per round; 64 callers, 100 ms: rounds of ~63; runs of `off` gave 263k-285k).
+The trace index writer runs in a thread of the gateway (so its work is counted) and is fed
+once, after the requests, in rounds as large as a busy gateway's (a round every 0.1 s holds
+hundreds of produces; under callgrind's 50x slowdown a timed round would hold a few and
+inflate the per-round cost).
 
     PYTHONPATH=src .venv/bin/python benchmarks/trace_instructions.py [--variants off,on]
-        [--batch 1] [--small 300] [--large 1500] [--results]
+        [--batch 1] [--small 300] [--large 1500] [--callers 64] [--round-ms 100] [--results]
 
 Needs valgrind (Debian's package). A run of two variants takes about two minutes.
 """
@@ -140,9 +146,12 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=1, help="messages per request (1: /mq/produce)")
     parser.add_argument("--small", type=int, default=300, help="requests of the first run")
     parser.add_argument("--large", type=int, default=1500, help="requests of the second run")
-    parser.add_argument("--callers", type=int, default=16, help="concurrent callers")
+    parser.add_argument("--callers", type=int, default=64, help="concurrent callers")
     parser.add_argument(
-        "--round-ms", type=float, default=0.0, help="each group-commit round takes at least this long (wall)"
+        "--round-ms",
+        type=float,
+        default=100.0,
+        help="each group-commit round takes at least this long (wall)",
     )
     parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
     parser.add_argument("--inner", help=argparse.SUPPRESS)
