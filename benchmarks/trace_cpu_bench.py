@@ -8,6 +8,8 @@ median over runs alternating untraced and traced (A B B A), a new app each run.
     PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch 1 --conns 64 [--rounds 8]
     PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --batch 100 --conns 16
     PYTHONPATH=<another checkout>/src .venv/bin/python benchmarks/trace_cpu_bench.py  (its code)
+    PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --against <another checkout>
+        (both codes, each run a process of its own, taking turns)
 
 --results appends the figures to benchmarks/RESULTS.md with the commit of the code measured.
 """
@@ -22,6 +24,7 @@ import os
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -158,9 +161,10 @@ async def measure(trace: bool, batch: int, conns: int, seconds: float) -> tuple[
     return main_us, rate, line
 
 
-def code_commit() -> str:
-    """The commit of the mqgate code measured (PYTHONPATH may name another checkout)."""
-    where = Path(mqgate.__file__).resolve().parent
+def code_commit(src: Path | None = None) -> str:
+    """The commit of the mqgate code measured (PYTHONPATH may name another checkout), or of the
+    checkout whose source folder is `src`."""
+    where = Path(mqgate.__file__).resolve().parent if src is None else src
     try:
         found = subprocess.run(
             ["git", "-C", str(where), "rev-parse", "--short", "HEAD"],
@@ -183,7 +187,19 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=4.0, help="measured seconds per run")
     parser.add_argument("--rounds", type=int, default=4, help="off/on pairs (A B B A)")
     parser.add_argument("--results", action="store_true", help="append to benchmarks/RESULTS.md")
+    parser.add_argument(
+        "--against", help="another checkout: each run a process of its own, the two codes taking turns"
+    )
+    parser.add_argument("--inner", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.inner:
+        main_us, _, line = asyncio.run(measure(args.inner == "on", args.batch, args.conns, args.seconds))
+        print(line, file=sys.stderr)
+        print(json.dumps(main_us))
+        return
+    if args.against:
+        compare(args)
+        return
     got: dict[bool, list[float]] = {False: [], True: []}
     for r in range(args.rounds):
         for trace in (False, True) if r % 2 == 0 else (True, False):
@@ -204,6 +220,43 @@ def main() -> None:
         append_results(
             "traced produce, event loop CPU in one process (trace_cpu_bench.py)", command, f"- {summary}"
         )
+
+
+def compare(args: argparse.Namespace) -> None:
+    """This code and the checkout `args.against`, each run a process of its own: per round, both
+    codes untraced and traced (the order reversed every other round), so that the machine's
+    drift falls on both alike."""
+    here = Path(__file__).resolve()
+    codes = {"this": str(here.parent.parent / "src"), "against": str(Path(args.against).resolve() / "src")}
+    got: dict[tuple[str, str], list[float]] = {(c, v): [] for c in codes for v in ("off", "on")}
+    for r in range(args.rounds):
+        order = [(c, v) for c in codes for v in ("off", "on")]
+        for code, variant in order if r % 2 == 0 else order[::-1]:
+            inner = [sys.executable, str(here), "--inner", variant, "--batch", str(args.batch)]
+            inner += ["--conns", str(args.conns), "--seconds", str(args.seconds)]
+            done = subprocess.run(
+                inner,
+                env={**os.environ, "PYTHONPATH": codes[code]},
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            got[(code, variant)].append(float(done.stdout.strip().splitlines()[-1]))
+            print(f"{code}: {done.stderr.strip().splitlines()[-1]}", flush=True)
+    lines = [
+        "| code | event loop CPU µs/request untraced | traced | extra | untraced/traced |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for code, where in codes.items():
+        off, on = statistics.median(got[(code, "off")]), statistics.median(got[(code, "on")])
+        name = f"{code} ({code_commit(Path(where))})"
+        lines.append(f"| {name} | {off:.1f} | {on:.1f} | +{on - off:.1f} | {off / on:.3f} |")
+    command = (
+        f"PYTHONPATH=src .venv/bin/python benchmarks/trace_cpu_bench.py --against {args.against} "
+        f"--batch {args.batch} --conns {args.conns} --rounds {args.rounds} --seconds {args.seconds:g}"
+    )
+    title = "traced produce, event loop CPU in one process, two codes taking turns (trace_cpu_bench.py)"
+    report_table(lines, args.results, title, command)
 
 
 def report_table(lines: list[str], results: bool, title: str, command: str) -> None:
