@@ -8,11 +8,12 @@ from typing import Any
 
 from mqgate.analytics.ingest import parse_raw
 from mqgate.core.ids import new_message_ids
+from mqgate.core.trace_policy import Level, MatchedTrace, Mode
 from mqgate.model import StoredMessage, decode_stored
 from mqgate.tracing.batch import BatchShape, batches_of, decode_record, expand
 from mqgate.tracing.events import Resource
 from mqgate.tracing.produce_batches import Origin, queue_batch
-from mqgate.tracing.rounds import RoundGroup
+from mqgate.tracing.rounds import QueueTracer, RoundGroup
 
 GATEWAY = Resource("gw-1", "host-a", "mqgate", 8080)
 INFO = BatchShape("info", queue=True, offset=True, producer=True, body=False, content_ref=True)
@@ -20,10 +21,11 @@ INFO = BatchShape("info", queue=True, offset=True, producer=True, body=False, co
 
 def test_a_round_of_single_produce_runs_and_a_batch_reads_as_the_gateway_expands_it(spark: Any) -> None:
     group = RoundGroup(lambda: 1_100, "%TRACE%shop", 0)
+    matched = MatchedTrace(Level.INFO, frozenset({Mode.PROJECT}), ("p",))
+    in_1 = QueueTracer("shop", "orders", 1, "p1", matched, GATEWAY, 0, lambda project, msg_id: group)
     for i in range(3):  # three single produces to queue 1: one run
         [msg_id] = new_message_ids(1_000 + 10 * i, 1)
-        m = StoredMessage(msg_id, 1_000 + 10 * i, "p1", "x", [f"k{i}"], [], {})
-        group.add_single("shop", "orders", 1, INFO, m, 20 + i, m.timestamp_ms, None, GATEWAY, 0)
+        in_1.join(StoredMessage(msg_id, 1_000 + 10 * i, "p1", "x", [f"k{i}"], [], {}), {1: 20 + i})
     ids = new_message_ids(1_050, 2)  # and a request of two messages to queue 0
     two = [StoredMessage(m, 1_050, "p1", "y", [], [], {}) for m in ids]
     group.add(queue_batch(Origin("shop", "orders", GATEWAY, 1_050, 1_060, 0), INFO, 0, two, 5, None))

@@ -14,7 +14,6 @@ import msgspec
 from mqgate.clusters.scope import request_scope
 from mqgate.core.ids import ids_by_queue, new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
-from mqgate.core.trace_policy import MatchedTrace
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord, TopicRecord
@@ -36,6 +35,7 @@ from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
 from mqgate.tracing.context import TRACEPARENT, request_context, with_traceparent
 from mqgate.tracing.events import TraceEvent
+from mqgate.tracing.rounds import QueueTracer
 
 log = logging.getLogger(__name__)
 
@@ -121,12 +121,11 @@ class Producing:
         queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
-        # The traced queues (one producer sent them all: one match per queue).
-        matches: dict[int, MatchedTrace] = {}
+        # The traced queues (one producer sent them all: one tracer per queue).
+        matches: dict[int, QueueTracer] = {}
         if tracing.active:
-            policies, services = tracing.policies, (producer.name,)
             for q in dict.fromkeys(queues):
-                found = policies.match(topic.project, topic.name, q, services)
+                found = tracing.queue_tracer(topic, q, producer.name)
                 if found is not None:
                     matches[q] = found
         # Messages without properties of their own share one dict (nothing changes a stored

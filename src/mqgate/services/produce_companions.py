@@ -14,8 +14,9 @@ from mqgate.core.trace_policy import MatchedTrace
 from mqgate.model import StoredMessage
 from mqgate.registry.records import TopicRecord
 from mqgate.store.interface import Companions
-from mqgate.tracing.batch import BatchShape, TraceBatch, batch_shape
+from mqgate.tracing.batch import BatchShape, TraceBatch
 from mqgate.tracing.produce_batches import queue_batch
+from mqgate.tracing.rounds import QueueTracer
 
 if TYPE_CHECKING:
     from mqgate.services.tracing import Tracing
@@ -33,33 +34,21 @@ class ProduceCompanions:
         by_queue: dict[int, list[StoredMessage]],
         accepted_ms: int,
         traceparents: Mapping[int, str | None],
-        matches: Mapping[int, MatchedTrace],
+        tracers: Mapping[int, QueueTracer],
     ) -> Callable[[dict[int, int]], Companions]:
         """For `MessageStore.append_many_with`: the produce's trace records, made once its
         offsets are known.
         `traceparents`: per queue, the context all its messages carry where known (None: none
         stored, each message's is derived from its id);
-        `matches`: the trace of each traced queue (the others are not traced)."""
-        if len(matches) != 1:
+        `tracers`: the trace of each traced queue (the others are not traced)."""
+        if len(tracers) != 1:
+            matches = {q: tracer.matched for q, tracer in tracers.items()}
             return self._request(topic, by_queue, accepted_ms, traceparents, matches)
-        ((q, matched),) = matches.items()  # the common case, on every traced produce: one queue
+        ((q, tracer),) = tracers.items()  # the common case, on every traced produce: one queue
         batch = by_queue[q]
-        shape = batch_shape(matched.modes, matched.level)
         if len(batch) == 1:  # a single message joins its queue's run in the round
-            tracing = self.tracing
-            return partial(
-                tracing.recorder.join_single,
-                topic.project,
-                topic.name,
-                q,
-                shape,
-                batch[0],
-                accepted_ms,
-                traceparents.get(q),
-                tracing.resource,
-                tracing.ctx.settings.trace_body_max_bytes,
-            )
-        return self._queue(topic, q, batch, accepted_ms, traceparents.get(q), shape)
+            return partial(tracer.join, batch[0])
+        return self._queue(topic, q, batch, accepted_ms, traceparents.get(q), tracer.shape)
 
     def _queue(
         self,

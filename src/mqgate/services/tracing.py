@@ -20,6 +20,7 @@ from typing import Any, Final
 from mqgate.core.layout import Slot
 from mqgate.core.trace_policy import (
     CONTENT_REF,
+    MEMO_SIZE,
     MatchedTrace,
     PolicySet,
     TracePolicy,
@@ -47,6 +48,7 @@ from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.produce_batches import Origin, queue_batch, request_batch
 from mqgate.tracing.query import TraceAnswer, TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
+from mqgate.tracing.rounds import QueueTracer
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +77,8 @@ class Tracing:
             f"{socket.gethostname()}:{settings.port}", socket.gethostname(), "mqgate", settings.port
         )
         self.policies = PolicySet(())
+        # (project, topic, queue, producer) -> its tracer, None when not traced (`queue_tracer`)
+        self._tracers: dict[tuple[str, str, int, str], QueueTracer | None] = {}
         self.index = TraceIndex(settings.index_url("trace-index.sqlite"))
         self.indexer = TraceIndexer(
             ctx.store,
@@ -130,6 +134,7 @@ class Tracing:
             except Exception:  # stored by a newer gateway with a mode this one does not know
                 log.warning("trace policy %s cannot be read; ignored", rec.id)
         self.policies = PolicySet(found)
+        self._tracers = {}
 
     # --- matching -------------------------------------------------------------------------
 
@@ -143,6 +148,35 @@ class Tracing:
         if topic is None or not self.policies.policies:
             return None
         return self.policies.match(topic.project, topic.name, queue, services)
+
+    def queue_tracer(self, topic: TopicRecord, queue: int, producer: str) -> QueueTracer | None:
+        """The trace of `producer`'s produces to `queue` of `topic` (None: not traced), one
+        object per producer and queue until the policies change: a plain produce's hot path
+        looks it up instead of matching, and a single-message produce joins its run through it."""
+        key = (topic.project, topic.name, queue, producer)
+        tracers = self._tracers
+        try:
+            return tracers[key]
+        except KeyError:
+            pass
+        matched = self.policies.match(topic.project, topic.name, queue, (producer,))
+        if len(tracers) >= MEMO_SIZE:
+            tracers.clear()
+        found = tracers[key] = (
+            None
+            if matched is None
+            else QueueTracer(
+                topic.project,
+                topic.name,
+                queue,
+                producer,
+                matched,
+                self.resource,
+                self.ctx.settings.trace_body_max_bytes,
+                self.recorder.open_group,
+            )
+        )
+        return found
 
     def topic_of(self, name: str) -> TopicRecord | None:
         return self.ctx.registry.topic(name)

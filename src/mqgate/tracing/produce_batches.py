@@ -2,14 +2,14 @@
 no IO. One queue's messages as one batch (`queue_batch`), or a request over several queues as
 one batch of per-queue runs of ids (`request_batch`): one record to build, encode, write, read
 and index per request instead of one per queue. Single-message produces of one round to one
-queue join one batch (`SingleRun`): a traced single produce adds its id to lists instead of
-building a record."""
+queue join one batch (`SingleRun`): a traced single produce appends its message to a list
+instead of building a record."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from operator import attrgetter
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from mqgate.core.ids import is_id_run
 from mqgate.model import StoredMessage
@@ -127,100 +127,68 @@ def _batch(origin: Origin, shape: BatchShape, **fields: Any) -> TraceBatch:
     )
 
 
+class RunOrigin(Protocol):
+    """What the runs of one producer's single produces to one queue share
+    (tracing.rounds.QueueTracer)."""
+
+    project: str
+    topic: str
+    queue: int
+    producer: str
+    shape: BatchShape
+    resource: Resource
+    body_max_bytes: int
+
+
 class SingleRun:
     """Single-message produces of one group-commit round to one queue of a topic, at
-    consecutive offsets, of one producer and one kept shape: one `TraceBatch` listing their ids
-    with each one's accepted time, built when the round is sealed. The produce hops' second
-    time (`last_ms`, stored) is then the round's: when the write that makes them durable began.
-    A produce that does not continue the run (another producer or shape, an offset taken by an
-    untraced append between) starts another. A produce only appends to a list (`take`): what its
-    batch lists is read from its message at seal time."""
+    consecutive offsets, of one producer and one kept shape (one `RunOrigin`): one `TraceBatch`
+    listing their ids with each one's accepted time, built when the round is sealed. The
+    produce hops' second time (`last_ms`, stored) is then the round's: when the write that makes
+    them durable began. A produce only appends its message (tracing.rounds.QueueTracer.join):
+    what the batch lists is read from the messages at seal time (id, keys, body; the accepted
+    time is the message's timestamp, the trace context its `traceparent` property, if any:
+    none, it is derived from its id)."""
 
-    __slots__ = (
-        "body_max_bytes",
-        "items",
-        "next_offset",
-        "offset",
-        "producer",
-        "project",
-        "queue",
-        "resource",
-        "shape",
-        "topic",
-    )
+    __slots__ = ("messages", "next_offset", "offset", "origin")
 
-    def __init__(
-        self,
-        project: str,
-        topic: str,
-        resource: Resource,
-        queue: int,
-        shape: BatchShape,
-        producer: str,
-        offset: int,
-        body_max_bytes: int,
-    ) -> None:
-        self.project = project
-        self.topic = topic
-        self.resource = resource
-        self.queue = queue
-        self.shape = shape
-        self.producer = producer
+    def __init__(self, origin: RunOrigin, offset: int) -> None:
+        self.origin = origin
         self.offset = offset
         self.next_offset = offset
-        self.body_max_bytes = body_max_bytes
-        # (message, accepted ms, the trace context it carries where known), in offset order
-        self.items: list[tuple[StoredMessage, int, str | None]] = []
-
-    def take(
-        self, message: StoredMessage, offset: int, accepted_ms: int, context: str | None, shape: BatchShape
-    ) -> bool:
-        """Add the produce if it continues the run (False: it does not; start another).
-        `context`: the trace context the message carries, if known; else its own is read at
-        seal time (none: it is derived from its id)."""
-        items = self.items
-        if (
-            offset != self.next_offset
-            or shape is not self.shape  # batch_shape is cached: one object per kept shape
-            or message.producer != self.producer
-            or len(items) >= SINGLE_RUN_MAX
-        ):
-            return False
-        items.append((message, accepted_ms, context))
-        self.next_offset = offset + 1
-        return True
+        self.messages: list[StoredMessage] = []  # in offset order
 
     def batch(self, stored_ms: int) -> TraceBatch:
-        # Per message only C-level steps (zip, map): a round holds hundreds.
-        shape = self.shape
-        messages, accepted, known = zip(*self.items, strict=True)
-        times = list(accepted)
+        # Per message only C-level steps (map): a round holds hundreds. The messages are let go:
+        # the run's tracer may keep the run until its next produce.
+        run, messages = self.origin, self.messages
+        self.messages, self.next_offset = [], -1  # sealed: a produce opens another run
+        shape = run.shape
+        times = list(map(_timestamp, messages))
         first = min(times)
-        origin = Origin(self.project, self.topic, self.resource, first, max(stored_ms, max(times)), 0)
-        contexts: list[str | None] = list(known)
-        if any(map(_properties, messages)):  # a message's own context, where not known
-            contexts = [
-                c if c is not None else m.properties.get(TRACEPARENT)
-                for m, c in zip(messages, contexts, strict=True)
-            ]
+        origin = Origin(run.project, run.topic, run.resource, first, max(stored_ms, max(times)), 0)
+        contexts: list[str | None] = (
+            [m.properties.get(TRACEPARENT) for m in messages] if any(map(_properties, messages)) else []
+        )
         traceparent, traceparents = shared_or_each(contexts) if any(contexts) else (None, [])
         keys = list(map(_keys, messages))
         return _batch(
             origin,
             shape,
             msg_ids=list(map(_msg_id, messages)),
-            queue=self.queue if shape.queue else None,
+            queue=run.queue if shape.queue else None,
             first_offset=self.offset if shape.offset else None,
-            producer=self.producer if shape.producer else None,
+            producer=run.producer if shape.producer else None,
             keys=keys if any(keys) else [],
             traceparents=traceparents,
             traceparent=traceparent,
-            bodies=cut_bodies(list(map(_body, messages)), self.body_max_bytes) if shape.body else [],
+            bodies=cut_bodies(list(map(_body, messages)), run.body_max_bytes) if shape.body else [],
             times_ms=times if any(t != first for t in times) else [],
         )
 
 
 _msg_id: Final = attrgetter("msg_id")
+_timestamp: Final = attrgetter("timestamp_ms")
 _keys: Final = attrgetter("keys")
 _body: Final = attrgetter("body")
 _properties: Final = attrgetter("properties")

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqgate.errors import MqgateError, Unavailable
-from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
-from mqgate.tracing.batch import BatchShape, TraceBatch
-from mqgate.tracing.events import Resource, TraceEvent, project_of_trace_topic, trace_topic
+from mqgate.tracing.batch import TraceBatch
+from mqgate.tracing.events import TraceEvent, project_of_trace_topic, trace_topic
 from mqgate.tracing.rounds import TRACE_PRODUCER, RoundGroup, encode_for_store
 
 __all__ = ["TRACE_PRODUCER", "RecorderCounters", "TraceRecorder", "encode_for_store"]
@@ -186,42 +185,11 @@ class TraceRecorder:
         group.add(batch)
         return group.records
 
-    def join_single(
-        self,
-        project: str,
-        topic: str,
-        queue: int,
-        shape: BatchShape,
-        message: StoredMessage,
-        accepted_ms: int,
-        context: str | None,
-        resource: Resource,
-        body_max_bytes: int,
-        firsts: dict[int, int],
-    ) -> Companions:
-        """A traced single-message produce's companions, given its offset (`firsts[queue]`):
-        it joins its queue's run in its project's open group (`RoundGroup.add_single`). Bound
-        to the rest with `functools.partial` (one object per request, made in C) for
-        `MessageStore.append_many_with`."""
-        group = self.open_group(project, message.msg_id)
-        group.add_single(
-            project,
-            topic,
-            queue,
-            shape,
-            message,
-            firsts[queue],
-            accepted_ms,
-            context,
-            resource,
-            body_max_bytes,
-        )
-        return group.records
-
     def open_group(self, project: str, msg_id: str) -> RoundGroup:
         """The open round group of `project`'s trace topic, for a produce's records (its
-        `records` are the companions naming it; a traced single-message produce joins it with
-        `RoundGroup.add_single`). `msg_id` picks the trace topic's queue when it has several."""
+        `records` are the companions naming it; a traced single-message produce joins a run in
+        it: tracing.rounds.QueueTracer). `msg_id` picks the trace topic's queue when it has
+        several."""
         group = self._project_rounds.get(project)
         if group is None or group.is_sealed or self.queues != 1:
             group = self._group((trace_topic(project), self._queue_of(msg_id)))

@@ -11,12 +11,13 @@ from typing import Final
 import msgspec
 
 from mqgate.core.ids import new_message_id
+from mqgate.core.trace_policy import MatchedTrace
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded
-from mqgate.tracing.batch import BatchShape, TraceBatch, TraceRound, encode_batch
+from mqgate.tracing.batch import TraceBatch, TraceRound, batch_shape, encode_batch
 from mqgate.tracing.events import Resource, TraceEvent, encode_event
-from mqgate.tracing.produce_batches import SingleRun
+from mqgate.tracing.produce_batches import SINGLE_RUN_MAX, RunOrigin, SingleRun
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
 # Items per round record, a batch weighing one plus its listed ids and bodies:
@@ -46,7 +47,7 @@ OnWritten = Callable[[list[TraceBatch], MqgateError | None], None]
 class RoundGroup:
     """The produce batches of one group-commit round for one trace topic and queue, written as
     `TraceRound` records of at most `ROUND_ITEMS` items each (a `CompanionGroup`). Traced
-    single-message produces join their queue's open `SingleRun` instead (`add_single`). The
+    single-message produces join a `SingleRun` instead (`open_run`, `QueueTracer`). The
     group answers for its batches once the store tried to write them (`written`): not each
     produce that joined it."""
 
@@ -70,7 +71,6 @@ class RoundGroup:
         on_written: OnWritten | None = None,
     ) -> None:
         self._batches: list[TraceBatch | SingleRun] = []
-        self._runs: dict[tuple[str, int], SingleRun] = {}  # the open run of each topic and queue
         self._sealed: list[TraceBatch] | None = None  # sealed, until `written`
         self._clock_ms = clock_ms
         self._on_written = on_written
@@ -84,36 +84,19 @@ class RoundGroup:
             raise RuntimeError("a sealed round takes no more batches")
         self._batches.append(batch)
 
-    def add_single(
-        self,
-        project: str,
-        topic: str,
-        queue: int,
-        shape: BatchShape,
-        message: StoredMessage,
-        offset: int,
-        accepted_ms: int,
-        context: str | None,
-        resource: Resource,
-        body_max_bytes: int,
-    ) -> None:
-        """A traced single-message produce, stored at `offset` of `queue` of `topic` (see
-        SingleRun.take for `context`)."""
+    def open_run(self, origin: RunOrigin, offset: int) -> SingleRun:
+        """A new run of single produces from `offset` (tracing.rounds.QueueTracer.join)."""
         if self.is_sealed:
             raise RuntimeError("a sealed round takes no more batches")
-        run = self._runs.get((topic, queue))
-        if run is None or not run.take(message, offset, accepted_ms, context, shape):
-            run = SingleRun(project, topic, resource, queue, shape, message.producer, offset, body_max_bytes)
-            self._runs[(topic, queue)] = run
-            self._batches.append(run)
-            run.take(message, offset, accepted_ms, context, shape)
+        run = SingleRun(origin, offset)
+        self._batches.append(run)
+        return run
 
     def seal(self) -> list[Encoded]:
         if self.is_sealed:
             return []
         self.is_sealed = True
         items, self._batches = self._batches, []  # the recorder keeps the sealed group a while
-        self._runs = {}
         now = self._clock_ms()
         batches = self._sealed = [b.batch(now) if isinstance(b, SingleRun) else b for b in items]
         out: list[Encoded] = []
@@ -134,6 +117,70 @@ class RoundGroup:
         batches, self._sealed = self._sealed, None
         if batches and self._on_written is not None:
             self._on_written(batches, error)
+
+
+# The open round group of a project's trace topic for a message id (TraceRecorder.open_group).
+OpenGroup = Callable[[str, str], RoundGroup]
+
+
+class QueueTracer:
+    """The traced single-message produces of one producer to one queue of a topic, under the
+    policies in force (services/tracing.py keeps one per producer and queue until they change):
+    what their trace records share (a `RunOrigin`), and the run a produce joins (`join`). A
+    produce continues the open run when its offset follows it in the same round; else it opens
+    another in its project's open round group."""
+
+    __slots__ = (
+        "_open_group",
+        "_records",
+        "_run",
+        "body_max_bytes",
+        "matched",
+        "producer",
+        "project",
+        "queue",
+        "resource",
+        "shape",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        project: str,
+        topic: str,
+        queue: int,
+        producer: str,
+        matched: MatchedTrace,
+        resource: Resource,
+        body_max_bytes: int,
+        open_group: OpenGroup,
+    ) -> None:
+        self.project = project
+        self.topic = topic
+        self.queue = queue
+        self.producer = producer
+        self.matched = matched
+        self.shape = batch_shape(matched.modes, matched.level)
+        self.resource = resource
+        self.body_max_bytes = body_max_bytes
+        self._open_group = open_group
+        self._run: SingleRun | None = None
+        self._records: Companions = {}  # those of the open run's round group
+
+    def join(self, message: StoredMessage, firsts: dict[int, int]) -> Companions:
+        """For `MessageStore.append_many_with` (bound to the message with functools.partial):
+        the produce of `message`, stored at `firsts[queue]`, joins its run; the companions
+        naming the run's round group. A run sealed or full takes no offset (`next_offset` -1)."""
+        offset = firsts[self.queue]
+        run = self._run
+        if run is None or offset != run.next_offset:
+            group = self._open_group(self.project, message.msg_id)
+            run = self._run = group.open_run(self, offset)
+            self._records = group.records
+        messages = run.messages
+        messages.append(message)
+        run.next_offset = offset + 1 if len(messages) < SINGLE_RUN_MAX else -1
+        return self._records
 
 
 def _round_of(batches: list[TraceBatch]) -> TraceBatch | TraceRound:
