@@ -8,6 +8,7 @@ instead of building a record."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 from operator import attrgetter
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -49,13 +50,15 @@ def queue_batch(
     message has properties: each one's is then derived from its id)."""
     head, n = batch[0], len(batch)
     traceparents: list[str | None] = []
-    if traceparent is None and any(m.properties for m in batch):
+    if traceparent is None and any(map(_properties, batch)):
         traceparent, traceparents = shared_or_each([m.properties.get(TRACEPARENT) for m in batch])
     if n == 1:
         keys = [head.keys] if head.keys else []
         ids, first_id = [head.msg_id], None  # a single id is listed
     else:
-        keys = [m.keys for m in batch] if any(m.keys for m in batch) else []
+        keys = list(map(_keys, batch))
+        if not any(keys):
+            keys = []
         run = is_id_run(head.msg_id, batch[-1].msg_id, n)
         ids, first_id = ([], head.msg_id) if run else ([m.msg_id for m in batch], None)
     # Positional, in TraceBatch's field order: every traced produce builds one.
@@ -99,8 +102,9 @@ def request_batch(
         parts.append(
             QueueRun(head.msg_id, n, q if shape.queue else None, first_offset if shape.offset else None)
         )
-    keys = [m.keys for _, batch, _ in queues for m in batch]
-    bodies = [m.body for _, batch, _ in queues for m in batch] if shape.body else []
+    messages = list(chain.from_iterable(batch for _, batch, _ in queues))  # C-level per message
+    keys = list(map(_keys, messages))
+    bodies = list(map(_body, messages)) if shape.body else []
     return _batch(
         origin,
         shape,
