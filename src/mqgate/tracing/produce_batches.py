@@ -163,31 +163,43 @@ class SingleRun:
         self.messages: list[StoredMessage] = []  # in offset order
 
     def batch(self, stored_ms: int) -> TraceBatch:
-        # Per message only C-level steps (map): a round holds hundreds. The messages are let go:
-        # the run's tracer may keep the run until its next produce.
+        # A round holds a run per traced queue: per message only C-level steps (map), and the
+        # batch built positionally, in TraceBatch's field order (as `queue_batch`). The
+        # messages are let go: the run's tracer may keep the run until its next produce.
         run, messages = self.origin, self.messages
         self.messages, self.next_offset = [], -1  # sealed: a produce opens another run
         shape = run.shape
         times = list(map(_timestamp, messages))
-        first = min(times)
-        origin = Origin(run.project, run.topic, run.resource, first, max(stored_ms, max(times)), 0)
-        contexts: list[str | None] = (
-            [m.properties.get(TRACEPARENT) for m in messages] if any(map(_properties, messages)) else []
-        )
-        traceparent, traceparents = shared_or_each(contexts) if any(contexts) else (None, [])
+        first, last = min(times), max(times)
+        traceparent: str | None = None
+        traceparents: list[str | None] = []
+        if any(map(_properties, messages)):
+            contexts = [m.properties.get(TRACEPARENT) for m in messages]
+            if any(contexts):
+                traceparent, traceparents = shared_or_each(contexts)
         keys = list(map(_keys, messages))
-        return _batch(
-            origin,
-            shape,
-            msg_ids=list(map(_msg_id, messages)),
-            queue=run.queue if shape.queue else None,
-            first_offset=self.offset if shape.offset else None,
-            producer=run.producer if shape.producer else None,
-            keys=keys if any(keys) else [],
-            traceparents=traceparents,
-            traceparent=traceparent,
-            bodies=cut_bodies(list(map(_body, messages)), run.body_max_bytes) if shape.body else [],
-            times_ms=times if any(t != first for t in times) else [],
+        return TraceBatch(
+            "batch",
+            _HOP_LIST,
+            first,
+            max(stored_ms, last),
+            run.project,
+            run.topic,
+            run.resource,
+            list(map(_msg_id, messages)),
+            None,
+            0,
+            shape.level,
+            run.queue if shape.queue else None,
+            self.offset if shape.offset else None,
+            run.producer if shape.producer else None,
+            keys if any(keys) else [],
+            traceparents,
+            traceparent,
+            cut_bodies(list(map(_body, messages)), run.body_max_bytes) if shape.body else [],
+            shape.content_ref,
+            [],
+            times if first != last else [],
         )
 
 
