@@ -55,28 +55,17 @@ class BytecodeCounter:
 
 async def count(trace: bool, batch: int, requests: int, callers: int) -> dict[tuple[str, int, str], float]:
     """Bytecodes per request by function, of a gateway traced or not."""
-    from trace_cpu_bench import call, start
+    from trace_cpu_bench import start
 
     from mqgate.api.collector import tune_for_serving
 
     tune_for_serving()
     gw = await start(trace, batch)
-    left = 0
-
-    async def caller() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            status, answer = await call(gw.app, gw.path, gw.body, gw.token)
-            assert status == 200, answer
-
-    left = WARM_UP
-    await asyncio.gather(*(caller() for _ in range(callers)))
+    await gw.call_times(callers, WARM_UP)
     counter = BytecodeCounter()
-    left = requests
     counter.on()
     try:
-        await asyncio.gather(*(caller() for _ in range(callers)))
+        await gw.call_times(callers, requests)
     finally:
         counter.off()
     await gw.stop()

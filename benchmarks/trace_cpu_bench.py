@@ -101,6 +101,19 @@ class Started:
         await asyncio.gather(*(caller() for _ in range(conns)))
         return count
 
+    async def call_times(self, conns: int, requests: int) -> None:
+        """`requests` requests (all 200) from `conns` concurrent callers."""
+        left = requests
+
+        async def caller() -> None:
+            nonlocal left
+            while left > 0:
+                left -= 1
+                status, answer = await call(self.app, self.path, self.body, self.token)
+                assert status == 200, answer
+
+        await asyncio.gather(*(caller() for _ in range(conns)))
+
     async def stop(self) -> None:
         await self.lifespan.put({"type": "lifespan.shutdown"})
         await self.running

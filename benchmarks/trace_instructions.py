@@ -66,7 +66,7 @@ def _slow_syncs(round_ms: float) -> list[int]:
 async def drive(variant: str, batch: int, requests: int, callers: int, round_ms: float) -> None:
     """Inside callgrind: a gateway of `variant`, `WARM_UP` + `requests` requests from `callers`
     concurrent callers, its trace index fed to the end. Prints the rounds of group commit."""
-    from trace_cpu_bench import call, start
+    from trace_cpu_bench import start
     from trace_phases import _ablate
 
     from mqgate.api.collector import tune_for_serving
@@ -77,16 +77,7 @@ async def drive(variant: str, batch: int, requests: int, callers: int, round_ms:
     tracing = started.tracing
     await tracing.indexer.close()  # fed below, in rounds of a busy gateway's size
     _ablate("on" if variant == "noindex" else variant, tracing)
-    left = WARM_UP + requests
-
-    async def caller() -> None:
-        nonlocal left
-        while left > 0:
-            left -= 1
-            status, answer = await call(started.app, started.path, started.body, started.token)
-            assert status == 200, answer
-
-    await asyncio.gather(*(caller() for _ in range(callers)))
+    await started.call_times(callers, WARM_UP + requests)
     print(f"rounds {rounds[0]}", flush=True)
     if variant not in ("off", "noindex"):
         await tracing.recorder.flush()

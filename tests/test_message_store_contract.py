@@ -269,6 +269,32 @@ def test_a_companion_group_shared_by_many_appends_is_written_once_with_all_of_th
     run(kind, tmp_path, body)
 
 
+class Refusing(Joined):
+    """A group that fails when told its outcome."""
+
+    def written(self, error: MqgateError | None) -> None:
+        super().written(error)
+        raise RuntimeError("this group cannot take its outcome")
+
+
+def test_a_group_that_fails_to_take_its_outcome_fails_no_write(kind: str, tmp_path: Path) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("data", 1, WEEK_MS))
+        await s.create_topic(TopicConfig("side", 1, WEEK_MS))
+        refusing, fine = Refusing(), Joined()
+        refusing.ids.append("r")
+        fine.ids.append("f")
+        firsts, failed = await s.append_many_with(
+            "data", {0: [msg(1)]}, lambda f: {"side": {0: [refusing, fine]}}
+        )
+        assert firsts == {0: 0} and failed is None
+        assert refusing.outcomes == [None] and fine.outcomes == [None]  # both told
+        assert await s.append("data", 0, [msg(2)]) == 1  # the store goes on
+        assert sorted(m.msg_id for _, m in await s.read("side", 0, 0, 10)) == ["f", "r"]
+
+    run(kind, tmp_path, body)
+
+
 def test_bounds_per_queue(kind: str, tmp_path: Path) -> None:
     async def body(h: Harness, s: MessageStore) -> None:
         await s.create_topic(TopicConfig("t", 3, WEEK_MS))

@@ -2,7 +2,7 @@
 (`MessageStore.append_many_with`): built once the messages' offsets are known and joined to the
 project's open round group (tracing/rounds.py), which counts them once stored or buffers them
 for a retry if the store refused them. A traced single-message produce joins its queue's run in
-the round (tracing.produce_batches.SingleRun) instead of building a batch of its own."""
+the round through its `QueueTracer` (tracing/rounds.py) instead of building a batch of its own."""
 
 from __future__ import annotations
 

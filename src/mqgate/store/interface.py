@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -9,6 +10,8 @@ from typing import Protocol
 from mqgate.errors import MqgateError
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.store.waiters import ANY_READER, Reader
+
+log = logging.getLogger(__name__)
 
 # A message already encoded as its stored JSON object (see `StoredMessage`), with its timestamp.
 Encoded = tuple[int, bytes]
@@ -66,9 +69,19 @@ async def write_companions(
             except MqgateError as exc:
                 error = exc
                 failed = failed or exc
-        for group in groups:
-            group.written(error)
+        tell(groups, error)
     return failed
+
+
+def tell(groups: list[CompanionGroup], error: MqgateError | None) -> None:
+    """Each group's outcome; a group that fails to take it is logged, and neither the write
+    (the group commit's round, or the append whose messages are stored) nor the other groups
+    fail with it."""
+    for group in groups:
+        try:
+            group.written(error)
+        except Exception:
+            log.exception("a companion group failed to take the outcome of its write")
 
 
 @dataclass(slots=True, frozen=True)

@@ -55,7 +55,6 @@ class RoundGroup:
         "_batches",
         "_clock_ms",
         "_on_written",
-        "_runs",
         "_sealed",
         "is_sealed",
         "queue",

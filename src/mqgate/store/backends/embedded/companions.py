@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from mqgate.errors import MqgateError, StorageError
-from mqgate.store.interface import CompanionGroup, Companions, Encoded, sealed
+from mqgate.store.interface import CompanionGroup, Companions, Encoded, sealed, tell
 
 # (topic, {queue: (payloads, last timestamp)}) -> first offsets: the store's all-or-nothing write
 WriteAll = Callable[[str, dict[int, tuple[list[bytes], int]]], dict[int, int]]
@@ -74,5 +74,4 @@ class CompanionWriter:
                     for ticket in tickets:
                         if topic in ticket.topics:
                             ticket.error = error
-            for group in groups:
-                group.written(error)
+            tell(groups, error)  # never into the committer
