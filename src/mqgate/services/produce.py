@@ -122,12 +122,12 @@ class Producing:
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
         # The traced queues (one producer sent them all: one tracer per queue).
-        matches: dict[int, QueueTracer] = {}
+        tracers: dict[int, QueueTracer] = {}
         if tracing.active:
             for q in dict.fromkeys(queues):
                 found = tracing.queue_tracer(topic, q, producer.name)
                 if found is not None:
-                    matches[q] = found
+                    tracers[q] = found
         # Messages without properties of their own share one dict (nothing changes a stored
         # message's properties); `own_context`: queues where a message kept a context of its own.
         only_context = {TRACEPARENT: context} if context else {}
@@ -147,7 +147,7 @@ class Producing:
                 own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
         # Per traced queue, the context all its messages carry (None: each its derived one).
-        shared = {q: context for q in matches if q not in own_context}
+        shared = {q: context for q in tracers if q not in own_context}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
@@ -158,12 +158,12 @@ class Producing:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
             await self.traces.produced(topic, by_queue, firsts, ts, shared)
-        elif not matches:  # nothing traced
+        elif not tracers:  # nothing traced
             firsts = await self.ctx.store.append_many(topic.name, by_queue)
         elif tracing.ready(topic) or await tracing.ready_for(topic):
             # The trace records go in the messages' own group commit: no second durable wait.
             # A store that refuses them tells their round group, which buffers them for a retry.
-            companions = tracing.companions.make(topic, by_queue, ts, shared, matches)
+            companions = tracing.companions.make(topic, by_queue, ts, shared, tracers)
             firsts, _ = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
         else:
             firsts = await self.ctx.store.append_many(topic.name, by_queue)

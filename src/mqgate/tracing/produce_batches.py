@@ -43,11 +43,13 @@ def queue_batch(
     batch: Sequence[StoredMessage],
     first_offset: int,
     traceparent: str | None,
+    times_ms: list[int] | None = None,
 ) -> TraceBatch:
     """`batch`: one queue's messages in the order of their ids (core.ids.ids_by_queue), so ids
     whose first and last span exactly `len(batch)` counters are that run. `traceparent`: the
     context every message carries, when known; else each message's is read (none when no
-    message has properties: each one's is then derived from its id)."""
+    message has properties: each one's is then derived from its id). `times_ms`: each
+    message's accepted time where they differ (`SingleRun`)."""
     head, n = batch[0], len(batch)
     traceparents: list[str | None] = []
     if traceparent is None and any(map(_properties, batch)):
@@ -60,7 +62,7 @@ def queue_batch(
         if not any(keys):
             keys = []
         run = is_id_run(head.msg_id, batch[-1].msg_id, n)
-        ids, first_id = ([], head.msg_id) if run else ([m.msg_id for m in batch], None)
+        ids, first_id = ([], head.msg_id) if run else (list(map(_msg_id, batch)), None)
     # Positional, in TraceBatch's field order: every traced produce builds one.
     return TraceBatch(
         "batch",
@@ -80,8 +82,10 @@ def queue_batch(
         keys,
         traceparents,
         traceparent,
-        cut_bodies([m.body for m in batch], origin.body_max_bytes) if shape.body else [],
+        cut_bodies(list(map(_body, batch)), origin.body_max_bytes) if shape.body else [],
         shape.content_ref,
+        [],
+        times_ms or [],
     )
 
 
@@ -163,43 +167,15 @@ class SingleRun:
         self.messages: list[StoredMessage] = []  # in offset order
 
     def batch(self, stored_ms: int) -> TraceBatch:
-        # A round holds a run per traced queue: per message only C-level steps (map), and the
-        # batch built positionally, in TraceBatch's field order (as `queue_batch`). The
-        # messages are let go: the run's tracer may keep the run until its next produce.
+        """The run as one queue's batch, each message's accepted time its timestamp. The
+        messages are let go: the run's tracer may keep the run until its next produce."""
         run, messages = self.origin, self.messages
         self.messages, self.next_offset = [], -1  # sealed: a produce opens another run
-        shape = run.shape
-        times = list(map(_timestamp, messages))
+        times = list(map(_timestamp, messages))  # C-level per message: a round holds hundreds
         first, last = min(times), max(times)
-        traceparent: str | None = None
-        traceparents: list[str | None] = []
-        if any(map(_properties, messages)):
-            contexts = [m.properties.get(TRACEPARENT) for m in messages]
-            if any(contexts):
-                traceparent, traceparents = shared_or_each(contexts)
-        keys = list(map(_keys, messages))
-        return TraceBatch(
-            "batch",
-            _HOP_LIST,
-            first,
-            max(stored_ms, last),
-            run.project,
-            run.topic,
-            run.resource,
-            list(map(_msg_id, messages)),
-            None,
-            0,
-            shape.level,
-            run.queue if shape.queue else None,
-            self.offset if shape.offset else None,
-            run.producer if shape.producer else None,
-            keys if any(keys) else [],
-            traceparents,
-            traceparent,
-            cut_bodies(list(map(_body, messages)), run.body_max_bytes) if shape.body else [],
-            shape.content_ref,
-            [],
-            times if first != last else [],
+        origin = Origin(run.project, run.topic, run.resource, first, max(stored_ms, last), run.body_max_bytes)
+        return queue_batch(
+            origin, run.shape, run.queue, messages, self.offset, None, times if first != last else None
         )
 
 
