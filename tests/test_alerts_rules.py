@@ -1,9 +1,9 @@
-"""The alert rules without a gateway (mqgate.core.alerts): lag over a threshold, dead letters
+"""The alert rules without a gateway (mqgate.alerts.rules): lag over a threshold, dead letters
 growing over a sliding window, what a check changes, and the notification's body."""
 
 from __future__ import annotations
 
-from mqgate.core.alerts import (
+from mqgate.alerts.rules import (
     ALERT_OFF,
     BELOW_THRESHOLD,
     CONSUMER_GONE,

@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 
+from mqgate.alerts.webhook import Webhook
 from mqgate.metrics import Metrics
-from mqgate.services.alert_webhook import Webhook
 from mqgate.settings import Settings
 from tests.conftest import MACHINE_REDIS, Server, free_port, require_service, wait_until
 

@@ -12,8 +12,8 @@ import msgspec
 import pytest
 
 from mqgate.api import shapes
-from mqgate.api.app import build_app
 from mqgate.api.openapi import build_openapi
+from mqgate.app import build_app
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import NotFound
 from mqgate.metrics import Metrics

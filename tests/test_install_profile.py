@@ -29,8 +29,8 @@ PROFILES = {"redis": {"redis"}, "postgres": {"psycopg"}, "spark": {"pyspark", "p
 # prints the optional packages that came with them.
 IMPORT_PROBE = """
 import importlib, sys
-importlib.import_module("mqgate.api.app")
-importlib.import_module("mqgate.api.asgi")
+importlib.import_module("mqgate.app")
+importlib.import_module("mqgate.app")
 importlib.import_module("mqgate.tracing.index_worker")
 importlib.import_module("mqgate.cli")
 print(" ".join(sorted({m.partition(".")[0] for m in sys.modules} & set(sys.argv[1:]))))

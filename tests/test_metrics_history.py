@@ -1,4 +1,4 @@
-"""The console charts' metrics history (mqgate.services.metrics_history): when a sample is due,
+"""The console charts' metrics history (mqgate.metrics_history): when a sample is due,
 and that a chart drawn just after a minute turned ends in a point with data."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
+from mqgate import metrics_history
 from mqgate.backends import backends_for
 from mqgate.metrics import Metrics
+from mqgate.metrics_history import MetricsHistory, sample_due
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
-from mqgate.services import metrics_history
 from mqgate.services.context import Context
-from mqgate.services.metrics_history import MetricsHistory, sample_due
 from mqgate.settings import load_settings
 
 MINUTE_MS = 60_000

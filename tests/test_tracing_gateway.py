@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mqgate.tracing.context import derived_traceparent
+from mqgate.core.trace_context import derived_traceparent
 from tests.conftest import MQGATE, Client, Server, wait_until
 from tests.test_redis_gateways import gateways  # noqa: F401  (a fixture)
 

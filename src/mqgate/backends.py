@@ -1,5 +1,5 @@
 """Building a store's backends (message store, offset store, scheduler) from settings: the
-gateway's own, and each failover cluster's (clusters/pool.py)."""
+gateway's own, and each failover cluster's (failover/pool.py)."""
 
 from __future__ import annotations
 

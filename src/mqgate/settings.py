@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Final
 
-from mqgate.core.failover import DetectionRules
+from mqgate.core.failure_detection import DetectionRules
 from mqgate.errors import BadRequest
 from mqgate.names import validate_name
 

@@ -67,7 +67,7 @@ def test_bad_options_are_refused_before_spark_starts(
 
 def test_thresholds_are_read_over_the_gateway_s_defaults() -> None:
     from mqgate.cli.analytics import parse_thresholds
-    from mqgate.core.diagnosis import Thresholds
+    from mqgate.queuestate.diagnosis import Thresholds
 
     given = ["silent_after_ms=2000", "full_ratio=0.9", "store_error_types=storage, disk_full"]
     assert parse_thresholds(given) == Thresholds(

@@ -8,10 +8,10 @@ from typing import Any
 
 from mqgate.analytics.ingest import parse_raw
 from mqgate.core.ids import new_message_ids
-from mqgate.core.trace_policy import Level, MatchedTrace, Mode
 from mqgate.model import StoredMessage, decode_stored
 from mqgate.tracing.batch import BatchShape, batches_of, decode_record, expand
 from mqgate.tracing.events import Resource
+from mqgate.tracing.policy import Level, MatchedTrace, Mode
 from mqgate.tracing.produce_batches import Origin, queue_batch
 from mqgate.tracing.rounds import QueueTracer, RoundGroup
 

@@ -18,8 +18,8 @@ from mqgate.analytics.plots import plots
 from mqgate.analytics.queuestate_load import known_faults, queue_state_rows
 from mqgate.analytics.queuestate_source import HistorySource
 from mqgate.analytics.render import write_report
-from mqgate.core.diagnosis import Thresholds
 from mqgate.errors import NotFound
+from mqgate.queuestate.diagnosis import Thresholds
 from mqgate.queuestate.history import QueueStateHistory
 from tests.analytics.conftest import Loaded
 from tests.conftest import require_service

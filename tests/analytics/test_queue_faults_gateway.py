@@ -16,7 +16,7 @@ import httpx
 from mqgate.analytics import queuefaults
 from mqgate.analytics.queuestate_source import GATEWAY_MISSING, GatewaySource, HistorySource
 from mqgate.client import Client
-from mqgate.core.diagnosis import Thresholds
+from mqgate.queuestate.diagnosis import Thresholds
 from tests.conftest import Server, wait_until
 
 STEP = 1000

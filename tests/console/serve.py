@@ -12,32 +12,22 @@ from typing import Any
 
 import uvicorn
 
-from mqgate.api.app import build_app, prepare
-from mqgate.api.http import Router
+from mqgate.app import build_app, prepare
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console, with_console
 from mqgate.console.throttle import Limits
-from mqgate.services.alerts import Alerts
-from mqgate.services.gateway import Gateway
+from mqgate.platform import Platform
 from mqgate.settings import load_settings
+from mqgate.web.router import Router
 
 
-def gateway_of(app: Any) -> Gateway:
-    """The Gateway build_app made (its admin routes hold it)."""
+def platform_of(app: Any) -> Platform:
+    """The Platform build_app made (the project routes hold it)."""
     for route in app.router.routes:
-        gateway = getattr(getattr(route.handler, "__self__", None), "gw", None)
-        if isinstance(gateway, Gateway):
-            return gateway
-    raise RuntimeError("no gateway found in the app's routes")
-
-
-def alerts_of(app: Any) -> Alerts:
-    """The alert checks build_app made (the alerts route holds them)."""
-    for route in app.router.routes:
-        alerts = getattr(getattr(route.handler, "__self__", None), "alerts", None)
-        if isinstance(alerts, Alerts):
-            return alerts
-    raise RuntimeError("no alerts found in the app's routes")
+        platform = getattr(getattr(route.handler, "__self__", None), "platform", None)
+        if isinstance(platform, Platform):
+            return platform
+    raise RuntimeError("no platform found in the app's routes")
 
 
 def main(argv: list[str]) -> None:
@@ -46,16 +36,15 @@ def main(argv: list[str]) -> None:
     settings = load_settings(host="127.0.0.1", port=port, data_dir=data_dir)
     prepare(settings)
     api = build_app(settings)
-    gateway = gateway_of(api)
+    platform = platform_of(api)
     console = build_console(
-        gateway,
+        platform,
         settings,
         settings.resolved_registry_url(),
         limits=Limits(per_user=per_user, per_ip=per_ip, window_ms=10 * 60 * 1000),
-        alerts=alerts_of(api),
     )
-    gateway.metrics_history.sample_every_s = 1.0  # charts fill within seconds
-    api.router = Router(audited_routes(api.router.routes, gateway, console.console.engine))
+    platform.metrics_history.sample_every_s = 1.0  # charts fill within seconds
+    api.router = Router(audited_routes(api.router.routes, platform.gateway, console.console.engine))
     uvicorn.run(
         with_console(api, console),
         host="127.0.0.1",

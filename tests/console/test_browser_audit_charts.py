@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from mqgate.console.api_audit import clean
 from mqgate.console.charts import line_chart, nice_ceiling
-from mqgate.services.metrics_history import Point, points
+from mqgate.metrics_history import Point, points
 from tests.conftest import wait_until
 from tests.console.conftest import ConsoleServer, shot
 from tests.console.test_browser import sign_in

@@ -9,13 +9,13 @@ import asyncio
 import time
 from pathlib import Path
 
-from mqgate.clusters.declare import project_topology, redeclare
-from mqgate.clusters.pool import ClusterPool, ClusterSpec
-from mqgate.clusters.replay import Replayer
-from mqgate.clusters.spool import QueueKey, Spool, SpoolRecord
-from mqgate.clusters.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
-from mqgate.core.failover import DetectionRules
+from mqgate.core.failure_detection import DetectionRules
 from mqgate.errors import MqgateError
+from mqgate.failover.declare import project_topology, redeclare
+from mqgate.failover.pool import ClusterPool, ClusterSpec
+from mqgate.failover.replay import Replayer
+from mqgate.failover.spool import QueueKey, Spool, SpoolRecord
+from mqgate.failover.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
 from mqgate.model import StoredMessage
 from mqgate.registry.records import Snapshot, TopicRecord
 from mqgate.settings import Settings

@@ -1,4 +1,4 @@
-"""The detector's state machine and the active-cluster choice (core/failover.py), directly."""
+"""The detector's state machine and the active-cluster choice (core/failure_detection.py), directly."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from mqgate.core.failover import (
+from mqgate.core.failure_detection import (
     HARD_FAILURES,
     SERVING,
     ClusterState,

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from mqgate.clusters.pool import ClusterPool, ClusterSpec
-from mqgate.core.failover import ClusterState, DetectionRules
+from mqgate.core.failure_detection import ClusterState, DetectionRules
 from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unavailable
+from mqgate.failover.pool import ClusterPool, ClusterSpec
 from mqgate.model import StoredMessage
 from mqgate.settings import Settings
 from mqgate.store.interface import TopicConfig

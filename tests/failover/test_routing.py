@@ -1,4 +1,4 @@
-"""Per-project routing of store calls (clusters/routing.py, routed.py) on real embedded stores:
+"""Per-project routing of store calls (failover/routing.py, routed.py) on real embedded stores:
 the gateway's own store and two embedded clusters, each in its own directory."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ import asyncio
 from pathlib import Path
 
 from mqgate.backends import backends_for
-from mqgate.clusters.pool import ClusterPool, ClusterSpec
-from mqgate.clusters.routed import RoutedOffsets, RoutedStore
-from mqgate.clusters.routing import ClusterRouter
-from mqgate.clusters.scope import request_scope
 from mqgate.core.layout import retry_topic
 from mqgate.core.tokens import AckToken
+from mqgate.failover.pool import ClusterPool, ClusterSpec
+from mqgate.failover.routed import RoutedOffsets, RoutedStore
+from mqgate.failover.routing import ClusterRouter
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.registry.records import ConsumerRecord, Snapshot, TopicRecord
 from mqgate.settings import Settings
 from mqgate.store.interface import TopicConfig
+from mqgate.store.scope import request_scope
 
 
 def _snapshot() -> Snapshot:

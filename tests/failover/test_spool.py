@@ -1,4 +1,4 @@
-"""The producer spool: durable, bounded, ordered per queue, replayed once (clusters/spool.py)."""
+"""The producer spool: durable, bounded, ordered per queue, replayed once (failover/spool.py)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mqgate.clusters.replay import Replayer
-from mqgate.clusters.spool import MARKS, QueueKey, Spool, SpoolFull, SpoolRecord
+from mqgate.failover.replay import Replayer
+from mqgate.failover.spool import MARKS, QueueKey, Spool, SpoolFull, SpoolRecord
 from tests.conftest import ROOT
 
 KEY_A: QueueKey = ("proj", "orders", "q:1")
@@ -141,7 +141,7 @@ def test_torn_tail_is_cut_and_damage_inside_is_skipped(tmp_path: Path) -> None:
 WRITER = """
 import asyncio, sys
 from pathlib import Path
-from mqgate.clusters.spool import Spool
+from mqgate.failover.spool import Spool
 
 async def main() -> None:
     spool = Spool(Path(sys.argv[1]), 1 << 30, segment_bytes=64 * 1024)

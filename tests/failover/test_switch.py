@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from mqgate.clusters.declare import clean_up, project_topology, redeclare, table_bounds
-from mqgate.clusters.pool import ClusterPool, ClusterSpec
-from mqgate.clusters.switch import ActiveRecord, ProjectClusters, SqlSwitchRecords, SwitchCoordinator
-from mqgate.core.failover import ClusterState
+from mqgate.core.failure_detection import ClusterState
 from mqgate.core.layout import Layout
 from mqgate.core.tokens import AckToken
 from mqgate.errors import BadRequest, Unavailable
+from mqgate.failover.declare import clean_up, project_topology, redeclare, table_bounds
+from mqgate.failover.pool import ClusterPool, ClusterSpec
+from mqgate.failover.switch import ActiveRecord, ProjectClusters, SqlSwitchRecords, SwitchCoordinator
 from mqgate.model import StoredMessage
 from mqgate.registry.records import ConsumerRecord, Snapshot, TopicRecord
 from mqgate.settings import Settings

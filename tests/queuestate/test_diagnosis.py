@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from mqgate.core.diagnosis import CONSUMER_SIDE, QUEUE_SIDE, Thresholds, diagnose
+from mqgate.queuestate.diagnosis import CONSUMER_SIDE, QUEUE_SIDE, Thresholds, diagnose
 from mqgate.queuestate.rows import NO_QUEUE, ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval
 
 IV = 60_000

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mqgate.core.diagnosis import diagnose
 from mqgate.errors import BadRequest
+from mqgate.queuestate.diagnosis import diagnose
 from mqgate.queuestate.history import QueueStateHistory, history_url
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, QueueInterval, Rollup
 from mqgate.queuestate.sampler import QueueStateSampler

@@ -9,12 +9,12 @@ from types import SimpleNamespace
 from typing import Any
 
 from mqgate.core.ids import new_message_ids
-from mqgate.core.trace_policy import CONTENT_REF, Level, Mode, content_by_reference, recorded_fields
 from mqgate.model import StoredMessage
-from mqgate.services.trace_lookup import TraceLookup
 from mqgate.store.interface import MessageStore, TopicConfig
 from mqgate.tracing.batch import TraceBatch, encode_batch, expand
+from mqgate.tracing.lookup import TraceLookup
 from mqgate.tracing.paths import build_path
+from mqgate.tracing.policy import CONTENT_REF, Level, Mode, content_by_reference, recorded_fields
 from tests.tracing.conftest import GATEWAY, Stores, event, run_with_small_segments
 
 

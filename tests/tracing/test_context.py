@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mqgate.core.ids import new_message_ids
-from mqgate.tracing.context import (
+from mqgate.core.trace_context import (
     TraceParent,
     context_of,
     derived_traceparent,

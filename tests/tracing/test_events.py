@@ -5,7 +5,6 @@ from __future__ import annotations
 import msgspec
 import pytest
 
-from mqgate.core.trace_policy import Level, Mode, recorded_fields
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     decode_event,
@@ -15,6 +14,7 @@ from mqgate.tracing.events import (
     trace_topic,
 )
 from mqgate.tracing.paths import build_path
+from mqgate.tracing.policy import Level, Mode, recorded_fields
 from tests.tracing.conftest import GATEWAY, event
 
 

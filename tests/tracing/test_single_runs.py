@@ -15,21 +15,23 @@ import pytest
 
 from mqgate.backends import backends_for
 from mqgate.core.ids import new_message_ids
-from mqgate.core.trace_policy import Level, MatchedTrace, Mode
+from mqgate.core.trace_context import TRACEPARENT
 from mqgate.metrics import Metrics
 from mqgate.model import StoredMessage, decode_stored
 from mqgate.registry.cache import RegistryCache
-from mqgate.registry.records import PolicyRecord, TopicRecord
+from mqgate.registry.records import PolicyRecord, ProducerRecord, TopicRecord
 from mqgate.registry.sql import SqlRegistry
 from mqgate.services.context import Context
-from mqgate.services.tracing import Tracing
+from mqgate.services.observers import Observers
+from mqgate.services.topology import Topology
 from mqgate.settings import load_settings
 from mqgate.store.interface import MessageStore, TopicConfig
 from mqgate.tracing.batch import BatchShape, TraceBatch, TraceRound, batches_of, decode_record, expand
-from mqgate.tracing.context import TRACEPARENT
 from mqgate.tracing.events import trace_topic
+from mqgate.tracing.policy import Level, MatchedTrace, Mode
 from mqgate.tracing.produce_batches import SINGLE_RUN_MAX, Origin, queue_batch
 from mqgate.tracing.rounds import QueueTracer, RoundGroup
+from mqgate.tracing.service import Tracing
 from tests.tracing.conftest import GATEWAY
 
 INFO = BatchShape("info", queue=True, offset=True, producer=True, body=False, content_ref=True)
@@ -161,7 +163,7 @@ async def gateway_tracing(tmp_path: Path) -> AsyncIterator[tuple[Tracing, Messag
     )
     await backends.start()
     await backends.store.open()
-    tracing = Tracing(ctx)
+    tracing = Tracing(ctx, Topology(ctx), Observers())
     await tracing.start()
     try:
         yield tracing, backends.store
@@ -207,9 +209,14 @@ def test_single_produces_whose_round_the_store_refused_are_retried_as_their_run(
             await store.delete_topic(trace_topic("shop"))
             produced = [message(2_000 + i) for i in range(3)]
 
+            producer = ProducerRecord("p1", "orders", "", 0)
+
             async def produce(m: StoredMessage) -> tuple[dict[int, int], object]:
-                companions = tracing.companions.make(topic, {1: [m]}, m.timestamp_ms, {1: None}, {1: traced})
-                return await store.append_many_with("orders", {1: [m]}, companions)
+                records = await tracing.observer.records_with(
+                    producer, topic, {1: [m]}, m.timestamp_ms, None, set()
+                )
+                assert records is not None  # a traced single produce joins its queue's run
+                return await store.append_many_with("orders", {1: [m]}, records)
 
             results = await asyncio.gather(*(produce(m) for m in produced))
             assert sorted(firsts[1] for firsts, _ in results) == [0, 1, 2]

@@ -7,7 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from mqgate.core.trace_policy import (
+from mqgate.errors import BadRequest
+from mqgate.tracing.policy import (
     DEBUG_FIELDS,
     ERROR_FIELDS,
     IDENTITY_FIELDS,
@@ -20,7 +21,6 @@ from mqgate.core.trace_policy import (
     match,
     recorded_fields,
 )
-from mqgate.errors import BadRequest
 
 
 def test_levels_are_ordered_info_error_debug() -> None:

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqgate.analytics.reports import Window
-from mqgate.core.diagnosis import Thresholds
 from mqgate.errors import MqgateError, NotFound, Unavailable
+from mqgate.queuestate.diagnosis import Thresholds
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -1,7 +1,7 @@
 """Queue fault vs consumer fault over time, from a project's queue state history
 (docs/QUEUE_STATE.md), judged with the gateway's own health rules.
 
-Each interval of the report window is judged by `mqgate.core.diagnosis.diagnose`, run as if
+Each interval of the report window is judged by `mqgate.queuestate.diagnosis.diagnose`, run as if
 at the interval's end over the rows the health answer would have read then (the rules are
 not copied here: only how their findings are placed in time):
 
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from typing import Any, Final, Generic, TypeVar
 
 from mqgate.analytics.reports import iso
-from mqgate.core.diagnosis import CONSUMER_SIDE, QUEUE_SIDE, Finding, Thresholds, diagnose
+from mqgate.queuestate.diagnosis import CONSUMER_SIDE, QUEUE_SIDE, Finding, Thresholds, diagnose
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval
 
 HEALTHY: Final = "healthy"

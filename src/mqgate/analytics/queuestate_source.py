@@ -1,6 +1,6 @@
 """Where the queue fault timeline reads a project's queue state history from.
 
-Two sources, both giving `ProjectWindow`s (the rows mqgate.core.diagnosis reads):
+Two sources, both giving `ProjectWindow`s (the rows mqgate.queuestate.diagnosis reads):
 
 - `HistorySource`: the history's database itself (`--queue-state-url`: the gateway's
   `<data_dir>/queue-state.sqlite`, or the registry's PostgreSQL when it has one), read with

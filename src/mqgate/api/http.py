@@ -1,4 +1,5 @@
-"""The ASGI edge: routing, roles, request shapes, the JSON envelope and the one error handler.
+"""The native API on the web layer (mqgate.web): roles, request shapes, the JSON envelope and
+the one error handler.
 
 Each route declares its role and its request shape; the app checks the credential a role needs
 before it reads the body, decodes the request into its shape, applies the limits that are
@@ -18,18 +19,15 @@ import msgspec
 
 from mqgate.api.decoding import body_fields, content_kind, convert, decode_json, query_fields
 from mqgate.api.shapes import Input
-from mqgate.errors import BadRequest, MethodNotAllowed, MqgateError, NotFound, PayloadTooLarge
+from mqgate.errors import BadRequest, MqgateError, PayloadTooLarge
+from mqgate.web.asgi import Receive, Scope, Send, headers_of, read_body
+from mqgate.web.router import Router, WrongMethod
 
 log = logging.getLogger(__name__)
 
 _json_encode = msgspec.json.Encoder().encode
 _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
-# How much of a refused body is read (and dropped) so that its sender can read the 413.
-DRAIN_BYTES: Final = 64 * 1024 * 1024
 
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
 # none: anyone; admin: the admin token; producer: the named producer's token (or admin);
 # consumer: the named consumer's token; token: the token of the consumer an ack token names;
 # reader: the admin token or the named consumer's token (a reader of the log).
@@ -75,7 +73,7 @@ class Route:
     summary: str
     shape: type[Input] | None = None  # the request; None: the call takes no parameters
     answer: type[msgspec.Struct] | None = None  # the `result` of a 200 answer (None: not JSON)
-    errors: tuple[int, ...] = ()  # error statuses beyond 400 and those of the role
+    errors: tuple[int, ...] = ()  # error statuses beyond those of every route and of the role
     body: Literal["any", "json", "none"] = "any"  # "none": parameters in the query string
 
 
@@ -92,51 +90,8 @@ class Limits(Protocol):
         """Apply the limits that are settings; raise naming the field."""
 
 
-class WrongMethod(MethodNotAllowed):
-    def __init__(self, path: str, allowed: list[str]) -> None:
-        super().__init__(f"{path} accepts {', '.join(allowed)}", field="method")
-        self.allow = ", ".join(allowed)
-
-
 def envelope(status: int, message: str, result: Any) -> bytes:
     return _json_encode({"status": status, "message": message, "result": result})
-
-
-class Router:
-    def __init__(self, routes: list[Route]) -> None:
-        self.routes = routes
-        self._exact: dict[str, dict[str, Route]] = {}
-        self._patterns: list[tuple[list[str], dict[str, Route]]] = []
-        for r in routes:
-            if "{" in r.path:
-                segs = r.path.strip("/").split("/")
-                for existing, methods in self._patterns:
-                    if existing == segs:
-                        methods[r.method] = r
-                        break
-                else:
-                    self._patterns.append((segs, {r.method: r}))
-            else:
-                self._exact.setdefault(r.path, {})[r.method] = r
-
-    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
-        methods = self._exact.get(path)
-        params: dict[str, str] = {}
-        if methods is None:
-            parts = path.strip("/").split("/")
-            for segs, candidate in self._patterns:
-                if len(segs) == len(parts) and all(
-                    s == p or (s.startswith("{") and p) for s, p in zip(segs, parts, strict=True)
-                ):
-                    methods = candidate
-                    params = {s[1:-1]: p for s, p in zip(segs, parts, strict=True) if s.startswith("{")}
-                    break
-        if methods is None:
-            raise NotFound(f"no route {path}", field="path", code="no_route")
-        route = methods.get(method)
-        if route is None:
-            raise WrongMethod(path, sorted(methods))
-        return route, params
 
 
 class App:
@@ -144,7 +99,7 @@ class App:
 
     def __init__(
         self,
-        router: Router,
+        router: Router[Route],
         guard: Guard,
         limits: Limits,
         *,
@@ -197,11 +152,13 @@ class App:
             route, path_params = self.router.match(scope["method"], scope["path"])
             route_name = route.path
             client = scope.get("client")
-            request = Request(
-                scope["method"], scope["path"], _headers(scope["headers"]), client[0] if client else ""
-            )
+            request = Request(scope["method"], scope["path"], headers_of(scope), client[0] if client else "")
             self.guard.check_credential(route.role, request)
-            body = b"" if route.body == "none" else await self._read_body(request.headers, receive)
+            body = (
+                b""
+                if route.body == "none"
+                else await read_body(receive, request.headers, self.max_body_bytes)
+            )
             request.input = self._decode(route, path_params, scope["query_string"], body, request.headers)
             if route.role != "none":
                 request.caller = await self.guard.caller(route.role, request)
@@ -266,43 +223,3 @@ class App:
             value = convert(fields, route.shape)
         self.limits.check(value)
         return value
-
-    async def _read_body(self, headers: dict[bytes, bytes], receive: Receive) -> bytes:
-        length = headers.get(b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            await _drain(receive, DRAIN_BYTES)
-            raise PayloadTooLarge(f"request body is over the {self.max_body_bytes}-byte limit", field="body")
-        chunks = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                raise BadRequest("client disconnected", field="body")
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await _drain(receive, DRAIN_BYTES)
-                raise PayloadTooLarge(
-                    f"request body is over the {self.max_body_bytes}-byte limit", field="body"
-                )
-            chunks.append(chunk)
-            if not message.get("more_body", False):
-                return b"".join(chunks)
-
-
-async def _drain(receive: Receive, limit: int) -> None:
-    """Read and drop the rest of a refused body (up to `limit`), so a client that sends all of
-    it before reading the answer gets the 413 rather than a reset connection."""
-    drained = 0
-    while drained < limit:
-        message = await receive()
-        if message["type"] == "http.disconnect" or not message.get("more_body", False):
-            return
-        drained += len(message.get("body", b""))
-
-
-def _headers(raw: list[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
-    headers = dict(raw)
-    if len(headers) < len(raw) and sum(1 for name, _ in raw if name == b"authorization") > 1:
-        raise BadRequest("more than one Authorization header", field="Authorization")
-    return headers

@@ -5,9 +5,11 @@ what the gateway decodes and checks."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, Final
 
 import msgspec
+from msgspec import inspect as mi
 
 from mqgate import __version__
 from mqgate.api.answers import ErrorOut
@@ -25,18 +27,32 @@ _ROLE_STATUSES: Final = {
     "token": (401, 403, 404),
     "reader": (401, 403, 404),
 }
+# What any route may answer: a bad parameter or header (400), a method its path does not have
+# (405), headers too slow or too large (408, 431: refused before a route is chosen), a fault of
+# the gateway (500) or of a server it depends on (503).
+_EVERY_ROUTE: Final = (400, 405, 408, 431, 500, 503)
+# And a route that reads a body: too large (413), neither JSON nor form where accepted (415).
+_BODY_ROUTE: Final = (413, 415)
 _STATUS_TEXT: Final = {
-    400: "a parameter is missing, unknown or invalid (result.field names it)",
+    400: "a parameter or a header is missing, unknown or invalid (result.field names it)",
     401: "no bearer token",
     403: "the token does not give this right",
     404: "a named topic, producer or consumer does not exist",
+    405: "the path takes other methods, named in Allow",
+    408: "the request line and headers did not arrive within header_timeout_s",
     409: "a conflict (result.code says which): the lock moved on, or the name exists",
     413: "a message, batch or body is over its size limit",
     415: "the body is not JSON (or form, where accepted)",
     429: "rate limited: try again after Retry-After seconds",
+    431: "more header fields than max_header_count, or more bytes than max_header_bytes",
+    500: "a fault of the gateway (code internal), or a stored record failed its checksum (corrupt_record)",
     503: "a server the gateway depends on is down: try again after Retry-After seconds",
+    507: "the disk is full or below disk_free_floor_bytes: nothing was written; "
+    "try again after Retry-After seconds",
 }
 _LIMIT_KEYS: Final = {"max": "maximum", "max_items": "maxItems", "max_bytes": "x-maxBytes"}
+# The kinds of type msgspec describes once, as a named schema in components.
+_NAMED_KINDS: Final = (mi.StructType, mi.DataclassType, mi.TypedDictType, mi.NamedTupleType, mi.EnumType)
 
 
 def _envelope(result: dict[str, Any]) -> dict[str, Any]:
@@ -80,13 +96,40 @@ def _body_schema(route: Route, schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "object", "properties": props, "required": required, "additionalProperties": False}
 
 
+def _check_names(shapes: Iterable[type]) -> None:
+    """Refuse two different types of one name, among the shapes and every type within them:
+    schemas are named, and referred to, by the type's name, so one of them would have no
+    schema of its own (msgspec names both by module path then, and each reference dangles)."""
+    named: dict[str, type] = {}
+    pending = list(mi.multi_type_info(list(shapes)))
+    seen: set[int] = set()
+    while pending:
+        t = pending.pop()
+        if id(t) in seen:  # a recursive shape
+            continue
+        seen.add(id(t))
+        if isinstance(t, _NAMED_KINDS):
+            first = named.setdefault(t.cls.__name__, t.cls)
+            if first is not t.cls:
+                raise TypeError(
+                    f"two shapes are named {first.__name__}: {first.__module__}.{first.__qualname__} "
+                    f"and {t.cls.__module__}.{t.cls.__qualname__}; the OpenAPI document needs one each"
+                )
+        for f in msgspec.structs.fields(t):
+            value = getattr(t, f.name)
+            for item in value if isinstance(value, tuple) else (value,):
+                inner = item.type if isinstance(item, mi.Field) else item
+                if isinstance(inner, mi.Type):
+                    pending.append(inner)
+
+
 def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
     shapes: list[type[msgspec.Struct]] = [ErrorOut]
     for r in routes:
         shapes += [t for t in (r.shape, r.answer) if t is not None]
-    (_, components) = msgspec.json.schema_components(
-        sorted(set(shapes), key=lambda t: t.__name__), ref_template=_REF
-    )
+    unique = sorted(set(shapes), key=lambda t: t.__name__)
+    _check_names(unique)
+    (_, components) = msgspec.json.schema_components(unique, ref_template=_REF)
     _apply_settings(components, settings)
     error = {"content": {"application/json": {"schema": _envelope({"$ref": _REF.format(name="ErrorOut")})}}}
     paths: dict[str, dict[str, Any]] = {}
@@ -113,7 +156,8 @@ def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
             op["responses"] = {"200": {"description": "ok", "content": {"application/json": ok}}}
         else:
             op["responses"] = {"200": {"description": "ok", "content": {"text/plain": {}}}}
-        statuses = sorted({*([400] if r.shape is not None else []), *_ROLE_STATUSES[r.role], *r.errors, 503})
+        reads_body = _BODY_ROUTE if r.body != "none" else ()
+        statuses = sorted({*_EVERY_ROUTE, *reads_body, *_ROLE_STATUSES[r.role], *r.errors})
         for status in statuses:
             op["responses"][str(status)] = {"description": _STATUS_TEXT[status], **error}
         paths.setdefault(r.path, {})[r.method.lower()] = op

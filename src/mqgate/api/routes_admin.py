@@ -199,7 +199,7 @@ class AdminRoutes:
                 "Create a topic",
                 s.TopicIn,
                 a.TopicOut,
-                (404, 409),
+                (404, 409, 507),
             ),
             Route(
                 "GET",
@@ -230,7 +230,7 @@ class AdminRoutes:
                 "Grow a topic (queues, priority lanes) or change its retention, live",
                 s.TopicChangeIn,
                 a.TopicOut,
-                (404,),
+                (404, 507),
             ),
             Route(
                 "DELETE",
@@ -262,7 +262,7 @@ class AdminRoutes:
                 "Delete a consumer: its offsets, retry queue, inbox and (unless kept) dead letters",
                 s.ConsumerDeleteIn,
                 a.DeletedOut,
-                (404,),
+                (404, 507),
                 body="none",
             ),
             Route(
@@ -283,7 +283,7 @@ class AdminRoutes:
                 "Register a consumer; its token is shown once (SPEC G2)",
                 s.ConsumerIn,
                 a.ConsumerRegisteredOut,
-                (404, 409),
+                (404, 409, 507),
             ),
             Route(
                 "GET",
@@ -334,7 +334,7 @@ class AdminRoutes:
                 "Reset committed offsets: re-consume or skip backlog (SPEC G9)",
                 s.ResetIn,
                 a.ResetOut,
-                (404,),
+                (404, 507),
             ),
             Route(
                 "POST",

@@ -1,11 +1,11 @@
-"""`GET /admin/alerts`: the alerts active now (SPEC G9; mqgate.services.alerts)."""
+"""`GET /admin/alerts`: the alerts active now (SPEC G9; mqgate.alerts.service)."""
 
 from __future__ import annotations
 
+from mqgate.alerts.rules import LAG
+from mqgate.alerts.service import ActiveAlert, Alerts
 from mqgate.api import answers as a
 from mqgate.api.http import Request, Response, Route
-from mqgate.core.alerts import LAG
-from mqgate.services.alerts import ActiveAlert, Alerts
 
 
 class ActiveAlertOut(a.Output, kw_only=True):

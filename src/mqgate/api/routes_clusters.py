@@ -10,8 +10,8 @@ from mqgate.api import answers as a
 from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
 from mqgate.api.shapes import Input, Name
-from mqgate.clusters.pool import ClusterSpec
-from mqgate.services.failover import Failover
+from mqgate.failover.pool import ClusterSpec
+from mqgate.failover.service import Failover
 
 ClusterUrl = Annotated[
     str, Meta(min_length=1, max_length=2048, description="redis://, rediss://, unix://, or embedded:<dir>")

@@ -108,7 +108,7 @@ class DataRoutes:
                 "Produce one message (SPEC G3, S1)",
                 s.ProduceIn,
                 Receipt,
-                (404, 413),
+                (404, 413, 507),
             ),
             Route(
                 "POST",
@@ -118,7 +118,7 @@ class DataRoutes:
                 "Produce a batch of messages",
                 s.ProduceBatchIn,
                 a.ReceiptsOut,
-                (404, 413, 415),
+                (404, 413, 415, 507),
                 body="json",
             ),
             Route(
@@ -129,7 +129,7 @@ class DataRoutes:
                 "Pull a batch from one locked queue (SPEC G4)",
                 s.PullIn,
                 a.PullOut,
-                (404, 429),
+                (404, 429, 507),
                 body="none",
             ),
             Route(
@@ -140,7 +140,7 @@ class DataRoutes:
                 "Commit a pulled batch (SPEC G5)",
                 s.TokenIn,
                 a.AckOut,
-                (409,),
+                (409, 507),
             ),
             Route(
                 "POST",
@@ -150,7 +150,7 @@ class DataRoutes:
                 "Give a pulled batch back without commit: it is delivered again after a backoff (SPEC S5)",
                 s.TokenIn,
                 a.AckOut,
-                (409,),
+                (409, 507),
             ),
             Route(
                 "POST",

@@ -69,7 +69,7 @@ class DeadLetterRoutes:
                 "A consumer's dead-letter topic: its offsets and redrive position",
                 s.NamedIn,
                 a.DeadLettersOut,
-                (404,),
+                (404, 507),
                 body="none",
             ),
             Route(
@@ -80,7 +80,7 @@ class DeadLetterRoutes:
                 "Copy dead letters (one, a filter, or all) back to their original topic, each once",
                 s.RedriveIn,
                 a.RedriveOut,
-                (404, 409),
+                (404, 409, 507),
             ),
             Route(
                 "GET",

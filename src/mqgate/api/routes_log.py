@@ -130,7 +130,7 @@ class LogRoutes:
                 "Raise a cluster consumer's committed offsets, never lowering one (its token or admin)",
                 s.CommitIn,
                 a.CommitOut,
-                (404,),
+                (404, 507),
             ),
             Route("GET", "/healthz", self.healthz, "none", "Liveness", None, a.HealthOut, body="none"),
             Route(

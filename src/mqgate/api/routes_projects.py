@@ -9,41 +9,44 @@ from mqgate.api import answers as a
 from mqgate.api import shapes_projects as sp
 from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
+from mqgate.platform import Platform
 from mqgate.registry.records import PolicyRecord, ProjectRecord
-from mqgate.services.gateway import Gateway
 
 
 class ProjectRoutes:
-    def __init__(self, gateway: Gateway) -> None:
-        self.gw = gateway
+    def __init__(self, platform: Platform) -> None:
+        self.platform = platform
+        self.gw = platform.gateway
 
     def _project_out(self, rec: ProjectRecord) -> sp.ProjectOut:
-        topics = sorted(t.name for t in self.gw.projects.topics_of(rec.name))
+        topics = sorted(t.name for t in self.platform.projects.topics_of(rec.name))
         return sp.ProjectOut(name=rec.name, description=rec.description, topics=topics)
 
     async def create(self, req: Request) -> Response:
         inp: sp.ProjectIn = req.input
-        return Response(self._project_out(await self.gw.projects.create(inp.name, inp.description)))
+        return Response(self._project_out(await self.platform.projects.create(inp.name, inp.description)))
 
     async def listing(self, req: Request) -> Response:
         recs = sorted(self.gw.ctx.registry.snapshot.projects.values(), key=lambda p: p.name)
         return Response(sp.ProjectsOut(projects=[self._project_out(p) for p in recs]))
 
     async def show(self, req: Request) -> Response:
-        return Response(self._project_out(await self.gw.projects.project(req.input.name)))
+        return Response(self._project_out(await self.platform.projects.project(req.input.name)))
 
     async def delete(self, req: Request) -> Response:
-        await self.gw.projects.delete(req.input.name)
+        await self.platform.projects.delete(req.input.name)
         return Response(a.DeletedOut(name=req.input.name, deleted=True))
 
     async def health(self, req: Request) -> Response:
-        project = await self.gw.projects.project(req.input.name)
-        return Response(out(await self.gw.queue_state.health(project.name), sp.HealthOut))
+        project = await self.platform.projects.project(req.input.name)
+        return Response(out(await self.platform.queue_state.health(project.name), sp.ProjectHealthOut))
 
     async def queues(self, req: Request) -> Response:
         inp: sp.ProjectQueuesIn = req.input
-        project = await self.gw.projects.project(inp.name)
-        rows = await self.gw.queue_state.queues(project.name, inp.topic, inp.queue, inp.since, inp.until)
+        project = await self.platform.projects.project(inp.name)
+        rows = await self.platform.queue_state.queues(
+            project.name, inp.topic, inp.queue, inp.since, inp.until
+        )
         return Response(
             sp.QueueHistoryOut(project=project.name, intervals=[out(r, sp.QueueIntervalOut) for r in rows])
         )
@@ -53,7 +56,7 @@ class ProjectRoutes:
         so each exists once, from the registration of its topic on."""
         inp: sp.RoutersIn = req.input
         if inp.project is not None:
-            await self.gw.projects.project(inp.project)
+            await self.platform.projects.project(inp.project)
         found = []
         for t in sorted(self.gw.ctx.registry.snapshot.topics.values(), key=lambda t: t.name):
             if (inp.project is not None and t.project != inp.project) or (inp.topic not in (None, t.name)):
@@ -69,21 +72,23 @@ class ProjectRoutes:
 
     async def add_policy(self, req: Request) -> Response:
         inp: sp.PolicyIn = req.input
-        rec = await self.gw.projects.add_policy(
+        rec = await self.platform.projects.add_policy(
             inp.mode, inp.level, project=inp.project, topic=inp.topic, queue=inp.queue, service=inp.service
         )
         return Response(_policy_out(rec))
 
     async def policies(self, req: Request) -> Response:
-        return Response(sp.PoliciesOut(policies=[_policy_out(p) for p in self.gw.projects.policies()]))
+        return Response(sp.PoliciesOut(policies=[_policy_out(p) for p in self.platform.projects.policies()]))
 
     async def delete_policy(self, req: Request) -> Response:
-        await self.gw.projects.delete_policy(req.input.id)
+        await self.platform.projects.delete_policy(req.input.id)
         return Response(a.DeletedOut(name=req.input.id, deleted=True))
 
     async def traces(self, req: Request) -> Response:
         inp: sp.TraceIn = req.input
-        found = await self.gw.trace_lookup.find(msg_id=inp.msg_id, request_id=inp.request_id, key=inp.key)
+        found = await self.platform.trace_lookup.find(
+            msg_id=inp.msg_id, request_id=inp.request_id, key=inp.key
+        )
         paths = [
             sp.PathOut(
                 **msgspec.structs.asdict(out(p.path, _PathBase)),
@@ -104,7 +109,7 @@ class ProjectRoutes:
         project = "/admin/projects/{name}"
         return [
             Route("POST", "/admin/projects", self.create, "admin", "Create a project (SPEC P1)",
-                  sp.ProjectIn, sp.ProjectOut, (409,)),
+                  sp.ProjectIn, sp.ProjectOut, (409, 507)),
             Route("GET", "/admin/projects", self.listing, "admin", "List projects with their topics",
                   None, sp.ProjectsOut, body="none"),
             Route("GET", project, self.show, "admin", "Show a project", sp.ProjectNameIn, sp.ProjectOut,
@@ -113,7 +118,7 @@ class ProjectRoutes:
                   a.DeletedOut, (404, 409), body="none"),
             Route("GET", project + "/health", self.health, "admin",
                   "Project health: a queue fault told from a consumer fault (SPEC P1)", sp.ProjectNameIn,
-                  sp.HealthOut, (404,), body="none"),
+                  sp.ProjectHealthOut, (404,), body="none"),
             Route("GET", project + "/queues", self.queues, "admin",
                   "Queue state over time: max length and average occupancy per interval (SPEC P1)",
                   sp.ProjectQueuesIn, sp.QueueHistoryOut, (404,), body="none"),

@@ -153,7 +153,9 @@ class FindingOut(Output, kw_only=True):
     evidence: dict[str, int | float | str | list[float] | dict[str, float] | None]
 
 
-class HealthOut(Output, kw_only=True):
+class ProjectHealthOut(Output, kw_only=True):
+    """A project's health (SPEC P1); `HealthOut` is the gateway's own (/healthz)."""
+
     project: str
     verdict: str
     checked_ms: int

@@ -13,7 +13,6 @@ from mqgate.cli import (
     cluster,
     consumer,
     dlq,
-    pipeline,
     producer,
     project,
     serve,
@@ -22,6 +21,7 @@ from mqgate.cli import (
 )
 from mqgate.cli.admin import JSON_HELP
 from mqgate.errors import MqgateError
+from mqgate.pipeline import command as pipeline  # the Spark extra's command: Spark loads only when it runs
 
 # Each module adds its command group; none imports more than argparse and mqgate.client until
 # its command runs, so `mqgate --help` and the admin commands stay light.

@@ -77,10 +77,10 @@ def add_parser(commands: Any) -> None:
 
 
 def parse_thresholds(items: list[str] | None) -> Any:
-    """`NAME=VALUE` items over the health rules' defaults (mqgate.core.diagnosis.Thresholds)."""
+    """`NAME=VALUE` items over the health rules' defaults (mqgate.queuestate.diagnosis.Thresholds)."""
     import dataclasses
 
-    from mqgate.core.diagnosis import Thresholds
+    from mqgate.queuestate.diagnosis import Thresholds
 
     defaults = Thresholds()
     known = {f.name for f in dataclasses.fields(Thresholds)}

@@ -35,9 +35,9 @@ def add_parser(commands: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from mqgate.api.app import build_app, prepare
     from mqgate.api.collector import tune_for_serving
     from mqgate.api.protocol import PROTOCOL_PATH
+    from mqgate.app import build_app, prepare
 
     flags = {name: getattr(args, name) for name in SERVE_FLAGS}
     settings = load_settings(Path(args.config) if args.config else None, **flags)
@@ -64,5 +64,5 @@ def run(args: argparse.Namespace) -> int:
     for name, value in flags.items():
         if value is not None:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
-    uvicorn.run("mqgate.api.asgi:create_app", factory=True, workers=settings.workers, **options)
+    uvicorn.run("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
     return 0

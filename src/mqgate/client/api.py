@@ -70,8 +70,9 @@ class Client:
 
     `consumer` is added to log reads (a consumer token reads only its group's topic).
     With `retry_for_s`, a call that finds the gateway unreachable or gets a transient status
-    (429, 502, 503, 504) is tried again with backoff for that long: a produce repeated after
-    an unanswered attempt may then store its messages twice.
+    (429, 502, 503, 504, 507) is tried again with backoff, not before the answer's Retry-After,
+    for that long: a produce repeated after an unanswered attempt may then store its messages
+    twice.
     """
 
     def __init__(

@@ -18,7 +18,7 @@ from mqgate.errors import BadRequest, MqgateError
 
 class Transport:
     """With `retry_for_s`, a call that finds the gateway unreachable or gets a transient status
-    is tried again with backoff for that long."""
+    is tried again with backoff for that long, never before the answer's Retry-After."""
 
     def __init__(self, url: str, token: str, timeout_s: float, retry_for_s: float) -> None:
         self.url = url.rstrip("/")
@@ -61,9 +61,12 @@ class Transport:
                     return data
                 raise error_from_answer(status, data, retry_after, what)
             except MqgateError as exc:
-                if not is_transient(exc) or time.monotonic() + delay > deadline:
+                # Retry-After is when the gateway expects the call to succeed (a 507 waits for
+                # space to be freed): an attempt before it would only spend the budget.
+                wait = max(delay, exc.retry_after_s or 0.0)
+                if not is_transient(exc) or time.monotonic() + wait > deadline:
                     raise
-            time.sleep(delay)
+            time.sleep(wait)
             delay = min(delay * 2, 2.0)
 
     def _connect(self) -> http.client.HTTPConnection:

@@ -22,6 +22,7 @@ from typing import Any, Final, TypeVar
 import jinja2
 import sqlalchemy as sa
 
+from mqgate.alerts.service import Alerts
 from mqgate.console.accounts import Accounts
 from mqgate.console.applications import Applications
 from mqgate.console.audit import AuditLog
@@ -30,21 +31,12 @@ from mqgate.console.roles import Principal
 from mqgate.console.sessions import Session, SessionPolicy, Sessions
 from mqgate.console.tables import create_tables, engine_for
 from mqgate.console.throttle import Limits, Throttle
-from mqgate.console.web import (
-    ASGIApp,
-    Receive,
-    Scope,
-    Send,
-    WebRequest,
-    WebResponse,
-    read_request,
-    redirect,
-    send_response,
-)
+from mqgate.console.web import WebRequest, WebResponse, read_request, redirect, send_response
 from mqgate.errors import Forbidden, MqgateError, NotFound
-from mqgate.services.alerts import Alerts
-from mqgate.services.gateway import Gateway
+from mqgate.platform import Platform
 from mqgate.settings import Settings
+from mqgate.web.asgi import ASGIApp, Receive, Scope, Send
+from mqgate.web.router import Router
 
 log = logging.getLogger(__name__)
 HERE: Final = Path(__file__).parent
@@ -95,7 +87,7 @@ class Console:
 
     def __init__(
         self,
-        gateway: Gateway,
+        platform: Platform,
         settings: Settings,
         engine: sa.Engine,
         *,
@@ -103,10 +95,10 @@ class Console:
         limits: Limits,
         providers: list[IdentityProvider],
         mount: str,
-        alerts: Alerts | None = None,
     ) -> None:
-        self.gateway = gateway
-        self.alerts = alerts  # the gateway's alert checks (None: a console without them)
+        self.platform = platform
+        self.gateway = gateway = platform.gateway  # the data path
+        self.alerts: Alerts | None = platform.alerts
         self.settings = settings
         self.engine = engine
         self.mount = mount
@@ -179,24 +171,7 @@ def now_ms() -> int:
 class ConsoleApp:
     def __init__(self, console: Console, routes: list[Route]) -> None:
         self.console = console
-        self._routes: list[tuple[str, list[str], Route]] = [
-            (r.method, r.path.strip("/").split("/"), r) for r in routes
-        ]
-
-    def _match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
-        parts = path.strip("/").split("/")
-        allowed = False
-        for m, segs, route in self._routes:
-            if len(segs) == len(parts) and all(
-                s == p or (s.startswith("{") and p) for s, p in zip(segs, parts, strict=True)
-            ):
-                if m == method:
-                    params = {s[1:-1]: p for s, p in zip(segs, parts, strict=True) if s.startswith("{")}
-                    return route, params
-                allowed = True
-        if allowed:
-            raise NotFound(f"{path} does not accept {method}", field="method")
-        raise NotFound(f"no page {path}", field="path")
+        self.router = Router(routes, missing="no page")
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -209,7 +184,7 @@ class ConsoleApp:
         started = time.perf_counter()
         try:
             v.req = await read_request(scope, receive, c.mount)
-            route, v.params = self._match(v.req.method, v.req.path)
+            route, v.params = self.router.match(v.req.method, v.req.path)
             if not route.public:
                 await self._identify(v)
                 if v.user is None:
@@ -293,7 +268,7 @@ async def vendor_file(v: Visit) -> WebResponse:
 
 
 def build_console(
-    gateway: Gateway,
+    platform: Platform,
     settings: Settings,
     engine_or_url: sa.Engine | str,
     *,
@@ -301,7 +276,6 @@ def build_console(
     limits: Limits | None = None,
     providers: list[IdentityProvider] | None = None,
     mount: str = MOUNT,
-    alerts: Alerts | None = None,
 ) -> ConsoleApp:
     """The console for one gateway process, as an ASGI app answering under `mount`. Its tables
     are made in the registry's database if they are not there yet."""
@@ -310,14 +284,13 @@ def build_console(
     engine = engine_for(engine_or_url)
     create_tables(engine)
     console = Console(
-        gateway,
+        platform,
         settings,
         engine,
         session_policy=session_policy or SessionPolicy(),
         limits=limits or Limits(),
         providers=providers or [],
         mount=mount,
-        alerts=alerts,
     )
     routes = [
         Route("GET", "/static/{file}", static_file, public=True),

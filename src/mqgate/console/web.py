@@ -1,20 +1,16 @@
-"""The little HTTP the console needs on top of ASGI: requests with forms and cookies, and
+"""What the console adds to the web layer (mqgate.web): requests with forms and cookies, and
 HTML, redirect and download answers."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+import math
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
-from typing import Any, Final
+from typing import Final
 from urllib.parse import parse_qs, quote
 
-from mqgate.errors import BadRequest, PayloadTooLarge
-
-Scope = dict[str, Any]
-Receive = Callable[[], Awaitable[dict[str, Any]]]
-Send = Callable[[dict[str, Any]], Awaitable[None]]
-ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+from mqgate.errors import BadRequest
+from mqgate.web.asgi import Receive, Scope, Send, headers_of, read_body
 
 MAX_FORM_BYTES: Final = 1024 * 1024
 # Every page: no framing by other sites, no sniffing, scripts and styles from this origin only.
@@ -71,9 +67,12 @@ class WebRequest:
         if not raw:
             return default
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise BadRequest(f"{name} must be a number", field=name) from None
+        if not math.isfinite(value):  # inf and nan parse, then break every sum they enter
+            raise BadRequest(f"{name} must be a finite number", field=name)
+        return value
 
 
 @dataclass(slots=True)
@@ -105,7 +104,7 @@ def download(body: bytes, filename: str, content_type: str) -> WebResponse:
 
 
 async def read_request(scope: Scope, receive: Receive, mount: str) -> WebRequest:
-    headers = dict(scope["headers"])
+    headers = headers_of(scope)
     client = scope.get("client")
     request = WebRequest(
         scope["method"],
@@ -116,28 +115,12 @@ async def read_request(scope: Scope, receive: Receive, mount: str) -> WebRequest
         scope.get("scheme") == "https",
     )
     if request.method == "POST":
-        body = await _read_body(receive)
+        body = await read_body(receive, headers, MAX_FORM_BYTES, "the form")
         kind = headers.get(b"content-type", b"").split(b";")[0].strip()
         if body and kind != b"application/x-www-form-urlencoded":
             raise BadRequest("forms are sent as application/x-www-form-urlencoded", field="body")
         request.form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return request
-
-
-async def _read_body(receive: Receive) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise BadRequest("client disconnected", field="body")
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > MAX_FORM_BYTES:
-            raise PayloadTooLarge("the form is too large", field="body")
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return b"".join(chunks)
 
 
 # A generated report (mqgate analytics): its own inline styles and embedded plots, no script.

@@ -1,5 +1,5 @@
 """`python -m mqgate.pipeline run <config.toml> ...` (the same as `mqgate pipeline run ...`)."""
 
-from mqgate.cli.pipeline import main
+from mqgate.pipeline.command import main
 
 raise SystemExit(main())

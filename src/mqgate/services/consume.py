@@ -3,29 +3,23 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-import msgspec
-
-from mqgate.clusters.scope import request_scope
 from mqgate.core.acks import AckRefusal
-from mqgate.core.layout import Layout, Slot
+from mqgate.core.layout import Layout
 from mqgate.core.scheduling import is_expired
 from mqgate.core.tokens import AckToken, decode_token, encode_token
 from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
-from mqgate.model import MODE_CLUSTER, StoredMessage, decode_stored, encode_stored
+from mqgate.model import MODE_CLUSTER, decode_stored
 from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.context import Context, now_ms
-from mqgate.services.queue_state import QueueState
+from mqgate.services.observers import Observers
 from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
 from mqgate.services.topology import Topology
-from mqgate.services.tracing import Tracing
-from mqgate.tracing.context import derived_traceparent, with_traceparent
-from mqgate.tracing.events import Hop
+from mqgate.store.scope import request_scope
 
 FOUND: Final = "FOUND"
 NO_NEW_MSG: Final = "NO_NEW_MSG"
@@ -52,17 +46,14 @@ class PullResult:
 
 
 class Consuming:
-    def __init__(self, ctx: Context, topology: Topology, tracing: Tracing, queue_state: QueueState) -> None:
+    def __init__(self, ctx: Context, topology: Topology, observers: Observers) -> None:
         self.ctx = ctx
         self.topology = topology
-        self.tracing = tracing
-        self.queue_state = queue_state
-        self.redelivery = Redelivery(ctx, tracing)
+        self.observers = observers
+        self.redelivery = Redelivery(ctx, observers)
         self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
         # Set on shutdown: waiting pulls answer NO_NEW_MSG at once and new ones do not wait.
         self.closing = False
-        # Called with a consumer's name when its committed offsets may have moved (lag).
-        self.on_progress: Callable[[str], None] = _ignore
 
     def stop_waiting(self) -> None:
         """Shutdown begins: answer every waiting pull now (the process is about to go)."""
@@ -137,11 +128,12 @@ class Consuming:
                     )
                     ctx.metrics.child(ctx.metrics.consumed, c.name).inc(len(msgs))
                     slot = layout.slot(lease.queue)
-                    self.queue_state.pulled(c, slot.queue if slot.topic == c.topic else None, len(msgs))
+                    observers = self.observers
+                    for pulled in observers.pulled:
+                        pulled(c, slot.queue if slot.topic == c.topic else None, len(msgs))
                     request = encode_token(token, ctx.secret)
-                    if self.tracing.active:
-                        attempt = lease.attempts
-                        msgs = self._trace_delivered(c, slot, msgs, request, table_client, owner, attempt)
+                    for delivered in observers.delivered:
+                        msgs = delivered(c, slot, msgs, request, table_client, owner, lease.attempts)
                     return PullResult(
                         FOUND,
                         request_id=request,
@@ -153,7 +145,8 @@ class Consuming:
                     )
                 continue  # the lease was settled without delivering (dead letters, redelivery)
             remaining = deadline - time.monotonic()
-            self.queue_state.pulled(c, None, 0)
+            for pulled in self.observers.pulled:
+                pulled(c, None, 0)
             if remaining > 0 and not self.closing:
                 waiting = ctx.metrics.child(ctx.metrics.waiting, c.name)
                 waiting.inc()
@@ -166,61 +159,6 @@ class Consuming:
             if limited:
                 await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
             return PullResult(NO_NEW_MSG, ack=ack_outcome)
-
-    def _trace_delivered(
-        self,
-        c: ConsumerRecord,
-        slot: Slot,
-        raw: list[tuple[int, bytes]],
-        request_id: str,
-        client: str,
-        owner: str,
-        attempt: int,
-    ) -> list[tuple[int, bytes]]:
-        """Trace the delivery; return the messages as delivered: a traced one without a trace
-        context of its own given its derived one (tracing/context.py), so the consumer's spans
-        join its trace."""
-        msgs = [(o, decode_stored(r)) for o, r in raw]
-        events = self.tracing.batch_events(
-            "delivered",
-            c,
-            slot,
-            msgs,
-            client_id=client or None,
-            client_addr=owner.split("/", 1)[0],
-            request_id=request_id,
-            attempt=attempt,
-        )
-        self.tracing.record_later(events)
-        if not events:
-            return raw
-        traced = {e.msg_id for e in events}
-        return [
-            (o, r if m.msg_id not in traced else with_context(m, r))
-            for (o, r), (_, m) in zip(raw, msgs, strict=True)
-        ]
-
-    async def _trace_settled(
-        self, c: ConsumerRecord, token: AckToken, hop: Hop, durable: bool, refusal: str | None = None
-    ) -> None:
-        """acked or released hops of a batch: its messages are read back (only while a policy
-        exists), so any gateway can trace an ack of a pull another one served."""
-        slot = (await self.topology.layout(c)).slot(token.queue)
-        count = token.next_offset - token.offset
-        msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
-        events = self.tracing.batch_events(
-            hop,
-            c,
-            slot,
-            msgs,
-            client_id=token.client_id or None,
-            request_id=encode_token(token, self.ctx.secret),
-            **({"status": "error", "error_type": refusal, "error_node": c.name} if refusal else {}),
-        )
-        if durable:
-            await self.tracing.record(events)
-        else:
-            self.tracing.record_later(events)
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
@@ -327,12 +265,10 @@ class Consuming:
         self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
         if refusal is None:
             self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
-            self.on_progress(c.name)
-            self.queue_state.acked(c, token.queue, token.next_offset - token.offset)
-            if self.tracing.active:
-                await self._trace_settled(c, token, "acked", durable=True)
-        elif self.tracing.active:
-            await self._trace_settled(c, token, "acked", durable=False, refusal=refusal)
+            for acked in self.observers.acked:
+                acked(c, token.queue, token.next_offset - token.offset)
+        for settled in self.observers.settled:
+            await settled(c, token, "acked", refusal is None, refusal)
         return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
@@ -340,8 +276,8 @@ class Consuming:
         if c.mode != MODE_CLUSTER:  # broadcast: delivered again at once to the same client
             raise_refusal(await offsets.release(token, now_ms()), "release")
             self.ctx.store.wake(c.topic, consumer=c.name, count=1)
-            if self.tracing.active:
-                await self._trace_settled(c, token, "released", durable=False)
+            for settled in self.observers.settled:
+                await settled(c, token, "released", False, None)
             return
         # Hold the lock while the batch is handed to the scheduler, so no one else takes it.
         raise_refusal(await offsets.extend(token, now_ms(), RELEASE_HOLD_S), "release")
@@ -349,29 +285,16 @@ class Consuming:
         count = token.next_offset - token.offset
         msgs = await self.ctx.store.read(slot.topic, slot.queue, token.offset, count)
         lease = Lease(token.queue, token.offset, token.next_offset, token.lock_ts, 1)
-        if self.tracing.active:
-            self.redelivery.trace(
-                c, slot, msgs, "released", 1, request_id=encode_token(token, self.ctx.secret)
-            )
+        if self.observers.batch_hop:
+            request_id = encode_token(token, self.ctx.secret)
+            for batch_hop in self.observers.batch_hop:
+                batch_hop(c, slot, msgs, "released", 1, request_id=request_id)
         await self.redelivery.later(c, token.client_id, lease, msgs, 1)
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:
         raise_refusal(await self.ctx.offsets.extend(token, now_ms(), seconds), "extend")
 
 
-def _ignore(consumer: str) -> None:
-    return None
-
-
 def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
     if refusal is not None:
         raise Conflict(f"{what} refused: {refusal.replace('_', ' ')}", field="requestId", code=refusal)
-
-
-def with_context(message: StoredMessage, raw: bytes) -> bytes:
-    """`raw` (the stored `message`) as delivered to a consumer whose delivery is traced: with
-    the message's trace context among its properties (its own when valid, else derived)."""
-    properties = with_traceparent(message.properties, derived_traceparent(message.msg_id))
-    if properties is message.properties:
-        return raw
-    return encode_stored(msgspec.structs.replace(message, properties=properties))

@@ -249,15 +249,8 @@ class DeadLetters:
             placed.append((o, m.msg_id, t.name, q, len(batch)))
             batch.append(redriven_message(m, ts))
         firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in batches.items()}
-        tracing = self.producing.tracing
-        if tracing.active:
-            for name, qs in batches.items():
-                for q, msgs in qs.items():
-                    copies = [(firsts[name][q] + i, m) for i, m in enumerate(msgs)]
-                    events = tracing.message_events(
-                        "redriven", topics[name], q, copies, (c.name,), consumer=c.name
-                    )
-                    await tracing.record(events)
+        for redriven in self.producing.observers.redriven:
+            await redriven(c, topics, batches, firsts)
         return [RedrivenCopy(o, mid, topic, q, firsts[topic][q] + i) for o, mid, topic, q, i in placed]
 
 

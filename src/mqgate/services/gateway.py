@@ -1,4 +1,6 @@
-"""One gateway process's services and their lifecycle: recovery before intake, background jobs."""
+"""One gateway process's data path and its lifecycle: recovery before intake, background jobs,
+and the features it starts once the data path is ready (attached through services/observers.py;
+built by the composition root, mqgate/app.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ import contextlib
 import logging
 import signal
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from types import FrameType
 from typing import Any, Final
 
@@ -20,15 +22,11 @@ from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
-from mqgate.services.metrics_history import MetricsHistory
+from mqgate.services.observers import Observers
 from mqgate.services.operations import Operations
-from mqgate.services.produce import Producing
-from mqgate.services.projects import Projects
+from mqgate.services.produce import Producing, SpoolSink
 from mqgate.services.qos import DeliveryLoop
-from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
-from mqgate.services.trace_lookup import TraceLookup
-from mqgate.services.tracing import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -36,21 +34,44 @@ log = logging.getLogger(__name__)
 STOP_SIGNALS: Final = (signal.SIGTERM, signal.SIGINT)
 
 
+class Feature:
+    """A part of the platform the gateway starts after the data path is ready and stops
+    before it (tracing, queue state, ...). Every method a no-op here."""
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def registry_changed(self, changed: Snapshot, removed: Removed) -> None:
+        """Registrations changed (on this gateway or, seen at a refresh, on another)."""
+
+
 class Gateway:
-    def __init__(self, ctx: Context) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        topology: Topology | None = None,
+        observers: Observers | None = None,
+        *,
+        features: Sequence[Feature] = (),
+        spool: SpoolSink | None = None,
+    ) -> None:
+        """`topology`, `observers`: those the features were built with (None: the data path
+        alone); `features`: started in this order once the data path is ready, stopped in
+        reverse; `spool`: where produces go that a project's cluster cannot take."""
         self.ctx = ctx
-        self.topology = Topology(ctx)
-        self.tracing = Tracing(ctx)
-        self.queue_state = QueueState(ctx)
-        self.projects = Projects(ctx, self.topology)
-        self.producing = Producing(ctx, self.topology, self.tracing, self.queue_state)
-        self.consuming = Consuming(ctx, self.topology, self.tracing, self.queue_state)
+        self.observers = observers = observers or Observers()
+        self.topology = topology = topology or Topology(ctx)
+        self.producing = Producing(ctx, self.topology, observers, spool)
+        self.consuming = Consuming(ctx, self.topology, observers)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
         self.operations = Operations(ctx, self.topology, self.consuming)
+        observers.attach(self.operations)  # acks move the lag gauges
         self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
         self.browsing = Browsing(ctx, self.log_reading)
-        self.trace_lookup = TraceLookup(ctx, self.topology, self.tracing)
-        self.metrics_history = MetricsHistory(ctx)
+        self.features = tuple(features)
         self._tasks: list[asyncio.Task[None]] = []
         self._chained: list[tuple[int, Any, Any]] = []  # (signal, our handler, the one before)
 
@@ -62,11 +83,8 @@ class Gateway:
         await ctx.scheduler.open()
         await ctx.registry.start()
         await self.topology.sync(ctx.registry.snapshot)
-        await self.projects.ensure_trace_topics()
-        self.tracing.policies_changed(ctx.registry.snapshot.policies.values())
-        await self.tracing.start()
-        await self.queue_state.start()
-        await self.metrics_history.start()
+        for feature in self.features:
+            await feature.start()
         ctx.registry.on_change = self._registry_changed
         delivery = DeliveryLoop(
             ctx.scheduler,
@@ -120,8 +138,8 @@ class Gateway:
         self._chained = []
 
     async def _registry_changed(self, changed: Snapshot, removed: Removed) -> None:
-        if changed.policies or removed.policies:
-            self.tracing.policies_changed(self.ctx.registry.snapshot.policies.values())
+        for feature in self.features:
+            await feature.registry_changed(changed, removed)
         self.topology.forget(removed)
         for name in removed.consumers:
             self.consuming.forget(name)
@@ -138,9 +156,8 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         ctx = self.ctx
-        await self.metrics_history.stop()
-        await self.queue_state.stop()
-        await self.tracing.stop()
+        for feature in reversed(self.features):
+            await feature.stop()
         ctx.registry.on_change = None
         await ctx.registry.stop()
         await ctx.scheduler.close()

@@ -4,7 +4,7 @@ track their own position (a Spark job): SPEC D1."""
 from __future__ import annotations
 
 from mqgate.errors import BadRequest
-from mqgate.model import MODE_CLUSTER, QueueBounds, decode_stored
+from mqgate.model import MODE_CLUSTER, QueueBounds
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
@@ -16,7 +16,7 @@ class LogReading:
         self.ctx = ctx
         self.topology = topology
         self.consuming = consuming
-        self.tracing = consuming.tracing
+        self.observers = consuming.observers
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
         """min/max of each of the topic's store queues (every priority lane, in store order)."""
@@ -34,14 +34,9 @@ class LogReading:
             raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
         start = max(offset, bounds[queue].min)
         raw = await self.ctx.store.read_raw(topic, queue, start, max_count)
-        if raw and self.tracing.active:
-            msgs = [(o, decode_stored(r)) for o, r in raw]
-            readers = (reader,) if reader else ()
-            self.tracing.record_later(
-                self.tracing.message_events(
-                    "read", self.tracing.topic_of(topic), queue, msgs, readers, consumer=reader
-                )
-            )
+        if raw:
+            for read in self.observers.read:
+                read(topic, queue, raw, reader)
         return (raw[0][0] if raw else start), raw
 
     async def commit(self, c: ConsumerRecord, offsets: dict[int, int]) -> dict[int, int]:

@@ -14,8 +14,10 @@ from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
 from mqgate.offsets.interface import OffsetEntry
+from mqgate.registry.records import ConsumerRecord
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
+from mqgate.services.observers import Observer
 from mqgate.services.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -79,12 +81,14 @@ class ResetOutcome:
     clamped: list[ClampedOffset]
 
 
-class Operations:
+class Operations(Observer):
+    """Consumer operations, and the lag gauges: an observer of acks (a consumer's committed
+    offsets moved)."""
+
     def __init__(self, ctx: Context, topology: Topology, consuming: Consuming) -> None:
         self.ctx = ctx
         self.topology = topology
         self.consuming = consuming
-        consuming.on_progress = self.lag_changed
         self._lag_dirty: set[str] = set()
         self._lag_kick = asyncio.Event()
         self._lag_asked = 0  # lag_changed calls so far
@@ -198,6 +202,9 @@ class Operations:
         return ResetOutcome(await self.progress(name), clamped)
 
     # --- lag gauges ---------------------------------------------------------------------
+
+    def acked(self, c: ConsumerRecord, queue: int, count: int) -> None:
+        self.lag_changed(c.name)
 
     def lag_changed(self, consumer: str) -> None:
         """`consumer`'s lag may have moved (an ack, a registration): recompute its gauge soon."""

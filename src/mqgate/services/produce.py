@@ -11,15 +11,15 @@ from typing import Final, Protocol
 
 import msgspec
 
-from mqgate.clusters.scope import request_scope
 from mqgate.core.ids import ids_by_queue, new_message_ids
 from mqgate.core.layout import INBOX_PREFIX, QueueGrid
+from mqgate.core.trace_context import TRACEPARENT, request_context, with_traceparent
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MessageInput, Receipt, StoredMessage
 from mqgate.registry.records import ProducerRecord, TopicRecord
 from mqgate.scheduler.interface import Destination, Due
 from mqgate.services.context import Context, now_ms
-from mqgate.services.produce_traces import ProduceTraces
+from mqgate.services.observers import Observers
 from mqgate.services.qos import (
     TOPIC_TARGET,
     Placement,
@@ -29,13 +29,9 @@ from mqgate.services.qos import (
     placements,
     split_target,
 )
-from mqgate.services.queue_state import QueueState
 from mqgate.services.topology import Topology
-from mqgate.services.tracing import Tracing
 from mqgate.store.interface import Encoded
-from mqgate.tracing.context import TRACEPARENT, request_context, with_traceparent
-from mqgate.tracing.events import TraceEvent
-from mqgate.tracing.rounds import QueueTracer
+from mqgate.store.scope import request_scope
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +42,7 @@ SPOOLED: Final = "spooled"  # kept in the gateway's spool until a cluster takes 
 
 
 class SpoolSink(Protocol):
-    """Where produces go that the project's cluster cannot take (services/failover.py)."""
+    """Where produces go that the project's cluster cannot take (failover/service.py)."""
 
     @property
     def routes_any(self) -> bool: ...
@@ -61,14 +57,14 @@ class SpoolSink(Protocol):
 
 
 class Producing:
-    def __init__(self, ctx: Context, topology: Topology, tracing: Tracing, queue_state: QueueState) -> None:
+    def __init__(
+        self, ctx: Context, topology: Topology, observers: Observers, spool: SpoolSink | None = None
+    ) -> None:
         self.ctx = ctx
         self.topology = topology
-        self.tracing = tracing
-        self.queue_state = queue_state
+        self.observers = observers
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self.failover: SpoolSink | None = None
-        self.traces = ProduceTraces(ctx, tracing)
+        self.failover = spool
 
     def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
         """The queue of a message: by its order key's hash, else round robin."""
@@ -93,11 +89,11 @@ class Producing:
             with request_scope() if routing else NO_SCOPE:  # one cluster per request (SPEC P8)
                 receipts = await self._produce(producer, topic, messages, traceparent)
         except MqgateError as exc:
-            self.queue_state.produce_failed(topic, exc.code)
-            if self.tracing.active:
-                self.traces.failed(producer, topic, messages, exc)
+            for failed in self.observers.produce_failed:
+                failed(producer, topic, messages, exc)
             raise
-        self.queue_state.produced(topic, len(messages))
+        for produced in self.observers.produced:
+            produced(topic, len(messages))
         return receipts
 
     async def _produce(
@@ -112,22 +108,15 @@ class Producing:
             return await self._produce_with_qos(producer, messages, ts, traceparent)
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
-        tracing = self.tracing
+        observers = self.observers
         # The request's valid trace context is kept with each message; without one, a message
         # keeps only its own, and a traced one is known by the context derived from its id
-        # (tracing/context.py): nothing more is stored.
+        # (core/trace_context.py): nothing more is stored.
         context = request_context(traceparent)
         grid = topic.grid
         queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
-        # The traced queues (one producer sent them all: one tracer per queue).
-        tracers: dict[int, QueueTracer] = {}
-        if tracing.active:
-            for q in dict.fromkeys(queues):
-                found = tracing.queue_tracer(topic, q, producer.name)
-                if found is not None:
-                    tracers[q] = found
         # Messages without properties of their own share one dict (nothing changes a stored
         # message's properties); `own_context`: queues where a message kept a context of its own.
         only_context = {TRACEPARENT: context} if context else {}
@@ -146,8 +135,6 @@ class Producing:
             elif props and TRACEPARENT in props:
                 own_context.add(q)
             batch.append(StoredMessage(msg_id, ts, producer.name, m.body, m.keys, m.tags, props))
-        # Per traced queue, the context all its messages carry (None: each its derived one).
-        shared = {q: context for q in tracers if q not in own_context}
         failover = self.failover
         project = (
             failover.project_of_topic(topic.name) if failover is not None and failover.routes_any else None
@@ -157,17 +144,20 @@ class Producing:
             if placed_firsts is None:
                 return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
             firsts = placed_firsts
-            await self.traces.produced(topic, by_queue, firsts, ts, shared)
-        elif not tracers:  # nothing traced
-            firsts = await self.ctx.store.append_many(topic.name, by_queue)
-        elif tracing.ready(topic) or await tracing.ready_for(topic):
-            # The trace records go in the messages' own group commit: no second durable wait.
-            # A store that refuses them tells their round group, which buffers them for a retry.
-            companions = tracing.companions.make(topic, by_queue, ts, shared, tracers)
-            firsts, _ = await self.ctx.store.append_many_with(topic.name, by_queue, companions)
+            for stored in observers.stored:
+                await stored(producer, topic, by_queue, firsts, ts, context, own_context)
         else:
-            firsts = await self.ctx.store.append_many(topic.name, by_queue)
-            await self.traces.produced(topic, by_queue, firsts, ts, shared)
+            records = None
+            for records_with in observers.records_with:  # one feature writes records at most
+                records = await records_with(producer, topic, by_queue, ts, context, own_context)
+            if records is not None:
+                # A feature's records go in the messages' own group commit: no second durable
+                # wait. A store that refuses them tells their group, which keeps them to retry.
+                firsts, _ = await self.ctx.store.append_many_with(topic.name, by_queue, records)
+            else:
+                firsts = await self.ctx.store.append_many(topic.name, by_queue)
+                for stored in observers.stored:
+                    await stored(producer, topic, by_queue, firsts, ts, context, own_context)
         self.ctx.metrics.child(self.ctx.metrics.produced, topic.name).inc(len(messages))
         broker = self.ctx.store.broker
         return [Receipt(by_queue[q][i].msg_id, broker, STORED, q, firsts[q] + i) for q, i in placed]
@@ -181,7 +171,8 @@ class Producing:
         assert self.failover is not None
         if self.failover.must_spool(project, topic.name, list(by_queue)):
             await self.failover.spool_produce(project, topic.name, by_queue, tried=False)
-            self.traces.spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
+            for spooled in self.observers.spooled:
+                spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
             return None
         try:
             return await self.ctx.store.append_many(topic.name, by_queue)
@@ -192,7 +183,8 @@ class Producing:
             log.warning("project %s: spooling %d messages of %s: %s", project, count, topic.name, exc.message)
             # It may have reached the cluster before failing: its resend is counted.
             await self.failover.spool_produce(project, topic.name, by_queue, tried=True)
-            self.traces.spooled(topic, by_queue, ts, exc.message)
+            for spooled in self.observers.spooled:
+                spooled(topic, by_queue, ts, exc.message)
             return None
 
     async def _produce_with_qos(
@@ -238,16 +230,13 @@ class Producing:
                 holds.append((held_payload(stored, m.order_key or None), later))
         if holds:
             await self.ctx.scheduler.hold(holds)
-            if self.tracing.active:
-                home = self.ctx.registry.topic(producer.topic)
-                events: list[TraceEvent] = []
-                for payload, later in holds:
-                    held = [(None, held_message(payload))]
-                    events += self.tracing.message_events("accepted", home, None, held, (), time_ms=ts)
-                    for d in later:
-                        where = f"{d.target} at {d.deliver_at_ms}"
-                        events += self.tracing.message_events("scheduled", home, None, held, (), detail=where)
-                await self.tracing.record(events)
+            if self.observers.held:
+                held = [
+                    (held_message(payload), [f"{d.target} at {d.deliver_at_ms}" for d in later])
+                    for payload, later in holds
+                ]
+                for hook in self.observers.held:
+                    await hook(producer, held, ts)
         by_topic: dict[str, dict[int, list[StoredMessage]]] = {}
         slots: list[int] = []
         for topic, _, msg, q in plan:
@@ -258,11 +247,8 @@ class Producing:
             else:
                 slots.append(-1)
         firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in by_topic.items()}
-        if self.tracing.active:
-            for name, qs in by_topic.items():
-                await self.tracing.record(
-                    self.traces.stored_events(self.ctx.registry.topic(name), qs, firsts[name], ts)
-                )
+        for stored_qos in self.observers.stored_qos:
+            await stored_qos(by_topic, firsts, ts)
         for topic, qs in by_topic.items():
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(sum(len(b) for b in qs.values()))
             if topic.startswith(INBOX_PREFIX):
@@ -294,8 +280,8 @@ class Producing:
                 by_queue.setdefault(self.store_queue_for(topic, grid, lane, order_key), []).append(msg)
             firsts = await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
-            if self.tracing.active:
-                self.traces.due(target, topic, by_queue, firsts)
+            for came_due in self.observers.came_due:
+                came_due(target, topic, by_queue, firsts)
             kind, name = split_target(target)
             if kind != TOPIC_TARGET:
                 self.topology.wake_reader_of(name)

@@ -17,9 +17,8 @@ from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
 from mqgate.scheduler.interface import Destination
 from mqgate.services.context import Context, now_ms
+from mqgate.services.observers import BatchHop, Observers
 from mqgate.services.qos import RETRY_TARGET, held_payload
-from mqgate.services.tracing import Tracing
-from mqgate.tracing.events import Hop
 
 log = logging.getLogger(__name__)
 
@@ -35,23 +34,22 @@ def deliveries(m: StoredMessage) -> int:
 
 
 class Redelivery:
-    def __init__(self, ctx: Context, tracing: Tracing) -> None:
+    def __init__(self, ctx: Context, observers: Observers) -> None:
         self.ctx = ctx
-        self.tracing = tracing
+        self.observers = observers
 
     def trace(
         self,
         c: ConsumerRecord,
         slot: Slot,
         msgs: list[tuple[int, StoredMessage]],
-        hop: Hop,
+        hop: BatchHop,
         attempt: int,
         **fields: Any,
     ) -> None:
-        """A hop of a consumer's batch that is not an answer to anyone (buffered, see Tracing)."""
-        if not self.tracing.active:
-            return
-        self.tracing.record_later(self.tracing.batch_events(hop, c, slot, msgs, attempt=attempt, **fields))
+        """What the gateway did with a consumer's batch on its own, told to the observers."""
+        for batch_hop in self.observers.batch_hop:
+            batch_hop(c, slot, msgs, hop, attempt, **fields)
 
     async def later(
         self,
@@ -79,7 +77,7 @@ class Redelivery:
             holds.append((held_payload(again, None), [target]))
         if holds:
             await self.ctx.scheduler.hold(holds)
-            if self.tracing.active:
+            if self.observers.batch_hop:
                 kept = {o for o, _ in given_up}
                 retried = [(o, m) for o, m in msgs if o not in kept]
                 self.trace(c, self._slot(c, lease.queue), retried, "redelivered", failed_now + 1)
@@ -171,7 +169,7 @@ class Redelivery:
             for o, m in msgs
         ]
         await self.ctx.store.append(dlq_topic(c.name), 0, moved)
-        if self.tracing.active:
+        if self.observers.batch_hop:
             if reason == DLQ_REASON_EXPIRED:
                 self.trace(c, slot, msgs, "expired", delivered, status="error", error_type=reason)
             self.trace(

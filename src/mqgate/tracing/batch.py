@@ -27,8 +27,8 @@ from typing import Final, Literal, NamedTuple
 import msgspec
 
 from mqgate.core.ids import id_run, in_id_run, is_valid_run
-from mqgate.core.trace_policy import CONTENT_REF, Level, Mode, cut_body, kept_fields
 from mqgate.tracing.events import Hop, LevelName, Resource, TraceEvent, decode_event
+from mqgate.tracing.policy import CONTENT_REF, Level, Mode, cut_body, kept_fields
 
 BATCH_PREFIX: Final = b'{"kind":"batch"'
 ROUND_PREFIX: Final = b'{"kind":"round"'

@@ -11,8 +11,8 @@ from typing import Final, Literal
 
 import msgspec
 
-from mqgate.core.trace_policy import cut_body
 from mqgate.names import TRACE_PREFIX
+from mqgate.tracing.policy import cut_body
 
 # The trace topic of a project: `%TRACE%<project>`.
 TRACE_TOPIC_PREFIX: Final = TRACE_PREFIX

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from mqgate.tracing.context import context_of
+from mqgate.core.trace_context import context_of
 from mqgate.tracing.events import Resource, TraceEvent, hops_in_order
 
 
@@ -52,7 +52,7 @@ class MessagePath:
     topic: str
     keys: list[str]
     producer: str | None
-    traceparent: str  # W3C: the producer's, else derived from the id (tracing/context.py)
+    traceparent: str  # W3C: the producer's, else derived from the id (core/trace_context.py)
     level: str  # the highest level any hop was recorded at
     hops: list[HopView]
     failures: list[HopView] = field(default_factory=list)  # the hops that failed, in order

@@ -13,9 +13,9 @@ from operator import attrgetter
 from typing import Any, Final, NamedTuple, Protocol
 
 from mqgate.core.ids import is_id_run
+from mqgate.core.trace_context import TRACEPARENT
 from mqgate.model import StoredMessage
 from mqgate.tracing.batch import BatchShape, QueueRun, TraceBatch, cut_bodies, shared_or_each
-from mqgate.tracing.context import TRACEPARENT
 from mqgate.tracing.events import Hop, Resource
 
 PRODUCE_HOPS: Final[tuple[Hop, ...]] = ("accepted", "stored")

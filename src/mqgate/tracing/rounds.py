@@ -11,12 +11,12 @@ from typing import Final
 import msgspec
 
 from mqgate.core.ids import new_message_id
-from mqgate.core.trace_policy import MatchedTrace
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.store.interface import Companions, Encoded
 from mqgate.tracing.batch import TraceBatch, TraceRound, batch_shape, encode_batch
 from mqgate.tracing.events import Resource, TraceEvent, encode_event
+from mqgate.tracing.policy import MatchedTrace
 from mqgate.tracing.produce_batches import SINGLE_RUN_MAX, RunOrigin, SingleRun
 
 TRACE_PRODUCER: Final = "%trace"  # the producer name of trace messages in the store
@@ -124,7 +124,7 @@ OpenGroup = Callable[[str, str], RoundGroup]
 
 class QueueTracer:
     """The traced single-message produces of one producer to one queue of a topic, under the
-    policies in force (services/tracing.py keeps one per producer and queue until they change):
+    policies in force (tracing/service.py keeps one per producer and queue until they change):
     what their trace records share (a `RunOrigin`), and the run a produce joins (`join`). A
     produce continues the open run when its offset follows it in the same round; else it opens
     another in its project's open round group."""

@@ -1,5 +1,5 @@
 """Throughput and lag over the last hour, day or week, from the gateway's metrics history
-(mqgate.services.metrics_history): on the overview and on a page of their own."""
+(mqgate.metrics_history): on the overview and on a page of their own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ FRESH_S: Final = 1.0  # a page shows what happened up to a second ago (sampled o
 async def charts(c: Console, span: str) -> list[Chart]:
     if span not in SPANS:
         raise BadRequest(f"range must be one of {', '.join(SPANS)}", field="range")
-    history = c.gateway.metrics_history
+    history = c.platform.metrics_history
     await history.sample(at_least_s=FRESH_S)
     points = await history.series(span)
     return [

@@ -10,6 +10,9 @@ from urllib.parse import urlencode
 
 import msgspec
 
+from mqgate.api.decoding import convert
+from mqgate.api.limits import SettingsLimits
+from mqgate.api.shapes import Input
 from mqgate.console.app import Console, Visit
 from mqgate.console.projects import project_of, user_topics
 from mqgate.console.web import WebResponse
@@ -17,6 +20,7 @@ from mqgate.errors import BadRequest, Forbidden
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
 
 T = TypeVar("T")
+S = TypeVar("S", bound=Input)
 
 
 def fragment(console: Console, v: Visit, template: str, /, **values: Any) -> WebResponse:
@@ -106,6 +110,16 @@ def plain(rec: Any) -> dict[str, Any]:
     values: dict[str, Any] = msgspec.to_builtins(rec)
     values.pop("token_hash", None)
     return values
+
+
+def form_input(c: Console, shape: type[S], **fields: str | int | None) -> S:
+    """Form fields, named as the API shape's attributes (max_priority), decoded and checked as
+    the API decodes its requests (the shape, then the limits that are settings): a value the API
+    refuses is refused here with the API's message, naming the API's field (maxPriority)."""
+    wire = {f.name: f.encode_name for f in msgspec.structs.fields(shape)}
+    value = convert({wire[name]: x for name, x in fields.items() if x is not None}, shape)
+    SettingsLimits(c.settings).check(value)
+    return value
 
 
 def required(v: Visit, name: str) -> str:

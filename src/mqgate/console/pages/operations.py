@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from mqgate.alerts.service import ActiveAlert
 from mqgate.console.app import Console, Route, Visit
 from mqgate.console.pages.charts import SPANS, charts
 from mqgate.console.pages.common import plain, require_change, require_view, snapshot, visible_consumers
@@ -17,7 +18,6 @@ from mqgate.console.projects import project_of
 from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest
 from mqgate.registry.records import ConsumerRecord
-from mqgate.services.alerts import ActiveAlert
 from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
 
 # The overview reads the progress of at most this many consumers (each a few store reads): the

@@ -12,8 +12,8 @@ from mqgate.console.app import Console, Route, Visit, now_ms
 from mqgate.console.pages.common import fragment, plain, require_admin, require_view, required, snapshot
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
 from mqgate.console.web import REPORT_CSP, WebResponse, redirect
-from mqgate.core.diagnosis import ProjectHealth
 from mqgate.errors import BadRequest, NotFound
+from mqgate.queuestate.diagnosis import ProjectHealth
 from mqgate.queuestate.rows import QueueInterval
 
 HOUR_MS: Final = 3_600_000
@@ -37,7 +37,7 @@ async def newest_intervals(
     """A project's newest queue-state rows since `since_ms` (of a topic, a queue), at most
     `limit`, newest first; and whether there are more. The database picks them (index on
     project and time): a project of hundreds of queues has tens of thousands an hour."""
-    qs = c.gateway.queue_state
+    qs = c.platform.queue_state
     await qs.recorder.flush()  # closed intervals this gateway still holds
     t = qs.history.queues
     where = [t.c.project == project, t.c.start_ms >= since_ms]
@@ -59,7 +59,7 @@ async def project_health(c: Console, project: str) -> ProjectHealth:
     consumers). The diagnosis reads every row of its window (at hundreds of queues, tens of
     thousands); a changed answer shows at the latest one interval late (late merges of other
     gateways into rows already written). One computation serves every request that waits."""
-    qs = c.gateway.queue_state
+    qs = c.platform.queue_state
     interval_ms = max(int(c.settings.queue_state_interval_s * 1000), 1)
     await qs.recorder.flush()  # closed intervals this gateway still holds
     h = qs.history
@@ -96,28 +96,28 @@ class ProjectPages:
                 continue
             rec = snap.projects[name]
             mine = [t.name for t in topics if topic_project(t) == name]
-            policies = [p for p in snap.policies.values() if name in self.c.gateway.projects.projects_of(p)]
+            policies = [p for p in snap.policies.values() if name in self.c.platform.projects.projects_of(p)]
             rows.append({"p": rec, "topics": mine, "policies": len(policies)})
         return self.c.page(v, "projects.html", rows=rows, default=DEFAULT_PROJECT)
 
     async def create(self, v: Visit) -> WebResponse:
         require_admin(v)
         name = required(v, "name")
-        rec = await self.c.gateway.projects.create(name, v.req.arg("description"))
+        rec = await self.c.platform.projects.create(name, v.req.arg("description"))
         await self.c.audit_change(v, "project.create", name, name, after=plain(rec))
         return redirect(self.c.url(f"/projects/{name}?note=project {name} created"))
 
     async def delete(self, v: Visit) -> WebResponse:
         require_admin(v)
         name = v.params["name"]
-        rec = await self.c.gateway.projects.project(name)
-        await self.c.gateway.projects.delete(name)
+        rec = await self.c.platform.projects.project(name)
+        await self.c.platform.projects.delete(name)
         await self.c.audit_change(v, "project.delete", name, name, before=plain(rec))
         return redirect(self.c.url(f"/projects?note=project {name} deleted"))
 
     async def show(self, v: Visit) -> WebResponse:
         name = v.params["name"]
-        rec = await self.c.gateway.projects.project(name)
+        rec = await self.c.platform.projects.project(name)
         require_view(v, name)
         hours = v.req.float_arg("hours", 1.0) or 1.0
         if not 0 < hours <= 24 * 90:
@@ -125,7 +125,7 @@ class ProjectPages:
         topic, queue = v.req.arg("topic") or None, v.req.int_arg("queue")
         since = now_ms() - int(hours * HOUR_MS)
         intervals, more = await newest_intervals(self.c, name, topic, queue, since, QUEUE_ROWS)
-        topics = sorted(self.c.gateway.projects.topics_of(name), key=lambda t: t.name)
+        topics = sorted(self.c.platform.projects.topics_of(name), key=lambda t: t.name)
         return self.c.page(
             v,
             "project.html",
@@ -143,7 +143,7 @@ class ProjectPages:
         """The project's health verdict and findings (a diagnosis over its queue-state window:
         at a few hundred queues, a second or more), a part the project page loads after it."""
         name = v.params["name"]
-        await self.c.gateway.projects.project(name)
+        await self.c.platform.projects.project(name)
         require_view(v, name)
         found = await project_health(self.c, name)
         return fragment(self.c, v, "project_health.html", health=found, verdict_class=VERDICT_CLASS)
@@ -152,7 +152,7 @@ class ProjectPages:
         """The project's trace analytics report (`mqgate analytics --out <reports_dir>/<name>`),
         as the job wrote it: self-contained HTML (or its JSON with every figure)."""
         name = v.params["name"]
-        await self.c.gateway.projects.project(name)
+        await self.c.platform.projects.project(name)
         require_view(v, name)
         wanted = "report.json" if v.req.arg("format") == "json" else "report.html"
         path = self.c.settings.project_report_dir(name) / wanted

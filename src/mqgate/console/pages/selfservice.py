@@ -8,7 +8,7 @@ from typing import Any
 from mqgate.console.app import Console, Route, Visit
 from mqgate.console.applications import APPROVED, FAILED, KINDS, PENDING, REJECTED, Application
 from mqgate.console.pages.common import require_change, required, snapshot, visible_topics
-from mqgate.console.pages.topology import HOUR_MS, register_client
+from mqgate.console.pages.topology import HOUR_MS, register_client, topic_form
 from mqgate.console.projects import all_projects, create_topic_in, topic_project
 from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest, Forbidden, MqgateError, NotFound
@@ -48,9 +48,10 @@ class SelfServicePages:
         settings: dict[str, Any] = {}
         if kind == "topic":
             project = required(v, "project")
+            topic_in = topic_form(self.c, v, project)  # refused now, not when it is approved
             settings = {
-                "queues": v.req.int_arg("queues", self.c.settings.default_queues),
-                "max_priority": v.req.int_arg("max_priority", 0),
+                "queues": topic_in.queues or self.c.settings.default_queues,
+                "max_priority": topic_in.max_priority,
                 "retention_hours": v.req.float_arg("retention_hours"),
             }
         else:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 
+from mqgate.api.shapes import TopicChangeIn, TopicIn
 from mqgate.console.app import Console, Route, Visit
 from mqgate.console.pages.common import (
+    form_input,
     matching,
     paginate,
     plain,
@@ -54,14 +56,18 @@ class TopologyPages:
         )
 
     async def create_topic(self, v: Visit) -> WebResponse:
-        name, project = required(v, "name"), v.req.arg("project", "default")
+        project = v.req.arg("project", "default")
         require_change(v, project)
         s = self.c.settings
-        queues = v.req.int_arg("queues", s.default_queues) or s.default_queues
-        hours = v.req.float_arg("retention_hours")
-        retention_ms = int(hours * HOUR_MS) if hours else s.default_retention_ms
+        topic = topic_form(self.c, v, project)
+        name = topic.name
         rec = await create_topic_in(
-            self.c.gateway, name, project, queues, retention_ms, v.req.int_arg("max_priority", 0) or 0
+            self.c.gateway,
+            name,
+            project,
+            topic.queues or s.default_queues,
+            topic.retention_ms or s.default_retention_ms,
+            topic.max_priority,
         )
         await self.c.audit_change(v, "topic.create", name, project, after=plain(rec))
         back = f"/projects/{project}" if v.req.arg("back") == "project" else "/topics"
@@ -72,8 +78,15 @@ class TopologyPages:
         before = await self.c.gateway.topology.topic(name)
         project = topic_project(before)
         require_change(v, project)
+        grow = form_input(
+            self.c,
+            TopicChangeIn,
+            name=name,
+            queues=v.req.arg("queues"),
+            max_priority=v.req.arg("max_priority"),
+        )
         after = await self.c.gateway.topology.change_topic(
-            name, queues=v.req.int_arg("queues"), max_priority=v.req.int_arg("max_priority")
+            name, queues=grow.queues, max_priority=grow.max_priority
         )
         await self.c.audit_change(v, "topic.grow", name, project, plain(before), plain(after))
         return redirect(self.c.url(f"/topics?note=topic {name}: {after.queues} queues"))
@@ -175,6 +188,21 @@ class TopologyPages:
             Route("POST", kind + "/revoke", self.revoke),
             Route("POST", kind + "/delete", self.delete),
         ]
+
+
+def topic_form(c: Console, v: Visit, project: str) -> TopicIn:
+    """A new topic's form (on the topics and project pages, in an application for a topic) as
+    the API's request for it: the same limits, refused with the same messages."""
+    hours = v.req.float_arg("retention_hours")
+    return form_input(
+        c,
+        TopicIn,
+        name=v.req.arg("name"),
+        project=project,
+        queues=v.req.arg("queues"),
+        max_priority=v.req.arg("max_priority"),
+        retention_ms=int(hours * HOUR_MS) if hours else None,
+    )
 
 
 async def register_client(c: Console, kind: str, name: str, topic: str, mode: str, start: str) -> str:

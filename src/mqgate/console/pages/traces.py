@@ -35,7 +35,7 @@ class TracePages:
         hidden = 0
         paths = []
         if value:
-            found = await self.c.gateway.trace_lookup.find(**{
+            found = await self.c.platform.trace_lookup.find(**{
                 "msg_id": None, "request_id": None, "key": None, keyword: value
             })  # fmt: skip
             # A path is shown to whoever may see its project.
@@ -56,7 +56,7 @@ class TracePages:
     # --- policies ---------------------------------------------------------------------------
 
     def _projects_of(self, rec: PolicyRecord) -> set[str]:
-        return self.c.gateway.projects.projects_of(rec)
+        return self.c.platform.projects.projects_of(rec)
 
     def _require_policy_change(self, v: Visit, rec: PolicyRecord) -> None:
         """An admin, or an owner of every project the policy can select."""
@@ -74,7 +74,7 @@ class TracePages:
         me = v.principal
         snap = snapshot(self.c)
         rows = []
-        for rec in self.c.gateway.projects.policies():
+        for rec in self.c.platform.projects.policies():
             projects = self._projects_of(rec)
             if me.is_admin or any(me.can_view(p) for p in projects):
                 can_delete = me.is_admin or (bool(projects) and all(me.can_change(p) for p in projects))
@@ -110,7 +110,7 @@ class TracePages:
         service = (v.req.arg("service") or None) if mode == "service" else None
         draft = PolicyRecord("", mode, level, project, topic, queue, service, 0)
         self._require_policy_change(v, draft)
-        rec = await self.c.gateway.projects.add_policy(
+        rec = await self.c.platform.projects.add_policy(
             mode, level, project=project, topic=topic, queue=queue, service=service
         )
         project_name = _one(self._projects_of(rec))
@@ -121,10 +121,10 @@ class TracePages:
         policy_id = v.params["id"]
         rec = self.c.gateway.ctx.registry.snapshot.policies.get(policy_id)
         if rec is None:
-            await self.c.gateway.projects.delete_policy(policy_id)  # 404 naming the id
+            await self.c.platform.projects.delete_policy(policy_id)  # 404 naming the id
             return redirect(self.c.url("/traces/policies"))
         self._require_policy_change(v, rec)
-        await self.c.gateway.projects.delete_policy(policy_id)
+        await self.c.platform.projects.delete_policy(policy_id)
         await self.c.audit_change(
             v, "trace_policy.delete", policy_id, _one(self._projects_of(rec)), before=_plain(rec)
         )

@@ -3,7 +3,7 @@
 Queue lengths and consumer backlogs are sampled every `queue_state_sample_s` (one store read per
 topic and one table read per cluster consumer); pulls, acks and produces are counted on the
 request path (a dict update each). Intervals are rolled up and written to the history
-(mqgate.queuestate) and the health rules (mqgate.core.diagnosis) read them back.
+(mqgate.queuestate) and the health rules (mqgate.queuestate.diagnosis) read them back.
 """
 
 from __future__ import annotations
@@ -11,20 +11,25 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from mqgate.core.diagnosis import ProjectHealth, Thresholds, diagnose
-from mqgate.model import MODE_CLUSTER, QueueBounds
+from mqgate.errors import MqgateError
+from mqgate.model import MODE_CLUSTER, MessageInput, QueueBounds
 from mqgate.names import INTERNAL_PREFIXES
+from mqgate.queuestate.diagnosis import ProjectHealth, Thresholds, diagnose
 from mqgate.queuestate.history import QueueStateHistory
 from mqgate.queuestate.recorder import QueueStateRecorder
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, QueueInterval
 from mqgate.queuestate.sampler import NO_QUEUE, QueueStateSampler
-from mqgate.registry.records import ConsumerRecord, TopicRecord
+from mqgate.registry.records import ConsumerRecord, ProducerRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.services.gateway import Feature
+from mqgate.services.observers import Observer
 
 log = logging.getLogger(__name__)
 
 
-class QueueState:
+class QueueState(Feature, Observer):
+    """Counts on the data path through its observer hooks; samples and rolls up in the background."""
+
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
         s = ctx.settings
@@ -48,24 +53,26 @@ class QueueState:
     async def stop(self) -> None:
         await self.recorder.stop()
 
-    # --- the request path -----------------------------------------------------------------
+    # --- the data path's hooks (services/observers.py) ----------------------------------
 
-    def produced(self, topic: TopicRecord, messages: int) -> None:
-        self.sampler.count_produce(topic.project, topic.name, True, None, now_ms(), messages)
+    def produced(self, topic: TopicRecord, count: int) -> None:
+        self.sampler.count_produce(topic.project, topic.name, True, None, now_ms(), count)
 
-    def produce_failed(self, topic: TopicRecord, error_type: str) -> None:
-        self.sampler.count_produce(topic.project, topic.name, False, error_type, now_ms())
+    def produce_failed(
+        self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError
+    ) -> None:
+        self.sampler.count_produce(topic.project, topic.name, False, exc.code, now_ms())
 
-    def pulled(self, c: ConsumerRecord, queue: int | None, delivered: int) -> None:
+    def pulled(self, c: ConsumerRecord, queue: int | None, count: int) -> None:
         t = self.ctx.registry.topic(c.topic)
         if t is not None:
             served = NO_QUEUE if queue is None else queue
-            self.sampler.count_pull(t.project, c.name, c.topic, served, delivered, now_ms())
+            self.sampler.count_pull(t.project, c.name, c.topic, served, count, now_ms())
 
-    def acked(self, c: ConsumerRecord, queue: int, messages: int) -> None:
+    def acked(self, c: ConsumerRecord, queue: int, count: int) -> None:
         t = self.ctx.registry.topic(c.topic)
         if t is not None:
-            self.sampler.count_ack(t.project, c.name, c.topic, queue, messages, now_ms())
+            self.sampler.count_ack(t.project, c.name, c.topic, queue, count, now_ms())
 
     # --- sampling ---------------------------------------------------------------------------
 

@@ -1,12 +1,12 @@
-"""`MessageStore` and `OffsetStore` facades over `ClusterRouter` (see clusters/routing.py).
+"""`MessageStore` and `OffsetStore` facades over `ClusterRouter` (see failover/routing.py).
 
 Data-path calls to a cluster report their outcome to the pool's detector (SPEC P8: connect
 failures, send time-outs and the error rate fail a cluster), within the send time-out.
 Calls that concern every store (retention, waking readers) go to each opened one.
 
-While no project has clusters, the data-path methods of a facade are the gateway's own
-store's bound methods (set on the instance, `_go_direct`), so a gateway that does not use
-failover pays nothing per call; they route again as soon as a project gets clusters.
+While no project has clusters (`direct`), each data-path method goes straight to the
+gateway's own store: a gateway that does not use failover pays one attribute check per call.
+They route again as soon as a project gets clusters.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from mqgate.clusters.routing import ClusterRouter
 from mqgate.core.acks import AckRefusal
 from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
+from mqgate.failover.routing import ClusterRouter
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.offsets.interface import Lease, OffsetEntry, OffsetStore
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig, write_companions
@@ -27,30 +27,15 @@ from mqgate.store.waiters import ANY_READER, Reader
 T = TypeVar("T")
 
 
-STORE_CALLS = (
-    "create_topic", "delete_topic", "has_topic", "append", "append_many", "append_encoded",
-    "append_many_with", "read", "read_raw", "bounds", "offset_for_time", "wait_for_data", "wake",
-)  # fmt: skip
-OFFSET_CALLS = (
-    "ensure_table", "table", "clients", "lease", "ack", "release", "extend", "record_dead_letters",
-    "add_dead_letters", "reset", "advance", "expire_clients", "take_tokens", "return_tokens",
-)  # fmt: skip
-
-
-def _go_direct(facade: object, target: object, names: tuple[str, ...], direct: bool) -> None:
-    """Make `names` on `facade` the target's own methods (direct) or the facade's (routing)."""
-    slots = facade.__dict__
-    for name in names:
-        if direct:
-            slots[name] = getattr(target, name)
-        else:
-            slots.pop(name, None)
-
-
 class RoutedStore:
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
-        router.on_assign(lambda routing: _go_direct(self, router.default_store, STORE_CALLS, not routing))
+        self.own = router.default_store  # the gateway's own store
+        self.direct = True  # no project has clusters: every call to the gateway's own store
+        router.on_assign(self._assigned)
+
+    def _assigned(self, routing: bool) -> None:
+        self.direct = not routing
 
     @property
     def broker(self) -> str:
@@ -67,9 +52,13 @@ class RoutedStore:
         await self.router.default_store.close()
 
     async def create_topic(self, config: TopicConfig) -> None:
+        if self.direct:
+            return await self.own.create_topic(config)
         await self._on(config.name, lambda s: s.create_topic(config))
 
     async def delete_topic(self, topic: str) -> None:
+        if self.direct:
+            return await self.own.delete_topic(topic)
         await self._on(topic, lambda s: s.delete_topic(topic))
 
     def forget_topic(self, topic: str) -> None:
@@ -77,18 +66,26 @@ class RoutedStore:
             store.forget_topic(topic)
 
     def has_topic(self, topic: str) -> bool:
+        if self.direct:
+            return self.own.has_topic(topic)
         try:
             return self.router.store_for(topic)[0].has_topic(topic)
         except MqgateError:
             return False
 
     async def append(self, topic: str, queue: int, messages: list[StoredMessage]) -> int:
+        if self.direct:
+            return await self.own.append(topic, queue, messages)
         return await self._on(topic, lambda s: s.append(topic, queue, messages))
 
     async def append_many(self, topic: str, batches: dict[int, list[StoredMessage]]) -> dict[int, int]:
+        if self.direct:
+            return await self.own.append_many(topic, batches)
         return await self._on(topic, lambda s: s.append_many(topic, batches))
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        if self.direct:
+            return await self.own.append_encoded(topic, batches)
         return await self._on(topic, lambda s: s.append_encoded(topic, batches))
 
     async def append_many_with(
@@ -97,6 +94,8 @@ class RoutedStore:
         batches: dict[int, list[StoredMessage]],
         companions: Callable[[dict[int, int]], Companions],
     ) -> tuple[dict[int, int], MqgateError | None]:
+        if self.direct:
+            return await self.own.append_many_with(topic, batches, companions)
         store, cluster = self.router.store_for(topic)
         if cluster is None:
             return await store.append_many_with(topic, batches, companions)
@@ -107,25 +106,37 @@ class RoutedStore:
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int
     ) -> list[tuple[int, StoredMessage]]:
+        if self.direct:
+            return await self.own.read(topic, queue, offset, max_count)
         return await self._on(topic, lambda s: s.read(topic, queue, offset, max_count))
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
+        if self.direct:
+            return await self.own.read_raw(topic, queue, offset, max_count)
         return await self._on(topic, lambda s: s.read_raw(topic, queue, offset, max_count))
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
+        if self.direct:
+            return await self.own.bounds(topic)
         return await self._on(topic, lambda s: s.bounds(topic))
 
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
+        if self.direct:
+            return await self.own.offset_for_time(topic, queue, timestamp_ms)
         return await self._on(topic, lambda s: s.offset_for_time(topic, queue, timestamp_ms))
 
     async def wait_for_data(
         self, topic: str, timeout_s: float, reader: Reader = ANY_READER, recheck_s: float | None = None
     ) -> None:
         # Not guarded: waiting the whole timeout is what it is for.
+        if self.direct:
+            return await self.own.wait_for_data(topic, timeout_s, reader, recheck_s)
         await self.router.store_for(topic)[0].wait_for_data(topic, timeout_s, reader, recheck_s)
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         # The readers of `topic` wait on the store it routes to (a failed cluster's: nobody).
+        if self.direct:
+            return self.own.wake(topic, consumer=consumer, count=count)
         with contextlib.suppress(MqgateError):
             self.router.store_for(topic)[0].wake(topic, consumer=consumer, count=count)
 
@@ -144,7 +155,12 @@ class RoutedStore:
 class RoutedOffsets:
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
-        router.on_assign(lambda routing: _go_direct(self, router.default_offsets, OFFSET_CALLS, not routing))
+        self.own = router.default_offsets  # the gateway's own offset store
+        self.direct = True  # no project has clusters: every call to the gateway's own store
+        router.on_assign(self._assigned)
+
+    def _assigned(self, routing: bool) -> None:
+        self.direct = not routing
 
     async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_for(group)
@@ -161,12 +177,18 @@ class RoutedOffsets:
         await self.router.default_offsets.close()
 
     async def ensure_table(self, group: str, client_id: str, starts: list[int], now_ms: int) -> bool:
+        if self.direct:
+            return await self.own.ensure_table(group, client_id, starts, now_ms)
         return await self._group(group, lambda o: o.ensure_table(group, client_id, starts, now_ms))
 
     async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None:
+        if self.direct:
+            return await self.own.table(group, client_id)
         return await self._group(group, lambda o: o.table(group, client_id))
 
     async def clients(self, group: str) -> list[str]:
+        if self.direct:
+            return await self.own.clients(group)
         return await self._group(group, lambda o: o.clients(group))
 
     async def lease(
@@ -181,6 +203,17 @@ class RoutedOffsets:
         max_attempts: int,
         owner: str,
     ) -> Lease | None:
+        if self.direct:
+            return await self.own.lease(
+                group,
+                client_id,
+                bounds,
+                now_ms=now_ms,
+                max_count=max_count,
+                lock_timeout_ms=lock_timeout_ms,
+                max_attempts=max_attempts,
+                owner=owner,
+            )
         return await self._group(
             group,
             lambda o: o.lease(
@@ -196,29 +229,45 @@ class RoutedOffsets:
         )
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        if self.direct:
+            return await self.own.ack(token, now_ms)
         return await self._token(token, lambda o: o.ack(token, now_ms))
 
     async def release(self, token: AckToken, now_ms: int) -> AckRefusal | None:
+        if self.direct:
+            return await self.own.release(token, now_ms)
         return await self._token(token, lambda o: o.release(token, now_ms))
 
     async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
+        if self.direct:
+            return await self.own.extend(token, now_ms, seconds)
         return await self._token(token, lambda o: o.extend(token, now_ms, seconds))
 
     async def record_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        if self.direct:
+            return await self.own.record_dead_letters(token, count, now_ms)
         return await self._token(token, lambda o: o.record_dead_letters(token, count, now_ms))
 
     async def add_dead_letters(self, token: AckToken, count: int, now_ms: int) -> AckRefusal | None:
+        if self.direct:
+            return await self.own.add_dead_letters(token, count, now_ms)
         return await self._token(token, lambda o: o.add_dead_letters(token, count, now_ms))
 
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
+        if self.direct:
+            return await self.own.reset(group, client_id, queue, offset)
         await self._group(group, lambda o: o.reset(group, client_id, queue, offset))
 
     async def advance(
         self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
     ) -> dict[int, int]:
+        if self.direct:
+            return await self.own.advance(group, client_id, offsets, now_ms)
         return await self._group(group, lambda o: o.advance(group, client_id, offsets, now_ms))
 
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
+        if self.direct:
+            return await self.own.expire_clients(group, idle_before_ms)
         return await self._group(group, lambda o: o.expire_clients(group, idle_before_ms))
 
     async def drop_group(self, group: str) -> None:
@@ -228,7 +277,11 @@ class RoutedOffsets:
                 await offsets.drop_group(group)
 
     async def take_tokens(self, group: str, rate_per_s: float, wanted: int, now_ms: int) -> tuple[int, float]:
+        if self.direct:
+            return await self.own.take_tokens(group, rate_per_s, wanted, now_ms)
         return await self._group(group, lambda o: o.take_tokens(group, rate_per_s, wanted, now_ms))
 
     async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
+        if self.direct:
+            return await self.own.return_tokens(group, rate_per_s, count)
         await self._group(group, lambda o: o.return_tokens(group, rate_per_s, count))

@@ -19,18 +19,18 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from mqgate.clusters.declare import project_topology
-from mqgate.clusters.scope import pins
 from mqgate.core.layout import inbox_topic, retry_topic
 from mqgate.core.tokens import AckToken
 from mqgate.errors import Unavailable
+from mqgate.failover.declare import project_topology
 from mqgate.offsets.interface import OffsetStore
 from mqgate.registry.records import Snapshot
 from mqgate.store.interface import MessageStore
+from mqgate.store.scope import pins
 from mqgate.tracing.events import trace_topic
 
 if TYPE_CHECKING:
-    from mqgate.clusters.pool import Cluster, ClusterPool
+    from mqgate.failover.pool import Cluster, ClusterPool
 
 T = TypeVar("T")
 

@@ -8,7 +8,7 @@ A background task per cluster probes it every `probe_interval_s` with a cheap ca
 `probe_timeout_s` (Redis: a SET of one small key with a 60 s expiry, on a connection of its
 own, so a server refusing writes is seen too; embedded: a stat of the data directory in a
 thread, and the store's degraded conditions, e.g. the disk below its floor) and feeds the
-outcome to its `core.failover.Detector`; the data path reports its own operations through
+outcome to its `core.failure_detection.Detector`; the data path reports its own operations through
 `observe` or runs them through `guarded` (the send time-out). A cluster that could not be
 opened (down at start-up) is opened again on its first good probe. State changes are logged
 and passed to the listeners (the switch coordinator's `notice`). The broker name of a cluster
@@ -29,13 +29,13 @@ from pathlib import Path
 from typing import Any, Final, TypeVar
 
 from mqgate.backends import Backends, backends_for
-from mqgate.core.failover import ClusterState, DetectionRules, Detector, Outcome, Transition
+from mqgate.core.failure_detection import ClusterState, DetectionRules, Detector, Outcome, Transition
 from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.health import Health
 from mqgate.names import validate_name
 from mqgate.settings import Settings
 
-log = logging.getLogger("mqgate.clusters")
+log = logging.getLogger("mqgate.failover")
 
 EMBEDDED_PREFIX: Final = "embedded:"
 T = TypeVar("T")

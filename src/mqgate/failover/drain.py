@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from mqgate.clusters.declare import ProjectTopology, table_bounds
 from mqgate.core.layout import Layout, inbox_topic
+from mqgate.failover.declare import ProjectTopology, table_bounds
 from mqgate.model import decode_stored
 from mqgate.offsets.interface import OffsetStore
 from mqgate.store.interface import Encoded, MessageStore

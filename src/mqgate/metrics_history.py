@@ -28,6 +28,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from mqgate.services.context import Context
+from mqgate.services.gateway import Feature
 from mqgate.sqlschema import create_all_shared
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ def engine_for(url: str) -> sa.Engine:
     return sa.create_engine(url, **kwargs)
 
 
-class MetricsHistory:
+class MetricsHistory(Feature):
     def __init__(
         self, ctx: Context, *, url: str | None = None, sample_every_s: float = 10.0, source: str | None = None
     ) -> None:

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from mqgate.clusters.pool import ClusterSpec
 from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
+from mqgate.failover.pool import ClusterSpec
 from mqgate.sqlschema import create_all_shared
 
 metadata = sa.MetaData()
@@ -37,7 +37,7 @@ project_clusters_table = sa.Table(
     sa.Column("auto_failback", sa.Boolean, nullable=False),
 )
 
-# Which gateway drains a cluster a project left (clusters/drain.py): one at a time, the claim
+# Which gateway drains a cluster a project left (failover/drain.py): one at a time, the claim
 # expires so a gateway that died mid-drain does not block the others.
 drain_claims_table = sa.Table(
     "mqgate_drain_claims",

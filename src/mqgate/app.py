@@ -1,4 +1,7 @@
-"""Assembling a gateway from settings: backends, secrets, the ASGI app."""
+"""The composition root: one gateway process built from settings by constructor injection
+(backends, the data path, each feature attached through the data path's observers, the API and
+the console on one ASGI app) and the background work it starts and stops. Nothing imports it
+but the entry points (`mqgate serve`, `mqgate.app.create_app`)."""
 
 from __future__ import annotations
 
@@ -7,12 +10,15 @@ import logging
 import os
 import secrets
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from mqgate.alerts.service import Alerts
 from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
-from mqgate.api.http import App, Router
+from mqgate.api.collector import tune_for_serving
+from mqgate.api.http import App
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import build_openapi
 from mqgate.api.routes_admin import AdminRoutes
@@ -23,21 +29,29 @@ from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.api.routes_projects import ProjectRoutes
 from mqgate.backends import backends_for
-from mqgate.clusters.pool import ClusterPool
-from mqgate.clusters.routed import RoutedOffsets, RoutedStore
-from mqgate.clusters.routing import ClusterRouter
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
 from mqgate.errors import StorageError
+from mqgate.failover.pool import ClusterPool
+from mqgate.failover.routed import RoutedOffsets, RoutedStore
+from mqgate.failover.routing import ClusterRouter
+from mqgate.failover.service import Failover
 from mqgate.health import Health
 from mqgate.metrics import Metrics
+from mqgate.metrics_history import MetricsHistory
+from mqgate.platform import Platform
+from mqgate.projects.service import Projects
+from mqgate.queuestate.service import QueueState
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
-from mqgate.services.alerts import Alerts
 from mqgate.services.context import Context
-from mqgate.services.failover import Failover
 from mqgate.services.gateway import Gateway
-from mqgate.settings import Settings
+from mqgate.services.observers import Observers
+from mqgate.services.topology import Topology
+from mqgate.settings import Settings, load_settings
+from mqgate.tracing.lookup import TraceLookup
+from mqgate.tracing.service import Tracing
+from mqgate.web.router import Router
 
 log = logging.getLogger("mqgate")
 
@@ -157,20 +171,46 @@ def build_app(settings: Settings) -> App:
         secret,
         health,
     )
-    gateway = Gateway(ctx)
-    failover = Failover(ctx, sql.engine, router, pool)
-    gateway.producing.failover = failover
-    failover.on_resent = gateway.producing.traces.resent
-    limits = SettingsLimits(settings)
+    # Features reach the data path through its observers; the data path knows none of them.
+    observers = Observers()
+    topology = Topology(ctx)
+    tracing = Tracing(ctx, topology, observers)
+    queue_state = QueueState(ctx)
+    observers.attach(queue_state)
+    projects = Projects(ctx, topology)
+    metrics_history = MetricsHistory(ctx)
+
+    def switched(*args: Any, **kwargs: Any) -> None:
+        alerts.event(*args, **kwargs)  # made below with the gateway it checks, before any start
+
+    failover = Failover(ctx, sql.engine, router, pool, on_event=switched, on_resent=tracing.observer.resent)
+    gateway = Gateway(
+        ctx,
+        topology,
+        observers,
+        # Trace topics exist before tracing starts; tracing before intake.
+        features=(projects, tracing, queue_state, metrics_history),
+        spool=failover,
+    )
     alerts = Alerts(gateway, sql.engine)
-    failover.on_event = alerts.event
+    platform = Platform(
+        gateway,
+        tracing,
+        TraceLookup(ctx, topology, tracing),
+        queue_state,
+        projects,
+        metrics_history,
+        alerts,
+        failover,
+    )
+    limits = SettingsLimits(settings)
     log_routes = LogRoutes(gateway)
     routes = [
         *DataRoutes(gateway).routes(),
         *log_routes.routes(),
         *AdminRoutes(gateway, limits).routes(),
         *DeadLetterRoutes(gateway).routes(),
-        *ProjectRoutes(gateway).routes(),
+        *ProjectRoutes(platform).routes(),
         *AlertRoutes(alerts).routes(),
         *ClusterRoutes(failover).routes(),
     ]
@@ -196,7 +236,7 @@ def build_app(settings: Settings) -> App:
         if status >= 400:
             metrics.child(metrics.errors, route, str(status)).inc()
 
-    console = build_console(gateway, settings, sql.engine, alerts=alerts)
+    console = build_console(platform, settings, sql.engine)
     return App(
         Router(routes),
         guard,
@@ -207,3 +247,10 @@ def build_app(settings: Settings) -> App:
         observe=observe,
         console=console,
     )
+
+
+def create_app() -> App:
+    """Entry point for ASGI servers that import the app by name (`mqgate serve --workers N`
+    starts each worker here): settings from `MQGATE_*`."""
+    tune_for_serving()
+    return build_app(load_settings())

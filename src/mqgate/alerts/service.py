@@ -1,13 +1,13 @@
 """Alerts with webhook notifications (SPEC G9, issue 13).
 
-Every `alert_check_interval_s` each gateway evaluates the rules of mqgate.core.alerts (a
+Every `alert_check_interval_s` each gateway evaluates the rules of mqgate.alerts.rules (a
 consumer's lag over its threshold; dead letters growing) and applies what changed to the table
 `mqgate_alerts` in the registry's database, which every gateway shares. A transition is claimed
 there by a conditional UPDATE (or the INSERT of a new key): of several gateways seeing the same
 alert fire or resolve, exactly one wins, and only the winner notifies. So an alert that stays
 active is never notified twice, across gateways and restarts.
 
-A notification is a JSON POST (mqgate.core.alerts.notification) to `alert_webhook_url`, sent by
+A notification is a JSON POST (mqgate.alerts.rules.notification) to `alert_webhook_url`, sent by
 a task of its own from a bounded queue: each attempt within `alert_webhook_timeout_s`, at most
 `alert_webhook_attempts` attempts with a doubling pause between them (a 4xx other than 408 and
 429 is not tried again). A failed attempt is logged and counted (`mqgate_alert_webhook_errors`),
@@ -27,7 +27,7 @@ from typing import Any, Final
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
-from mqgate.core.alerts import (
+from mqgate.alerts.rules import (
     CONSUMER_GONE,
     DEAD_LETTERS,
     FIRING,
@@ -45,11 +45,11 @@ from mqgate.core.alerts import (
     lag_verdict,
     notification,
 )
+from mqgate.alerts.webhook import Webhook
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
 from mqgate.names import dlq_topic
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
-from mqgate.services.alert_webhook import Webhook
 from mqgate.services.context import now_ms
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings

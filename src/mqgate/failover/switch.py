@@ -5,7 +5,7 @@ epoch, reason, changed_ms)`, names the project's active cluster. It changes only
 compare-and-set on `epoch`, so of two gateways that switch a project at once exactly one wins
 and the other adopts its choice. Each gateway's `SwitchCoordinator` reads every row every
 `check_s` (and at once on `notice()`), decides from its own view of the clusters' states
-(`core.failover.choose_active`) and writes a switch when its view says so.
+(`core.failure_detection.choose_active`) and writes a switch when its view says so.
 
 The bound. A gateway uses a row it read for at most `lease_s` (default 2 x check_s) measured
 on its own monotonic clock from the moment it *started* that read; past that, `active()` raises
@@ -29,12 +29,12 @@ from typing import Any, Protocol, TypeVar
 
 import sqlalchemy as sa
 
-from mqgate.core.failover import ClusterState, choose_active
+from mqgate.core.failure_detection import ClusterState, choose_active
 from mqgate.errors import BadRequest, NotFound, Unavailable
 from mqgate.sqlschema import create_all_shared
 
 T = TypeVar("T")
-log = logging.getLogger("mqgate.clusters")
+log = logging.getLogger("mqgate.failover")
 
 metadata = sa.MetaData()
 project_active = sa.Table(

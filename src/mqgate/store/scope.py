@@ -1,4 +1,4 @@
-"""The request scope of per-project routing (clusters/routing.py): which cluster each project
+"""The request scope of per-project routing (failover/routing.py): which cluster each project
 of the current request was served by. Kept apart so the services can open a scope without
 importing the cluster machinery."""
 

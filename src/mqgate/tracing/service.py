@@ -18,22 +18,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from mqgate.core.layout import Slot
-from mqgate.core.trace_policy import (
-    CONTENT_REF,
-    MEMO_SIZE,
-    MatchedTrace,
-    PolicySet,
-    TracePolicy,
-    kept_fields,
-)
+from mqgate.core.trace_context import TRACEPARENT
 from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
-from mqgate.registry.records import ConsumerRecord, PolicyRecord, TopicRecord
+from mqgate.registry.cache import Removed
+from mqgate.registry.records import ConsumerRecord, PolicyRecord, Snapshot, TopicRecord
 from mqgate.services.context import Context, now_ms
-from mqgate.services.produce_companions import ProduceCompanions
-from mqgate.services.tracing_metrics import TracingMetrics
+from mqgate.services.gateway import Feature
+from mqgate.services.observers import Observers
+from mqgate.services.topology import Topology
 from mqgate.tracing.batch import TraceBatch, batch_shape
-from mqgate.tracing.context import TRACEPARENT
 from mqgate.tracing.events import (
     TRACE_TOPIC_PREFIX,
     Hop,
@@ -45,6 +39,16 @@ from mqgate.tracing.events import (
 from mqgate.tracing.index import TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter
 from mqgate.tracing.indexer import TraceIndexer
+from mqgate.tracing.metrics import TracingMetrics
+from mqgate.tracing.observer import TraceObserver
+from mqgate.tracing.policy import (
+    CONTENT_REF,
+    MEMO_SIZE,
+    MatchedTrace,
+    PolicySet,
+    TracePolicy,
+    kept_fields,
+)
 from mqgate.tracing.produce_batches import Origin, queue_batch, request_batch
 from mqgate.tracing.query import TraceAnswer, TraceQuery
 from mqgate.tracing.recorder import TraceRecorder
@@ -69,9 +73,12 @@ def policy_of(rec: PolicyRecord) -> TracePolicy:
     )
 
 
-class Tracing:
-    def __init__(self, ctx: Context) -> None:
+class Tracing(Feature):
+    """The feature: its observer is attached to the data path while a policy exists."""
+
+    def __init__(self, ctx: Context, topology: Topology, observers: Observers) -> None:
         self.ctx = ctx
+        self.observers = observers
         settings = ctx.settings
         self.resource = Resource(
             f"{socket.gethostname()}:{settings.port}", socket.gethostname(), "mqgate", settings.port
@@ -96,10 +103,11 @@ class Tracing:
             on_new_topic=self.indexer.on_new_topic,
         )
         self.query = TraceQuery(self.index, self.indexer)
-        self.companions = ProduceCompanions(self)
         self.metrics = TracingMetrics(self.recorder, self.indexer)
+        self.observer = TraceObserver(self, topology)
 
     async def start(self) -> None:
+        self.policies_changed(self.ctx.registry.snapshot.policies.values())
         self.ctx.metrics.registry.register(self.metrics)
         await asyncio.to_thread(self.index.create_schema)
         self.recorder.start()
@@ -135,6 +143,14 @@ class Tracing:
                 log.warning("trace policy %s cannot be read; ignored", rec.id)
         self.policies = PolicySet(found)
         self._tracers = {}
+        if self.policies:
+            self.observers.attach(self.observer)
+        else:
+            self.observers.detach(self.observer)
+
+    async def registry_changed(self, changed: Snapshot, removed: Removed) -> None:
+        if changed.policies or removed.policies:
+            self.policies_changed(self.ctx.registry.snapshot.policies.values())
 
     # --- matching -------------------------------------------------------------------------
 

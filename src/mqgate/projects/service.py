@@ -10,19 +10,20 @@ from __future__ import annotations
 import contextlib
 import secrets
 
-from mqgate.core.trace_policy import TracePolicy
 from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
 from mqgate.names import validate_name
 from mqgate.registry.records import DEFAULT_PROJECT, PolicyRecord, ProjectRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
+from mqgate.services.gateway import Feature
 from mqgate.services.topology import Topology
 from mqgate.tracing.events import trace_topic
+from mqgate.tracing.policy import TracePolicy
 
 TRACE_QUEUES = 1
 TRACE_RETENTION_MS = 7 * 86_400_000
 
 
-class Projects:
+class Projects(Feature):
     def __init__(self, ctx: Context, topology: Topology) -> None:
         self.ctx = ctx
         self.topology = topology
@@ -50,6 +51,9 @@ class Projects:
         rec = ProjectRecord(name, description, now_ms())
         await self.ctx.registry.change("add_project", rec)
         return rec
+
+    async def start(self) -> None:
+        await self.ensure_trace_topics()
 
     async def ensure_trace_topics(self) -> None:
         """Every project a policy can select has its trace topic."""

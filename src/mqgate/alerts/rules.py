@@ -1,5 +1,5 @@
 """Alert rules (SPEC G9, issue 13): which conditions hold for a consumer, and what a check
-changes in the set of active alerts. Pure: no clock, no I/O (services/alerts.py reads the
+changes in the set of active alerts. Pure: no clock, no I/O (alerts/service.py reads the
 figures, keeps the active alerts every gateway shares, and sends the notifications).
 
 Two rules, each at most one alert per consumer (its key is `<kind>:<consumer>`):

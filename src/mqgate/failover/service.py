@@ -4,7 +4,7 @@ Owns the cluster pool (probes), the switch coordinator (which cluster each proje
 agreed through the registry's database), the producer spool and its replay, and the steps
 around a switch: declare the project on the new cluster, replay the spool there, and once
 the cluster it left is healthy again release that cluster's stale locks and drain what its
-consumers had not consumed (clusters/drain.py). docs/FAILOVER.md has the rules and figures.
+consumers had not consumed (failover/drain.py). docs/FAILOVER.md has the rules and figures.
 """
 
 from __future__ import annotations
@@ -21,21 +21,40 @@ from pathlib import Path
 
 import msgspec
 import sqlalchemy as sa
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from mqgate.clusters.config import Assignment, SqlFailoverConfig, parse_clusters
-from mqgate.clusters.declare import clean_up, project_topology, redeclare
-from mqgate.clusters.drain import drain_backlog
-from mqgate.clusters.pool import ClusterPool, ClusterSpec, ClusterStatus
-from mqgate.clusters.replay import Replayer
-from mqgate.clusters.routing import ClusterRouter
-from mqgate.clusters.spool import QueueKey, Spool, SpoolRecord, SpoolStats
-from mqgate.clusters.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
-from mqgate.core.failover import ClusterState
+from mqgate.core.failure_detection import ClusterState
 from mqgate.errors import AlreadyExists, MqgateError, NotFound, Unavailable
+from mqgate.failover.config import Assignment, SqlFailoverConfig, parse_clusters
+from mqgate.failover.declare import clean_up, project_topology, redeclare
+from mqgate.failover.drain import drain_backlog
+from mqgate.failover.pool import ClusterPool, ClusterSpec, ClusterStatus
+from mqgate.failover.replay import Replayer
+from mqgate.failover.routing import ClusterRouter
+from mqgate.failover.spool import QueueKey, Spool, SpoolRecord, SpoolStats
+from mqgate.failover.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
 from mqgate.model import StoredMessage
 from mqgate.names import validate_name
 from mqgate.services.context import Context, now_ms
-from mqgate.services.failover_metrics import FailoverMetrics
+
+
+class FailoverMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        r = registry
+        self.switches = Counter(
+            "mqgate_project_switches", "Projects moved to another cluster", ["project", "to"], registry=r
+        )
+        self.state = Gauge(
+            "mqgate_cluster_state", "1 for the state each cluster is in", ["cluster", "state"], registry=r
+        )
+        self.spooled = Counter(
+            "mqgate_spooled_messages", "Produces kept in the spool", ["project"], registry=r
+        )
+        self.pending = Gauge("mqgate_spool_pending_messages", "Spooled produces not yet resent", registry=r)
+        self.drained = Counter(
+            "mqgate_drained_messages", "Backlog moved from a left cluster", ["project"], registry=r
+        )
+
 
 log = logging.getLogger("mqgate.failover")
 DRAIN_CLAIM_MS = 60_000  # a drain claim lapses after this (a gateway that died mid-drain)
@@ -60,7 +79,18 @@ class ProjectFailover:
 
 
 class Failover:
-    def __init__(self, ctx: Context, engine: sa.Engine, router: ClusterRouter, pool: ClusterPool) -> None:
+    def __init__(
+        self,
+        ctx: Context,
+        engine: sa.Engine,
+        router: ClusterRouter,
+        pool: ClusterPool,
+        *,
+        on_event: Callable[..., None] | None = None,
+        on_resent: Callable[[str, int, list[StoredMessage], int, str], None] | None = None,
+    ) -> None:
+        """`on_event`: told of every switch this gateway made (the alerts' webhook: SPEC P8
+        "recorded"); `on_resent`: told of every spooled batch stored at last (its trace hops)."""
         s = ctx.settings
         self.ctx = ctx
         self.router = router
@@ -84,10 +114,8 @@ class Failover:
         self.instance = secrets.token_hex(8)  # this gateway, in drain claims
         self.history: deque[SwitchEvent] = deque(maxlen=100)
         self._task: asyncio.Task[None] | None = None
-        # Told of every switch this gateway made (the alerts' webhook: SPEC P8 "recorded").
-        self.on_event: Callable[..., None] | None = None
-        # Told of every spooled batch stored at last (its trace hops).
-        self.on_resent: Callable[[str, int, list[StoredMessage], int, str], None] | None = None
+        self.on_event = on_event
+        self.on_resent = on_resent
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
@@ -187,7 +215,7 @@ class Failover:
     async def add_cluster(self, spec: ClusterSpec) -> ClusterStatus:
         validate_name(spec.name, "name")
         validate_name(spec.pool, "pool")
-        from mqgate.clusters.pool import cluster_settings
+        from mqgate.failover.pool import cluster_settings
 
         cluster_settings(self.ctx.settings, spec)  # a bad url: 400 before anything is kept
         await asyncio.to_thread(self.config.add_cluster, spec, now_ms())

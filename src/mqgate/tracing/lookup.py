@@ -8,14 +8,14 @@ import dataclasses
 from dataclasses import dataclass
 
 from mqgate.core.queue_choice import lock_is_held
-from mqgate.core.trace_policy import cut_body
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_CLUSTER
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
-from mqgate.services.tracing import Tracing
 from mqgate.tracing.paths import MessagePath
+from mqgate.tracing.policy import cut_body
 from mqgate.tracing.query import TraceAnswer
+from mqgate.tracing.service import Tracing
 
 CONSUMED = "consumed"
 NOT_CONSUMED = "not_consumed"

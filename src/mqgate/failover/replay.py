@@ -14,9 +14,9 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from mqgate.clusters.spool import QueueKey, Spool, SpoolRecord
+from mqgate.failover.spool import QueueKey, Spool, SpoolRecord
 
-log = logging.getLogger("mqgate.clusters")
+log = logging.getLogger("mqgate.failover")
 
 # Stores a batch for one queue, in order; raises if it was not (all) acknowledged.
 Send = Callable[[QueueKey, list[SpoolRecord]], Awaitable[None]]

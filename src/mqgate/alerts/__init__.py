@@ -1,0 +1,1 @@
+"""Alerts (SPEC G9): the pure rules, the service that evaluates them and the webhook."""

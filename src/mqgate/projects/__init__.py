@@ -1,0 +1,1 @@
+"""Projects (SPEC P1): per-project queues and trace topics."""
