@@ -4,7 +4,7 @@ CPython's default collects the youngest generation every 700 net allocations of 
 objects. A produce or pull allocates hundreds (messages, receipts, futures, trace batches), so
 the collector ran many times per request batch and, every tenth and hundredth time, rescanned
 the older generations: the registry, the indexes and every live connection. Under `wrk` that
-was 25-30 % of the throughput of batched produces and most of their p99 (RESULTS.md,
+was 25-30 % of the throughput of batched produces and most of their p99 (benchmarks/HISTORY.md,
 2026-11-25: batches of 100 went from 117k to 164k msgs/s, p99 from 39 to 14 ms). A gateway
 makes little cyclic garbage (requests are freed by reference counting), so collecting less
 often costs no memory that matters.

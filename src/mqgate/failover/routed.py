@@ -27,15 +27,22 @@ from mqgate.store.waiters import ANY_READER, Reader
 T = TypeVar("T")
 
 
-class RoutedStore:
+class _Facade:
+    """`direct` while no project has clusters: every call to the gateway's own store."""
+
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
-        self.own = router.default_store  # the gateway's own store
-        self.direct = True  # no project has clusters: every call to the gateway's own store
+        self.direct = True
         router.on_assign(self._assigned)
 
     def _assigned(self, routing: bool) -> None:
         self.direct = not routing
+
+
+class RoutedStore(_Facade):
+    def __init__(self, router: ClusterRouter) -> None:
+        super().__init__(router)
+        self.own = router.default_store  # the gateway's own store
 
     @property
     def broker(self) -> str:
@@ -152,15 +159,10 @@ class RoutedStore:
         return dropped
 
 
-class RoutedOffsets:
+class RoutedOffsets(_Facade):
     def __init__(self, router: ClusterRouter) -> None:
-        self.router = router
+        super().__init__(router)
         self.own = router.default_offsets  # the gateway's own offset store
-        self.direct = True  # no project has clusters: every call to the gateway's own store
-        router.on_assign(self._assigned)
-
-    def _assigned(self, routing: bool) -> None:
-        self.direct = not routing
 
     async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_for(group)

@@ -1,7 +1,6 @@
-"""Trace analytics on Spark (issue 14): events per second of the job on local[*], cold and
-incremental, against DuckDB computing the same aggregates over the same Parquet.
-
-    python benchmarks/analytics_bench.py --events 10000000 [--incremental 1000000] [--work DIR]
+"""Trace analytics on Spark (issue 14; `run.py analytics`): events per second of the job on
+local[*], cold and incremental, against DuckDB computing the same aggregates over the same
+Parquet.
 
 1. The generator (mqgate.analytics.generator, the tests' ground truth) writes an 8-hour
    load-test trace as raw trace records (what the `mqgate` source gives: topic, queue,
@@ -19,7 +18,7 @@ incremental, against DuckDB computing the same aggregates over the same Parquet.
    queue state history for `--queue-state-hours` (default 168: a week of 1-minute intervals),
    written to SQLite and read back as the job reads it.
 
-Reading through a gateway is not part of this run: its speed is benchmarks/spark_read_bench.py's.
+Reading through a gateway is not part of this run: its speed is `run.py spark-read`'s.
 """
 
 from __future__ import annotations
@@ -28,13 +27,11 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from . import results
 
 EVENTS_PER_MESSAGE = 3.95  # what the generator's model gives, on average
 
@@ -89,7 +86,7 @@ def timed_report(spark: Any, out: Path) -> tuple[dict[str, Any], dict[str, float
     return report, times
 
 
-def duckdb_baseline(events_root: Path, threads: int) -> tuple[dict[str, float], dict[str, Any]]:
+def duckdb_baseline(events_root: Path, threads: int) -> dict[str, float]:
     import duckdb
 
     con = duckdb.connect()
@@ -129,13 +126,12 @@ def duckdb_baseline(events_root: Path, threads: int) -> tuple[dict[str, float], 
             FROM {src} WHERE status = 'error' GROUP BY ALL""",
     }
     times: dict[str, float] = {}
-    answers: dict[str, Any] = {}
     for name, sql in queries.items():
         t = time.perf_counter()
-        answers[name] = con.execute(sql).fetchall()
+        con.execute(sql).fetchall()
         times[name] = time.perf_counter() - t
     con.close()
-    return times, answers
+    return times
 
 
 def queue_fault_figures(work: Path, hours: int) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -144,7 +140,7 @@ def queue_fault_figures(work: Path, hours: int) -> tuple[dict[str, Any], dict[st
     from mqgate.analytics.generator import LoadSpec
     from mqgate.analytics.queuestate_load import queue_state_rows
     from mqgate.analytics.queuestate_source import HistorySource
-    from mqgate.core.diagnosis import Thresholds
+    from mqgate.queuestate.diagnosis import Thresholds
     from mqgate.queuestate.history import QueueStateHistory
 
     spec = LoadSpec(hours=hours)
@@ -161,52 +157,38 @@ def queue_fault_figures(work: Path, hours: int) -> tuple[dict[str, Any], dict[st
     judge_s = time.perf_counter() - t
     source.close()
     intervals = sum(len(tl["intervals"]) for tl in section["projects"].values())
-    figures = {
+    return section, {
         "rows": len(rows),
         "intervals": intervals,
         "writeS": round(write_s, 2),
         "readAndJudgeS": round(judge_s, 2),
         "intervalsPerS": round(intervals / judge_s),
     }
-    print("queue faults", json.dumps(figures), flush=True)
-    return section, figures
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--events", type=int, default=1_000_000)
-    parser.add_argument("--incremental", type=int, default=None, help="default: a tenth of --events")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/mqgate-analytics-bench"))
-    parser.add_argument("--master", default="local[*]")
-    parser.add_argument("--driver-memory", default="6g")
-    parser.add_argument("--queue-state-hours", type=int, default=168)
-    args = parser.parse_args()
+def main(args: argparse.Namespace) -> int:
+    from mqgate.analytics.ingest import ingest_frame
+    from mqgate.analytics.job import start_spark
+    from mqgate.analytics.plots import plots
+    from mqgate.analytics.render import write_report
+
     incremental = args.incremental if args.incremental is not None else args.events // 10
     shutil.rmtree(args.work, ignore_errors=True)
     args.work.mkdir(parents=True)
     out = args.work / "out"
     cold, more, n_cold, n_more, gen_s = write_raw(args.events, incremental, args.work)
     print(f"generated {n_cold:,} + {n_more:,} raw records in {gen_s:.1f}s", flush=True)
-
-    from mqgate.analytics.ingest import ingest_frame
-    from mqgate.analytics.job import start_spark
-    from mqgate.analytics.plots import plots
-    from mqgate.analytics.render import write_report
-
     t = time.perf_counter()
     conf = {
         "spark.driver.memory": args.driver_memory,
         "spark.sql.shuffle.partitions": str(2 * (os.cpu_count() or 2)),
     }
     spark = start_spark(args.master, conf)
-    start_s = time.perf_counter() - t
-    results: dict[str, Any] = {
+    r: dict[str, Any] = {
         "events": n_cold,
         "incrementalEvents": n_more,
         "cores": os.cpu_count(),
-        "sparkStartS": start_s,
+        "sparkStartS": time.perf_counter() - t,
     }
     for phase, path, n in (("cold", cold, n_cold), ("incremental", more, n_more)):
         t = time.perf_counter()
@@ -215,7 +197,7 @@ def main() -> int:
         report, sections = timed_report(spark, out)
         report_s = sum(sections.values())
         total_events = report["counts"]["total"]["events"]
-        results[phase] = {
+        r[phase] = {
             "recordsRead": n,
             "eventsWritten": stats.events,
             "malformed": stats.malformed,
@@ -228,37 +210,69 @@ def main() -> int:
             "reportSections": {k: round(v, 2) for k, v in sections.items()},
             "datasetEvents": total_events,
         }
-        print(phase, json.dumps(results[phase], indent=1), flush=True)
+        print(phase, json.dumps(r[phase], indent=1), flush=True)
     spark.stop()
-
     threads = os.cpu_count() or 2
-    duck_times, _ = duckdb_baseline(out / "events", threads)
+    duck_times = duckdb_baseline(out / "events", threads)
     duck_s = sum(duck_times.values())
-    spark_sections = results["incremental"]["reportSections"]
-    spark_same = sum(v for k, v in spark_sections.items() if k != "malformed")
-    results["duckdb"] = {
+    spark_same = sum(v for k, v in r["incremental"]["reportSections"].items() if k != "malformed")
+    r["duckdb"] = {
         "threads": threads,
         "sections": {k: round(v, 2) for k, v in duck_times.items()},
         "totalS": round(duck_s, 2),
-        "eventsPerS": round(results["incremental"]["datasetEvents"] / duck_s),
+        "eventsPerS": round(r["incremental"]["datasetEvents"] / duck_s),
         "sparkOverDuckdb": round(spark_same / duck_s, 2),
     }
-    report["queueFaults"], results["queueFaults"] = queue_fault_figures(args.work, args.queue_state_hours)
+    report["queueFaults"], r["queueFaults"] = queue_fault_figures(args.work, args.queue_state_hours)
     t = time.perf_counter()
     svgs = plots(report)
     html_path, json_path = write_report(report, svgs, out, "http://127.0.0.1:8080/admin/traces?msgId=")
-    results["render"] = {
+    r["render"] = {
         "seconds": round(time.perf_counter() - t, 2),
         "htmlBytes": html_path.stat().st_size,
         "jsonBytes": json_path.stat().st_size,
         "plots": len(svgs),
     }
-    size = sum(f.stat().st_size for f in (out / "events").rglob("*.parquet"))
-    results["datasetBytes"] = size
-    print(json.dumps(results, indent=1))
-    (args.work / "results.json").write_text(json.dumps(results, indent=1))
+    r["datasetBytes"] = sum(f.stat().st_size for f in (out / "events").rglob("*.parquet"))
+    (args.work / "results.json").write_text(json.dumps(r, indent=1))
+    c, i = r["cold"], r["incremental"]
+    per_event = r["datasetBytes"] / max(1, i["datasetEvents"])
+    rows = [
+        results.Row(
+            "analytics.cold",
+            f"trace analytics on Spark, cold job over {n_cold:,} events (input stage + report)",
+            f"{c['jobEventsPerS(new events / (ingest + report))']:,} events/s",
+            notes=f"input stage {c['ingestEventsPerS']:,} events/s; incremental input "
+            f"{i['ingestEventsPerS']:,}/s",
+        ),
+        results.Row(
+            "analytics.report",
+            f"the report over {i['datasetEvents']:,} events in Spark",
+            f"{spark_same:.2f} s",
+            f"DuckDB, same aggregates, same Parquet: {duck_s:.2f} s",
+            f"{duck_s / spark_same:.2f}",
+            f"render {r['render']['seconds']:.2f} s; {per_event:.1f} bytes per event",
+        ),
+    ]
+    lines = [
+        f"- Spark `{args.master}`, driver memory {args.driver_memory}; work dir {args.work} (results.json "
+        f"there)"
+    ]
+    after = ["```json", json.dumps(r, indent=1), "```"]
+    results.record(
+        args, "trace analytics on Spark vs DuckDB (issue 14)", rows, lines, after, results.machine(args.work)
+    )
     return 0
 
 
-if __name__ == "__main__":
-    raise SystemExit(main())
+def add_parser(sub: Any, common: Any) -> None:
+    p = results.subcommand(
+        sub, common, "analytics", __doc__, help="trace analytics on Spark, cold and incremental, vs DuckDB"
+    )
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--incremental", type=int, default=None, help="default: a tenth of --events")
+    p.add_argument("--work", type=Path, default=Path("/tmp/mqgate-analytics-bench"))
+    p.add_argument("--master", default="local[*]")
+    p.add_argument("--driver-memory", default="6g")
+    p.add_argument("--queue-state-hours", type=int, default=168)
+    p.set_defaults(func=main)

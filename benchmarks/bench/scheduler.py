@@ -1,8 +1,6 @@
-"""The embedded scheduler in-process: schedule rate, memory, recovery time, compaction.
+"""The embedded scheduler in-process (`run.py scheduler`): schedule rate, memory, recovery
+time, compaction. One process, one event loop, fsync=always through the group commit:
 
-    .venv/bin/python benchmarks/scheduler_bench.py [--count 1000000] [--data-dir /tmp/x]
-
-Phases, one process, one event loop, fsync=always through the group commit:
 1. hold `--count` messages in batches of `--batch` (one destination each, start times spread
    over the next hour, priorities 0..9, `--payload` bytes); memory per held message is the RSS
    growth over the phase divided by the count (after a full collection);
@@ -15,7 +13,6 @@ Phases, one process, one event loop, fsync=always through the group commit:
 5. claim: every destination claimed in batches of 1000 (the delivery loop's side), then
    settling another 40% in batches, which triggers an online compaction: its duration and the
    longest event-loop stall while it runs.
-Prints a Markdown table (and `--json` for the raw numbers).
 """
 
 from __future__ import annotations
@@ -30,30 +27,18 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
-try:
-    import uvloop
-except ImportError:  # pragma: no cover
-    uvloop = None
-
-from mqgate.durable.group_commit import GroupCommitter
-from mqgate.scheduler.backends.embedded import EmbeddedScheduler
-from mqgate.scheduler.interface import Destination
+from . import results
+from .procs import rss_bytes
+from .store import run_async
 
 HOUR_MS = 3600 * 1000
 
 
-def rss_bytes() -> int:
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    return 0
+def make_items(rng: random.Random, n: int, now_ms: int, payload: bytes) -> list[tuple[bytes, list[Any]]]:
+    from mqgate.scheduler.interface import Destination
 
-
-def make_items(
-    rng: random.Random, n: int, now_ms: int, payload: bytes
-) -> list[tuple[bytes, list[Destination]]]:
     return [
         (
             payload,
@@ -91,8 +76,10 @@ class StallMeter:
         self._task.cancel()
 
 
-async def reopen(directory: Path, committer: GroupCommitter) -> tuple[EmbeddedScheduler, float]:
+async def reopen(directory: Path, committer: Any) -> tuple[Any, float]:
     """Open after the caller closed and dropped the old instance (so its memory is free)."""
+    from mqgate.scheduler.backends.embedded import EmbeddedScheduler
+
     gc.collect()
     s = EmbeddedScheduler(directory, committer)
     t0 = time.perf_counter()
@@ -101,6 +88,8 @@ async def reopen(directory: Path, committer: GroupCommitter) -> tuple[EmbeddedSc
 
 
 async def run(args: argparse.Namespace) -> dict:
+    from mqgate.durable.group_commit import GroupCommitter
+
     directory = Path(args.data_dir or tempfile.mkdtemp(prefix="sched-bench-")) / "scheduler"
     shutil.rmtree(directory, ignore_errors=True)
     rng = random.Random(7)
@@ -110,8 +99,7 @@ async def run(args: argparse.Namespace) -> dict:
     out["load_average_at_start"] = os.getloadavg()[0]  # other work on the machine skews timings
     committer = GroupCommitter(None)
     committer.start()
-    s = EmbeddedScheduler(directory, committer)
-    await s.open()
+    s, _ = await reopen(directory, committer)
 
     # 1. batched holds, and memory
     gc.collect()
@@ -126,8 +114,7 @@ async def run(args: argparse.Namespace) -> dict:
     gc.collect()
     out["hold_batch_per_s"] = args.count / hold_s
     out["rss_per_message_bytes"] = (rss_bytes() - rss0 - 8 * len(seqs)) / args.count  # minus `seqs`
-    st = await s.stats()
-    out["log_bytes_after_holds"] = st.log_bytes
+    out["log_bytes_after_holds"] = (await s.stats()).log_bytes
 
     # 2. single holds
     singles = make_items(rng, args.singles, now_ms, payload)
@@ -192,13 +179,12 @@ async def run(args: argparse.Namespace) -> dict:
         for i in range(0, len(rest), args.batch):
             await s.settle([(q, 0) for q in rest[i : i + args.batch]])
         task = s._compaction
-        started = task is not None
         if task is not None:
             await task
         online_s = time.perf_counter() - t0
     final = await s.stats()
     out["online_compaction"] = {
-        "triggered": started,
+        "triggered": task is not None,
         "settle_and_compact_s": online_s,
         "worst_loop_stall_ms": meter.worst * 1000,
         "records_after": final.log_records,
@@ -212,61 +198,65 @@ async def run(args: argparse.Namespace) -> dict:
     return out
 
 
-def table(r: dict) -> str:
-    g = r["garbage_log"]
-    o = r["online_compaction"]
-    mb = 1024 * 1024
+def main(args: argparse.Namespace) -> int:
+    r = run_async(run(args))
+    g, o, mb = r["garbage_log"], r["online_compaction"], 1024 * 1024
     reopens = ", ".join(f"{x:.2f}" for x in r["recovery_compact_runs_s"])
+    compaction = "triggered" if o["triggered"] else "NOT triggered"
     rows = [
-        ("held messages", f"{r['count']:,} ({r['payload_bytes']} B payload, 1 destination)"),
-        ("machine load average at start (2 cores)", f"{r['load_average_at_start']:.2f}"),
-        (f"hold, batches of {r['batch']}", f"{r['hold_batch_per_s']:,.0f} holds/s"),
-        ("hold, single, 1 task", f"{r['hold_single_1task_per_s']:,.0f} holds/s"),
-        ("hold, single, concurrent tasks", f"{r['hold_single_tasks_per_s']:,.0f} holds/s"),
-        ("memory per held message (RSS delta / N)", f"{r['rss_per_message_bytes']:,.0f} B"),
-        (
-            "recovery, compact log (close, reopen → ready), median",
-            f"{r['recovery_compact_s']:.2f} s (runs: {reopens})",
+        results.Row(
+            "scheduler.hold",
+            f"hold {r['count']:,} messages ({r['payload_bytes']} B, 1 destination), batches of {r['batch']}",
+            f"{r['hold_batch_per_s']:,.0f} holds/s",
+            notes=f"{r['rss_per_message_bytes']:,.0f} B of memory per held message (RSS delta / N)",
+            more=f"load average at start {r['load_average_at_start']:.2f}",
         ),
-        ("settle, batches", f"{r['settle_per_s']:,.0f} destinations/s"),
-        (
+        results.Row("", "hold, single, 1 task", f"{r['hold_single_1task_per_s']:,.0f} holds/s"),
+        results.Row("", "hold, single, concurrent tasks", f"{r['hold_single_tasks_per_s']:,.0f} holds/s"),
+        results.Row(
+            "scheduler.recovery",
+            f"reopen with {r['count']:,} held (compact log), median",
+            f"{r['recovery_compact_s']:.2f} s",
+            notes=f"runs: {reopens}",
+        ),
+        results.Row("", "settle, batches", f"{r['settle_per_s']:,.0f} destinations/s"),
+        results.Row(
+            "",
             "recovery, log with 30% deleted",
             f"{r['recovery_garbage_s']:.2f} s",
+            notes=f"log {g['records_before']:,} rec / {g['bytes_before'] / mb:.1f} MiB → "
+            f"{g['records_after']:,} rec / "
+            f"{g['bytes_after'] / mb:.1f} MiB ({g['live']:,} live)",
         ),
-        (
-            "log before → after recovery compaction",
-            f"{g['records_before']:,} rec / {g['bytes_before'] / mb:.1f} MiB → "
-            f"{g['records_after']:,} rec / {g['bytes_after'] / mb:.1f} MiB ({g['live']:,} live)",
-        ),
-        ("claim_due, batches of 1000", f"{r['claim_per_s']:,.0f} destinations/s"),
-        (
+        results.Row("", "claim_due, batches of 1000", f"{r['claim_per_s']:,.0f} destinations/s"),
+        results.Row(
+            "",
             "online compaction (settle 40% + compaction)",
-            f"{'triggered' if o['triggered'] else 'NOT triggered'}, {o['settle_and_compact_s']:.2f} s, "
-            f"worst loop stall {o['worst_loop_stall_ms']:.0f} ms → {o['records_after']:,} rec / "
+            f"{o['settle_and_compact_s']:.2f} s",
+            notes=f"{compaction}; worst loop stall {o['worst_loop_stall_ms']:.0f} ms → "
+            f"{o['records_after']:,} rec / "
             f"{o['bytes_after'] / mb:.1f} MiB",
         ),
     ]
-    lines = ["| measure | result |", "|---|---|"]
-    lines += [f"| {k} | {v} |" for k, v in rows]
-    return "\n".join(lines)
+    after = ["```json", json.dumps(r, indent=2), "```"] if args.json else []
+    results.record(args, "the embedded scheduler in-process", rows, after=after)
+    return 0
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--count", type=int, default=1_000_000)
-    ap.add_argument("--batch", type=int, default=1000)
-    ap.add_argument("--payload", type=int, default=100)
-    ap.add_argument("--singles", type=int, default=5000)
-    ap.add_argument("--tasks", type=int, default=64)
-    ap.add_argument("--data-dir", default="")
-    ap.add_argument("--reopens", type=int, default=3, help="recoveries of the compact log (median)")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    result = uvloop.run(run(args)) if uvloop is not None else asyncio.run(run(args))
-    print(table(result))
-    if args.json:
-        print(json.dumps(result, indent=2))
-
-
-if __name__ == "__main__":
-    main()
+def add_parser(sub: Any, common: Any) -> None:
+    p = results.subcommand(
+        sub,
+        common,
+        "scheduler",
+        __doc__,
+        help="the embedded scheduler in-process: holds, memory, recovery, compaction",
+    )
+    p.add_argument("--count", type=int, default=1_000_000)
+    p.add_argument("--batch", type=int, default=1000)
+    p.add_argument("--payload", type=int, default=100)
+    p.add_argument("--singles", type=int, default=5000)
+    p.add_argument("--tasks", type=int, default=64)
+    p.add_argument("--data-dir", default="")
+    p.add_argument("--reopens", type=int, default=3, help="recoveries of the compact log (median)")
+    p.add_argument("--json", action="store_true", help="the raw numbers too")
+    p.set_defaults(func=main)
