@@ -12,15 +12,13 @@ import secrets
 from pathlib import Path
 from typing import Any
 
-import msgspec
-
 from mqgate.alerts.service import Alerts
 from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
 from mqgate.api.collector import tune_for_serving
 from mqgate.api.http import App
 from mqgate.api.limits import SettingsLimits
-from mqgate.api.openapi import build_openapi
+from mqgate.api.openapi import with_document
 from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_alerts import AlertRoutes
 from mqgate.api.routes_clusters import ClusterRoutes
@@ -204,10 +202,9 @@ def build_app(settings: Settings) -> App:
         failover,
     )
     limits = SettingsLimits(settings)
-    log_routes = LogRoutes(gateway)
     routes = [
         *DataRoutes(gateway).routes(),
-        *log_routes.routes(),
+        *LogRoutes(gateway).routes(),
         *AdminRoutes(gateway, limits).routes(),
         *DeadLetterRoutes(gateway).routes(),
         *ProjectRoutes(platform).routes(),
@@ -215,7 +212,7 @@ def build_app(settings: Settings) -> App:
         *ClusterRoutes(failover).routes(),
     ]
     routes = audited_routes(routes, gateway, sql.engine)  # every admin change in the audit log
-    log_routes.openapi_bytes = msgspec.json.encode(build_openapi(routes, settings))
+    routes = with_document(routes, settings)
     guard = RoleGuard(admin_token, gateway.topology, gateway.consuming)
 
     async def startup() -> None:

@@ -13,7 +13,7 @@ from msgspec import inspect as mi
 
 from mqgate import __version__
 from mqgate.api.answers import ErrorOut
-from mqgate.api.http import Route
+from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import wire_name
 from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS
 from mqgate.settings import Settings
@@ -170,3 +170,19 @@ def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
     }
+
+
+def with_document(routes: list[Route], settings: Settings) -> list[Route]:
+    """`routes` and `GET /openapi.json`, which answers the document of them all (itself
+    included), built once here."""
+    document = b""
+
+    async def serve(req: Request) -> Response:
+        return Response(raw_body=document)
+
+    every = [
+        *routes,
+        Route("GET", "/openapi.json", serve, "none", "This document (OpenAPI 3.1)", body="none"),
+    ]
+    document = msgspec.json.encode(build_openapi(every, settings))
+    return every

@@ -41,7 +41,6 @@ def offsets_of(value: dict[str, object]) -> dict[int, int]:
 class LogRoutes:
     def __init__(self, gateway: Gateway) -> None:
         self.gw = gateway
-        self.openapi_bytes = b""
 
     async def bounds(self, req: Request) -> Response:
         topic = req.input.topic
@@ -95,9 +94,6 @@ class LogRoutes:
         await self.gw.operations.lag_settled(METRICS_SETTLE_S)
         return Response(raw_body=self.gw.ctx.metrics.render(), content_type=b"text/plain; version=0.0.4")
 
-    async def openapi(self, req: Request) -> Response:
-        return Response(raw_body=self.openapi_bytes)
-
     def routes(self) -> list[Route]:
         return [
             Route(
@@ -144,5 +140,4 @@ class LogRoutes:
                 (401,),
                 body="none",
             ),
-            Route("GET", "/openapi.json", self.openapi, "none", "This document (OpenAPI 3.1)", body="none"),
         ]
