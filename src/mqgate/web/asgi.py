@@ -43,11 +43,13 @@ async def read_body(
             raise BadRequest("client disconnected", field="body")
         chunk = message.get("body", b"")
         size += len(chunk)
+        more = message.get("more_body", False)
         if size > limit:
-            await drain(receive, DRAIN_BYTES)
+            if more:  # the last chunk crossing the limit has nothing after it to drain
+                await drain(receive, DRAIN_BYTES)
             raise PayloadTooLarge(f"{what} is over the {limit}-byte limit", field="body")
         chunks.append(chunk)
-        if not message.get("more_body", False):
+        if not more:
             return b"".join(chunks)
 
 
