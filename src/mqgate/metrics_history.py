@@ -29,7 +29,7 @@ import sqlalchemy as sa
 
 from mqgate.services.context import Context
 from mqgate.services.gateway import Feature
-from mqgate.sqlschema import create_all_shared
+from mqgate.sqlschema import create_all_shared, upsert_insert
 
 log = logging.getLogger(__name__)
 
@@ -99,10 +99,9 @@ class MetricsHistory(Feature):
         self.sample_every_s = sample_every_s
         self.source = source or f"{socket.gethostname()}:{ctx.settings.port}"
         self.engine = engine_for(url or ctx.settings.index_url("metrics-history.sqlite"))
-        from sqlalchemy.dialects import postgresql, sqlite
 
         # Both dialects have INSERT ... ON CONFLICT DO UPDATE (an upsert adding to a row).
-        self._insert: Any = postgresql.insert if self.engine.dialect.name == "postgresql" else sqlite.insert
+        self._insert = upsert_insert(self.engine)
         self._last: Reading | None = None
         self._last_ms = 0
         self._pruned_at = 0.0

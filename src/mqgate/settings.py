@@ -50,6 +50,10 @@ class Settings:
     admin_token: str = ""
     # If set, GET /metrics needs "Authorization: Bearer <metrics_token>"; empty = open.
     metrics_token: str = ""
+    # The console's reverse proxies (comma-separated addresses or CIDR blocks): only a request
+    # from one of them has its client address taken from X-Forwarded-For (the rightmost address
+    # none of them holds), for the sign-in limit per address. Empty: trust none, use the peer.
+    console_trusted_proxies: str = ""
     # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
     token_secret: str = ""
     broker_name: str = "local"
@@ -70,6 +74,9 @@ class Settings:
     max_batch_messages: int = 1000
     max_batch_bytes: int = 4 * MIB
     max_pull_messages: int = 1024
+    # The messages of one read-by-offset answer (GET /mq/read, /mq/browse) stop at this many
+    # bytes (at least one message): its `next` is where to go on.
+    max_answer_bytes: int = 8 * MIB
     max_wait_s: float = 30.0
     # A request's line and headers must arrive within this time (408), be at most this many
     # header fields and bytes (431): slow or oversized headers cannot hold connections.

@@ -59,3 +59,15 @@ def sqlite_wal(dbapi_conn: Any, _record: Any) -> None:
         cursor.execute("PRAGMA synchronous=NORMAL")
     finally:
         cursor.close()
+
+
+def upsert_insert(engine: sa.Engine) -> Any:
+    """The dialect's INSERT, which has `on_conflict_do_update` (PostgreSQL's or SQLite's; the
+    SQL registry supports no other database)."""
+    if engine.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert

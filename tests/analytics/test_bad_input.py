@@ -20,6 +20,8 @@ from mqgate.cli.analytics import main
 from mqgate.errors import NotFound
 from tests.analytics.conftest import Loaded
 
+pytestmark = pytest.mark.slow
+
 
 def test_an_unknown_project_is_refused_naming_the_known_ones(spark: Any, loaded: Loaded) -> None:
     with pytest.raises(NotFound, match=r"no trace events of project nosuch .*\(projects: pay, shop\)"):

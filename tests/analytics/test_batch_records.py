@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+import pytest
+
 from mqgate.analytics.ingest import parse_raw
 from mqgate.core.ids import new_message_ids
 from mqgate.model import StoredMessage, decode_stored
@@ -14,6 +16,8 @@ from mqgate.tracing.events import Resource
 from mqgate.tracing.policy import Level, MatchedTrace, Mode
 from mqgate.tracing.produce_batches import Origin, queue_batch
 from mqgate.tracing.rounds import QueueTracer, RoundGroup
+
+pytestmark = pytest.mark.slow
 
 GATEWAY = Resource("gw-1", "host-a", "mqgate", 8080)
 INFO = BatchShape("info", queue=True, offset=True, producer=True, body=False, content_ref=True)

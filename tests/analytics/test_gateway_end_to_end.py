@@ -21,6 +21,8 @@ from mqgate.analytics.tracefile import raw_batches
 from mqgate.client import Client
 from tests.conftest import Server, store_server
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def gateway(tmp_path: Path) -> Iterator[Server]:

@@ -14,6 +14,8 @@ from mqgate.analytics.generator import DEFAULT_START_MS, MINUTE_MS
 from mqgate.analytics.latency import HOPS
 from tests.analytics.conftest import Loaded
 
+pytestmark = pytest.mark.slow
+
 # The stated error of a percentile: within ±0.1% of rank of the exact value (Spark's
 # percentile_approx at accuracy 10,000 promises ±0.01%).
 RANK_ERROR = 0.001

@@ -6,12 +6,16 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mqgate.analytics import truth as truth_mod
 from mqgate.analytics.generator import LoadSpec, generate
 from mqgate.analytics.ingest import compact, data_files, ingest_frame, partition_dir
 from mqgate.analytics.job import build_report
 from mqgate.analytics.reports import Window, counts, load_events
 from tests.analytics.conftest import write_raw
+
+pytestmark = pytest.mark.slow
 
 
 def test_runs_over_parts_of_the_input_add_up_and_a_replay_is_dropped_by_compaction(

@@ -24,6 +24,8 @@ from mqgate.queuestate.history import QueueStateHistory
 from tests.analytics.conftest import Loaded
 from tests.conftest import require_service
 
+pytestmark = pytest.mark.slow
+
 SPEC = LoadSpec()
 MIN = 60_000
 PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"

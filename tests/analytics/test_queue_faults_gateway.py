@@ -12,12 +12,15 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from mqgate.analytics import queuefaults
 from mqgate.analytics.queuestate_source import GATEWAY_MISSING, GatewaySource, HistorySource
 from mqgate.client import Client
 from mqgate.queuestate.diagnosis import Thresholds
 from tests.conftest import Server, wait_until
+
+pytestmark = pytest.mark.slow
 
 STEP = 1000
 THRESHOLDS = Thresholds(silent_after_ms=2000)  # the rules' other settings as the gateway has them

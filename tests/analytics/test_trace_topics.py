@@ -12,11 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from mqgate.analytics.job import run_analytics
 from mqgate.cli.analytics import add_parser, options
 from mqgate.client import Client
 from tests.conftest import Server, wait_until
+
+pytestmark = pytest.mark.slow
 
 MESSAGES = 12
 

@@ -52,6 +52,7 @@ def main(argv: list[str]) -> None:
         lifespan="on",
         log_level="warning",
         access_log=False,
+        proxy_headers=False,  # as `mqgate serve`: the console decides whom to trust
     )
 
 

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 import httpx
+import pytest
 from playwright.sync_api import expect
 
 from mqgate.console.api_audit import clean
@@ -16,6 +17,8 @@ from mqgate.metrics_history import Point, points
 from tests.conftest import wait_until
 from tests.console.conftest import ConsoleServer, shot
 from tests.console.test_browser import sign_in
+
+pytestmark = pytest.mark.slow
 
 
 def test_api_changes_land_in_the_audit_log(page: Any, console: ConsoleServer) -> None:

@@ -17,6 +17,8 @@ from tests.console.conftest import ARTIFACTS, ConsoleServer, open_page, shot
 from tests.console.conftest import sign_in as http_sign_in
 from tests.console.test_browser import produce, sign_in
 
+pytestmark = pytest.mark.slow
+
 KEYS = ("produce", "consume", "lag")
 SERIES_RGB = (31, 95, 191)  # the line's colour in static/charts.js
 PAGE_LIMIT = 500 * 1024

@@ -7,7 +7,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from tests.console.conftest import PASSWORD, ConsoleServer, shot
+
+pytestmark = pytest.mark.slow
 
 MAX_TABS = 80  # more presses than any page here has focusable elements before its form
 

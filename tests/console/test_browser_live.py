@@ -19,6 +19,8 @@ from tests.console.conftest import ARTIFACTS, ConsoleServer, open_page, shot, si
 from tests.console.test_browser import produce
 from tests.console.test_browser import sign_in as browser_sign_in
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:

@@ -16,6 +16,8 @@ from tests.console.conftest import ConsoleServer, csrf_of, shot
 from tests.console.conftest import sign_in as http_sign_in
 from tests.console.test_browser import sign_in
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:

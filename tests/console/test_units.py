@@ -17,7 +17,6 @@ from mqgate.console.passwords import hash_password, verify_password
 from mqgate.console.roles import Grant, Principal, check_grant
 from mqgate.console.sessions import SessionPolicy, Sessions
 from mqgate.console.tables import create_tables, engine_for
-from mqgate.console.throttle import Limits, Throttle
 from mqgate.errors import AlreadyExists, BadRequest
 
 
@@ -90,19 +89,6 @@ def test_sessions_end_when_idle_or_too_old_and_with_a_new_password(engine: sa.En
     value, _ = sessions.create("carol", 30_000)
     Accounts(engine).set_password("carol", "another-password")
     assert sessions.find(value, 30_001) is None
-
-
-def test_throttle_counts_per_user_and_per_address(engine: sa.Engine) -> None:
-    throttle = Throttle(engine, Limits(per_user=2, per_ip=3, window_ms=1000))
-    throttle.failed("dave", "10.0.0.1", 0)
-    assert throttle.blocked_for_ms("dave", "10.0.0.1", 1) == 0
-    throttle.failed("dave", "10.0.0.1", 1)
-    assert throttle.blocked_for_ms("dave", "10.0.0.9", 2) == 998  # the user, from anywhere
-    assert throttle.blocked_for_ms("erin", "10.0.0.1", 2) == 0
-    throttle.failed("erin", "10.0.0.1", 3)
-    assert throttle.blocked_for_ms("frank", "10.0.0.1", 4) == 996  # the address, for anyone
-    assert throttle.blocked_for_ms("frank", "10.0.0.2", 4) == 0
-    assert throttle.blocked_for_ms("dave", "10.0.0.9", 1000) == 0  # the window passed
 
 
 def test_audit_filters_by_actor_action_target_and_project(engine: sa.Engine) -> None:

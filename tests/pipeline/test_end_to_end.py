@@ -25,6 +25,8 @@ from benchmarks.zipf_events import Workload, generate, produce
 
 from tests.conftest import Server, wait_until
 
+pytestmark = pytest.mark.slow
+
 RUN_TIMEOUT_S = 240
 
 

@@ -16,6 +16,8 @@ from mqgate.spark.offsets import Bounds, OptionError
 from mqgate.spark.options import read_options, write_options
 from mqgate.spark.sink import encode_rows
 
+pytestmark = pytest.mark.slow
+
 BOUNDS = [Bounds(0, 0, 10), Bounds(1, 5, 25), Bounds(2, 0, 0)]
 
 

@@ -14,6 +14,8 @@ from mqgate.spark.sink import MqgateStreamWriter, WriteCommit
 from tests.conftest import Server
 from tests.spark.conftest import produce, read_all, unique
 
+pytestmark = pytest.mark.slow
+
 
 def progress(server: Server, consumer: str) -> dict[str, Any]:
     return server.admin("GET", f"/admin/consumers/{consumer}/progress")  # type: ignore[no-any-return]

@@ -15,6 +15,8 @@ import mqgate.spark
 from tests.conftest import Server
 from tests.spark.conftest import produce, read_all, unique
 
+pytestmark = pytest.mark.slow
+
 COLUMNS = ("topic", "broker", "queue", "offset", "messageId", "keys", "tags", "properties", "body")
 TIMES = ("timestamp", "deliverAt", "deadline")
 

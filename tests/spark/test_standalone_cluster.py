@@ -1,12 +1,12 @@
 """mqgate on a real Spark standalone cluster (issue 15, item 4; SPEC D4): a master and two
-workers started from the installed PySpark on free 127.0.0.1 ports (tests/spark_cluster.py),
+workers started from the installed PySpark on free 127.0.0.1 ports (tests/spark/cluster.py),
 once for the module. A batch read, a streaming copy and the event pipeline run on it and give
 what they give on local[*], and they did run on the workers: the master lists the
 application as FINISHED, each worker's work directory holds an executor of it with the
 shipped mqgate.zip, and the tasks ran in those directories, importing mqgate from the zip,
 in a Python that has the dependencies but not mqgate. The driver's own Python workers (the
 data source planners, streaming ones included) run that Python too, and nothing in the
-driver's environment provides mqgate: only the shipped code can (tests/spark_cluster.py).
+driver's environment provides mqgate: only the shipped code can (tests/spark/cluster.py).
 
 The three jobs run in one driver process per master (a JVM holds one SparkContext; the
 suite's local session stays as it is), the local[*] one alongside the cluster's start-up
@@ -30,8 +30,7 @@ from benchmarks.zipf_events import produce as produce_events
 
 from tests.conftest import PG_ADMIN_URL, Server, require_service
 from tests.pipeline.test_end_to_end import write_config
-from tests.spark.conftest import produce, read_all, unique
-from tests.spark_cluster import (
+from tests.spark.cluster import (
     Driver,
     SparkCluster,
     executor_python,
@@ -39,6 +38,9 @@ from tests.spark_cluster import (
     require_spark,
     start_driver,
 )
+from tests.spark.conftest import produce, read_all, unique
+
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

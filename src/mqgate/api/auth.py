@@ -1,14 +1,17 @@
 """Who may call what: each route's role, checked by the app, never by a handler.
 
-The credential a role needs is checked before the body is read (a missing bearer token, or a
-wrong admin token, is refused without parsing anything); who the caller is follows from the
-decoded request, which names the producer, the consumer or carries an ack token.
+Who holds the bearer token is found before the body is read: no token, or a token that is no
+one's, is refused (401) on every route without parsing anything, and so is a known token that
+can never hold the route's role (403: a producer's or consumer's token on an admin route). Whose
+call it is follows from the decoded request, which names the producer, the consumer or carries
+an ack token.
 """
 
 from __future__ import annotations
 
 import hmac
 from dataclasses import dataclass
+from typing import TypeVar
 
 from mqgate.api.http import Request, Role
 from mqgate.core.tokens import AckToken
@@ -31,6 +34,10 @@ class TokenCaller:
 
 ADMIN = Admin()
 
+# Who a bearer token belongs to: the admin, or the producer or consumer it was issued to.
+Credential = Admin | ProducerRecord | ConsumerRecord
+Holder = TypeVar("Holder", ProducerRecord, ConsumerRecord)
+
 
 class RoleGuard:
     def __init__(self, admin_token: str, topology: Topology, consuming: Consuming) -> None:
@@ -40,41 +47,38 @@ class RoleGuard:
         self._holders: dict[str, ProducerRecord | ConsumerRecord] = {}
         self._holders_of: tuple[int, int] = (0, -1)  # (snapshot id, version) they were read from
 
-    def is_admin(self, request: Request) -> bool:
-        bearer = request.bearer
-        return bearer is not None and hmac.compare_digest(bearer.encode(), self._admin_token)
-
-    def check_credential(self, role: Role, request: Request) -> None:
+    async def check_credential(self, role: Role, request: Request) -> None:
         if role == "none":
             return
-        if not request.bearer:
-            who = "admin token" if role == "admin" else "token"
-            raise Unauthorized(f"Authorization: Bearer <{who}> is required", field="Authorization")
-        if role == "admin" and not self.is_admin(request):
-            raise Forbidden("the admin token is wrong", field="Authorization")
+        request.credential = await self._credential(role, request)
+        if role == "admin" and request.credential is not ADMIN:
+            raise Forbidden(
+                "this call needs the admin token, not a producer's or consumer's", field="Authorization"
+            )
 
     async def caller(
         self, role: Role, request: Request
     ) -> Admin | ProducerRecord | ConsumerRecord | TokenCaller | None:
         inp = request.input
+        credential: Credential = request.credential
         if role == "admin":
             return ADMIN
         if role == "producer":
-            if self.is_admin(request):
+            if credential is ADMIN:
                 return await self.topology.producer(inp.producer)
-            return await self._holder(request, "producer", inp.producer)
+            return _own(credential, ProducerRecord, inp.producer)
         if role == "token":
             token = self.consuming.token(inp.request_id)
             if inp.consumer is not None and inp.consumer != token.consumer:
                 raise Forbidden(
                     f"requestId belongs to another consumer than {inp.consumer}", field="consumer"
                 )
-            return TokenCaller(await self._consumer(token.consumer, request), token)
-        if role == "reader" and self.is_admin(request):
+            return TokenCaller(_own(credential, ConsumerRecord, token.consumer), token)
+        if role == "reader" and credential is ADMIN:
             return ADMIN
         if inp.consumer is None:
             raise Forbidden("not the admin token: name the consumer whose token this is", field="consumer")
-        consumer = await self._consumer(inp.consumer, request)
+        consumer = _own(credential, ConsumerRecord, inp.consumer)
         topic = getattr(inp, "topic", None)
         if topic is not None and consumer.topic != topic:
             raise Forbidden(
@@ -82,30 +86,21 @@ class RoleGuard:
             )
         return consumer
 
-    async def _consumer(self, name: str, request: Request) -> ConsumerRecord:
-        consumer = await self._holder(request, "consumer", name)
-        assert isinstance(consumer, ConsumerRecord)
-        return consumer
-
-    async def _holder(self, request: Request, kind: str, name: str) -> ProducerRecord | ConsumerRecord:
-        """The producer or consumer `name`, if the bearer token is its own. A token that is no
-        one's is refused alike whether `name` exists or not (401), so names cannot be probed;
-        a valid token of someone else is refused with 403."""
+    async def _credential(self, role: Role, request: Request) -> Credential:
+        """Who holds the bearer token. No token, or a token that is no one's, is 401 whatever
+        the call names, so names cannot be probed with made-up tokens."""
         bearer = request.bearer
-        assert bearer is not None  # check_credential refused the call otherwise
-        if self.is_admin(request):
-            raise Forbidden(
-                f"the admin token is not {kind} {name}'s: use its own token", field="Authorization"
-            )
+        if not bearer:
+            who = "admin token" if role == "admin" else "token"
+            raise Unauthorized(f"Authorization: Bearer <{who}> is required", field="Authorization")
+        if hmac.compare_digest(bearer.encode(), self._admin_token):
+            return ADMIN
         token_hash = hash_token(bearer)
         holder = self._token_holders().get(token_hash)
         if holder is None and await self.topology.ctx.registry.refresh_on_miss():
             holder = self._token_holders().get(token_hash)  # registered meanwhile elsewhere
         if holder is None:
             raise Unauthorized("the token is not valid", field="Authorization")
-        wanted = ProducerRecord if kind == "producer" else ConsumerRecord
-        if not isinstance(holder, wanted) or holder.name != name:
-            raise Forbidden(f"the token is not {kind} {name}'s", field="Authorization")
         return holder
 
     def _token_holders(self) -> dict[str, ProducerRecord | ConsumerRecord]:
@@ -117,3 +112,14 @@ class RoleGuard:
             holders.update((c.token_hash, c) for c in snapshot.consumers.values())
             self._holders, self._holders_of = holders, (id(snapshot), snapshot.version)
         return self._holders
+
+
+def _own(credential: Credential, kind: type[Holder], name: str) -> Holder:
+    """The producer or consumer `name`, if `credential` is its own token. Any other known token
+    is refused (403) alike whether `name` exists or not, so names cannot be probed."""
+    what = "producer" if kind is ProducerRecord else "consumer"
+    if credential is ADMIN:
+        raise Forbidden(f"the admin token is not {what} {name}'s: use its own token", field="Authorization")
+    if not isinstance(credential, kind) or credential.name != name:
+        raise Forbidden(f"the token is not {what} {name}'s", field="Authorization")
+    return credential

@@ -2,8 +2,9 @@
 the one error handler.
 
 Each route declares its role and its request shape; the app checks the credential a role needs
-before it reads the body, decodes the request into its shape, applies the limits that are
-settings, lets the role's guard name who is calling, and only then calls the handler.
+(who holds the bearer token) before it reads the body, decodes the request into its shape,
+applies the limits that are settings, lets the role's guard name who is calling, and only then
+calls the handler.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class Request:
     path: str
     headers: dict[bytes, bytes]
     client_host: str
+    credential: Any = None  # who holds the bearer token, as the role's guard found it
     input: Any = None  # the route's request shape, decoded and checked
     caller: Any = None  # what the role's guard found: a producer, a consumer and token, ...
 
@@ -78,8 +80,9 @@ class Route:
 
 
 class Guard(Protocol):
-    def check_credential(self, role: Role, request: Request) -> None:
-        """Refuse, before the body is read, a call that lacks the credential its role needs."""
+    async def check_credential(self, role: Role, request: Request) -> None:
+        """Before the body is read: find who holds the bearer token (`request.credential`);
+        refuse a call without a known token (401) or whose token can never hold the role (403)."""
 
     async def caller(self, role: Role, request: Request) -> Any:
         """Who is calling, once the request is decoded (its shape names the producer, ...)."""
@@ -153,7 +156,7 @@ class App:
             route_name = route.path
             client = scope.get("client")
             request = Request(scope["method"], scope["path"], headers_of(scope), client[0] if client else "")
-            self.guard.check_credential(route.role, request)
+            await self.guard.check_credential(route.role, request)
             body = (
                 b""
                 if route.body == "none"

@@ -35,7 +35,7 @@ _EVERY_ROUTE: Final = (400, 405, 408, 431, 500, 503)
 _BODY_ROUTE: Final = (413, 415)
 _STATUS_TEXT: Final = {
     400: "a parameter or a header is missing, unknown or invalid (result.field names it)",
-    401: "no bearer token",
+    401: "no bearer token, or a token that is no one's",
     403: "the token does not give this right",
     404: "a named topic, producer or consumer does not exist",
     405: "the path takes other methods, named in Allow",

@@ -102,6 +102,7 @@ class HopOut(Output, kw_only=True):
     resource: ResourceOut
     topic: str
     queue: int | None = None
+    source: str | None = None  # the consumer's retry queue or inbox, where the hop happened there
     offset: int | None = None
     producer: str | None = None
     consumer: str | None = None

@@ -2,10 +2,13 @@
 
 For operators and post-mortems: each file is read the way the gateway's start-up reads it and
 reported with what was found (records, damaged records, a torn tail, an index or checkpoint
-that does not match, a registry that lost its rows). `--repair` does what is safe and what
-start-up would do anyway: cut torn tails, rebuild indexes, drop bad checkpoints and temporary
-files, rewrite the journals without their damaged records. A damaged record inside a message
-log stays (it keeps its offset, so the offsets after it stay right; reads skip it).
+that does not match, a topic.json that cannot be read, a registry that lost its rows).
+`--repair` does what is safe and what start-up would do anyway: cut torn tails, rebuild indexes
+from the records' own offsets, drop bad checkpoints and temporary files, rewrite the journals
+without their damaged records. Repair never moves an offset: damaged bytes inside a message log
+stay, as a gap holding the offsets they held (reads skip it), and a tail the queue's checkpoint
+vouches for is damage kept, not a torn write cut. An unreadable topic.json is reported, not
+rewritten: the gateway serves the other topics meanwhile.
 
 Exit status: 0 nothing wrong (or all of it repaired), 1 problems remain, 2 cannot check (a
 gateway holds the directory, or it is not a data directory).

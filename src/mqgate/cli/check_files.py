@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
+import itertools
 import os
 import sqlite3
 from array import array
@@ -13,12 +13,18 @@ from pathlib import Path
 
 from mqgate.cli.check import FileReport
 from mqgate.durable.append_file import install, write_new
-from mqgate.durable.framing import frame, scan
+from mqgate.durable.framing import frame
 from mqgate.offsets.backends.embedded import journal as offsets_journal
 from mqgate.scheduler.backends.embedded import log as schedule_log
-from mqgate.store.backends.embedded.data_format import FORMAT, FORMAT_FILE, TOPIC_FILE
-from mqgate.store.backends.embedded.queue_log import CHECKPOINT_FILE
-from mqgate.store.backends.embedded.segment import INDEX_SUFFIX, LOG_SUFFIX
+from mqgate.store.backends.embedded.data_format import (
+    FORMAT,
+    FORMAT_FILE,
+    READS_ALSO,
+    TOPIC_FILE,
+    read_topic_config,
+)
+from mqgate.store.backends.embedded.queue_log import CHECKPOINT_FILE, read_checkpoint, vouched_by
+from mqgate.store.backends.embedded.segment import INDEX_SUFFIX, LOG_SUFFIX, describe_gaps, index_records
 
 
 class LockedError(Exception):
@@ -75,7 +81,9 @@ class DataDirCheck:
             report.problems.append("missing: the gateway treats a data directory with topics as format 1")
             return
         report.facts.append(found)
-        if found != FORMAT:
+        if found in READS_ALSO:
+            report.facts.append(f"read as it is, and marked {FORMAT!r} when the gateway opens it")
+        elif found != FORMAT:
             report.problems.append(f"format {found!r}, this build reads {FORMAT!r}")
 
     def _topics(self) -> set[str]:
@@ -84,15 +92,17 @@ class DataDirCheck:
         if not topics_dir.is_dir():
             return names
         for topic_dir in sorted(p for p in topics_dir.iterdir() if p.is_dir()):
-            meta_path = topic_dir / TOPIC_FILE
-            report = self._report(meta_path)
+            report = self._report(topic_dir / TOPIC_FILE)
             try:
-                queues = int(json.loads(meta_path.read_text())["queues"])
+                queues = read_topic_config(topic_dir).queues
             except FileNotFoundError:
                 report.facts.append("absent: an unfinished creation, ignored at start-up")
                 continue
-            except (ValueError, KeyError, TypeError) as exc:
-                report.problems.append(f"unreadable: {exc}")
+            except (OSError, ValueError) as exc:
+                report.problems.append(
+                    f"unreadable ({exc}): the gateway does not serve this topic until it is written "
+                    "again or the topic is deleted"
+                )
                 continue
             names.add(topic_dir.name)
             report.facts.append(f"{queues} queues")
@@ -105,44 +115,39 @@ class DataDirCheck:
         if not segments:
             self._report(directory).facts.append("no segment yet")
             return
-        for i, seg in enumerate(segments):
-            self._segment(seg, active=i == len(segments) - 1)
-        self._checkpoint(directory / CHECKPOINT_FILE, segments[-1])
+        checkpoint = self._checkpoint(directory / CHECKPOINT_FILE, segments[-1])
+        for seg, after in itertools.pairwise(segments):
+            self._segment(seg, known=(_base(after), seg.stat().st_size), active=False)
+        last = segments[-1]
+        self._segment(last, known=vouched_by(checkpoint, _base(last), last.stat().st_size), active=True)
 
-    def _segment(self, path: Path, *, active: bool) -> None:
+    def _segment(self, path: Path, *, known: tuple[int, int] | None, active: bool) -> None:
+        """A segment indexed as the gateway's start-up does (`index_records`): each record at
+        its own offset, what a sealed segment or a checkpoint vouches for kept."""
         report = self._report(path)
         data = path.read_bytes()
-        positions: list[int] = []
-        good_end = 0
-        damaged = []
-        for pos, end, payload in scan(data):
-            positions.append(pos)
-            good_end = end
-            if payload is None:
-                damaged.append(f"{end - pos} bytes at byte {pos} (offset {_base(path) + len(positions) - 1})")
-        report.facts.append(f"{len(positions)} records")
-        if damaged:
-            report.kept.append(
-                f"{len(damaged)} damaged records kept as gaps, reads skip them: {', '.join(damaged[:5])}"
-            )
-        if good_end < len(data):
-            problem = f"torn tail of {len(data) - good_end} bytes after byte {good_end}"
+        indexed = index_records(data, pos0=0, first=_base(path), known=known)
+        report.facts.append(f"{len(indexed.positions)} records")
+        if indexed.gaps:
+            report.kept.append(describe_gaps(indexed.gaps))
+        if indexed.end < len(data):
+            problem = f"torn tail of {len(data) - indexed.end} bytes after byte {indexed.end}"
             if self.repair:
                 with open(path, "r+b") as fh:
-                    fh.truncate(good_end)
+                    fh.truncate(indexed.end)
                     os.fsync(fh.fileno())
                 report.repaired.append(f"cut the {problem}")
             else:
                 report.problems.append(problem)
-        self._index(path.with_suffix(INDEX_SUFFIX), positions, active=active)
+        self._index(path.with_suffix(INDEX_SUFFIX), indexed.positions, indexed.end, active=active)
 
-    def _index(self, path: Path, positions: list[int], *, active: bool) -> None:
+    def _index(self, path: Path, positions: list[int], end: int, *, active: bool) -> None:
         report = self._report(path)
         try:
             raw = path.read_bytes()
         except FileNotFoundError:
             if not active and positions:
-                self._fix(report, path, positions, "missing")
+                self._fix(report, path, positions, end, "missing")
             else:
                 report.facts.append("absent (rebuilt at start-up)")
             return
@@ -151,34 +156,50 @@ class DataDirCheck:
         report.facts.append(f"{len(stored)} positions")
         expected = positions if not active else positions[: len(stored)]
         if list(stored) != expected or len(raw) % stored.itemsize:
-            self._fix(report, path, positions, "does not match its log")
+            self._fix(report, path, positions, end, "does not match its log")
 
-    def _fix(self, report: FileReport, path: Path, positions: list[int], problem: str) -> None:
+    def _fix(self, report: FileReport, path: Path, positions: list[int], end: int, problem: str) -> None:
         if not self.repair:
             report.problems.append(problem)
             return
         tmp = path.with_suffix(".idx.tmp")
         write_new(tmp, [array("Q", positions).tobytes()]).close()
         install(tmp, path)
-        report.repaired.append(f"{problem}: rebuilt from the log ({len(positions)} positions)")
-        checkpoint = path.parent / CHECKPOINT_FILE
-        if checkpoint.exists():
-            checkpoint.unlink()
+        report.repaired.append(
+            f"{problem}: rebuilt from the records' own offsets ({len(positions)} positions)"
+        )
+        checkpoint_path = path.parent / CHECKPOINT_FILE
+        checkpoint = read_checkpoint(checkpoint_path)
+        # Kept while it still holds: it vouches for the offsets up to its end (start-up keeps
+        # damage before it as a gap instead of cutting it as a torn tail).
+        if (
+            checkpoint is not None
+            and checkpoint[0] == _base(path)
+            and not _agrees(checkpoint, positions, end)
+        ):
+            checkpoint_path.unlink()
             report.repaired.append("removed the queue's checkpoint: start-up verifies the whole segment")
 
-    def _checkpoint(self, path: Path, last_segment: Path) -> None:
+    def _checkpoint(self, path: Path, last_segment: Path) -> tuple[int, int, int] | None:
+        """The queue's checkpoint (base, end offset, end byte), if it is readable and about its
+        last segment: what the offsets of that segment are vouched for up to."""
         if not path.exists():
-            return
+            return None
         report = self._report(path)
-        try:
-            data = json.loads(path.read_text())
-            base, end, pos = int(data["base"]), int(data["end"]), int(data["pos"])
-        except (ValueError, KeyError, TypeError) as exc:
-            self._drop(report, path, f"unreadable ({exc})")
-            return
+        checkpoint = read_checkpoint(path)
+        if checkpoint is None:
+            self._drop(report, path, "unreadable")
+            return None
+        base, end, pos = checkpoint
         report.facts.append(f"offsets up to {end} verified at byte {pos}")
-        if base == _base(last_segment) and pos > last_segment.stat().st_size:
-            self._drop(report, path, f"points past the end of {last_segment.name}")
+        if base != _base(last_segment):
+            return None
+        size = last_segment.stat().st_size
+        if pos > size:
+            # Kept: it is all that says which offsets the lost bytes held (start-up keeps them
+            # as a gap, so they are not handed out again).
+            report.kept.append(f"points past the end of {last_segment.name} ({size} bytes): bytes lost")
+        return checkpoint
 
     def _drop(self, report: FileReport, path: Path, problem: str) -> None:
         if self.repair:
@@ -275,4 +296,13 @@ class DataDirCheck:
 
 
 def _base(segment: Path) -> int:
-    return int(segment.name[: -len(LOG_SUFFIX)])
+    """A segment's base offset, from its log's or its index's name."""
+    return int(segment.stem)
+
+
+def _agrees(checkpoint: tuple[int, int, int], positions: list[int], end: int) -> bool:
+    """The checkpoint still holds for its segment indexed thus: its end offset starts at its
+    end byte."""
+    _, cp_end, cp_pos = checkpoint
+    i = cp_end - checkpoint[0]
+    return 0 <= i <= len(positions) and (positions[i] if i < len(positions) else end) == cp_pos

@@ -117,7 +117,11 @@ def progress_text(p: dict[str, Any]) -> list[str]:
         f"consumer {p['consumer']} on {p['topic']} ({p['mode']}{', paused' if p['paused'] else ''}): "
         f"lag {p['lag']}, dead-lettered {p['deadLettered']}"
     )
-    rows = [{**q, "client": q.get("clientId")} for q in p["queues"]]
+    # The retry queue and inbox rows are named by their topic (their queue 0 is not the topic's).
+    rows = [
+        {**q, "client": q.get("clientId"), "queue": q["queue"] if q["source"] == p["topic"] else q["source"]}
+        for q in p["queues"]
+    ]
     return [head, *table(rows, QUEUE_COLUMNS, "no queues")]
 
 

@@ -98,7 +98,8 @@ def render_paths(result: dict[str, Any]) -> list[str]:
     for path in result["paths"]:
         lines.append(f"message {path['msgId']} ({path['project']}/{path['topic']}, keys {path['keys']})")
         for hop in path["hops"]:
-            where = f"queue {hop.get('queue')} offset {hop.get('offset')}" if "offset" in hop else ""
+            queue = hop.get("source") or f"queue {hop.get('queue')}"
+            where = f"{queue} offset {hop['offset']}" if "offset" in hop else ""
             who = hop.get("consumer") or hop.get("producer") or ""
             fail = (
                 f" FAILED: {hop['failure']['cause']} at {hop['failure']['node']}" if "failure" in hop else ""

@@ -31,7 +31,14 @@ from mqgate.console.roles import Principal
 from mqgate.console.sessions import Session, SessionPolicy, Sessions
 from mqgate.console.tables import create_tables, engine_for
 from mqgate.console.throttle import Limits, Throttle
-from mqgate.console.web import WebRequest, WebResponse, read_request, redirect, send_response
+from mqgate.console.web import (
+    WebRequest,
+    WebResponse,
+    read_request,
+    redirect,
+    send_response,
+    trusted_networks,
+)
 from mqgate.errors import Forbidden, MqgateError, NotFound
 from mqgate.platform import Platform
 from mqgate.settings import Settings
@@ -108,6 +115,7 @@ class Console:
         self.audit = AuditLog(engine)
         self.applications = Applications(engine, gateway.ctx.secret)
         self.providers = providers
+        self.trusted_proxies = trusted_networks(settings.console_trusted_proxies)
         self.cache: dict[str, Any] = {}  # what pages derive from a registry snapshot, for it
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -183,7 +191,7 @@ class ConsoleApp:
         v = Visit(WebRequest(scope["method"], "/", {}, {}, "", False))
         started = time.perf_counter()
         try:
-            v.req = await read_request(scope, receive, c.mount)
+            v.req = await read_request(scope, receive, c.mount, c.trusted_proxies)
             route, v.params = self.router.match(v.req.method, v.req.path)
             if not route.public:
                 await self._identify(v)

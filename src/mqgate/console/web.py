@@ -3,6 +3,7 @@ HTML, redirect and download answers."""
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
@@ -32,7 +33,7 @@ class WebRequest:
     path: str  # below the console's mount point, starting with "/"
     query: dict[str, list[str]]
     headers: dict[bytes, bytes]
-    client_ip: str
+    client_ip: str  # the peer, or the client behind a trusted proxy (client_address)
     secure: bool  # served over TLS: cookies get Secure
     form: dict[str, list[str]] = field(default_factory=dict)
 
@@ -103,15 +104,59 @@ def download(body: bytes, filename: str, content_type: str) -> WebResponse:
     return WebResponse(body, 200, content_type.encode(), [(b"content-disposition", disposition)])
 
 
-async def read_request(scope: Scope, receive: Receive, mount: str) -> WebRequest:
+Networks = tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]
+
+
+def trusted_networks(setting: str) -> Networks:
+    """The `console_trusted_proxies` setting: addresses and CIDR blocks, comma-separated."""
+    try:
+        return tuple(
+            ipaddress.ip_network(part.strip(), strict=False) for part in setting.split(",") if part.strip()
+        )
+    except ValueError as exc:
+        raise BadRequest(f"console_trusted_proxies: {exc}", field="console_trusted_proxies") from None
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        address = ipaddress.ip_address(text.strip())
+    except ValueError:
+        return None
+    # A dual-stack socket names an IPv4 peer ::ffff:a.b.c.d: compare it as the IPv4 address.
+    mapped = address.ipv4_mapped if isinstance(address, ipaddress.IPv6Address) else None
+    return mapped or address
+
+
+def client_address(peer: str, forwarded_for: str, trusted: Networks) -> str:
+    """Who sent the request: the peer, unless it is a trusted proxy. Then X-Forwarded-For is
+    read from the right (each proxy appends the address it was called from) up to the first
+    address that is not a trusted proxy; what stands left of it the client may have made up."""
+    client = _address(peer)
+    if client is None or not any(client in net for net in trusted):
+        return peer
+    for hop in reversed(forwarded_for.split(",")):
+        address = _address(hop)
+        if address is None:  # not an address: the last one a trusted proxy vouched for stands
+            break
+        client = address
+        if not any(address in net for net in trusted):
+            break
+    return str(client)
+
+
+async def read_request(
+    scope: Scope, receive: Receive, mount: str, trusted_proxies: Networks = ()
+) -> WebRequest:
     headers = headers_of(scope)
     client = scope.get("client")
+    # Every X-Forwarded-For line, in order (a proxy may add a line of its own instead of appending).
+    forwarded_for = b",".join(value for name, value in scope["headers"] if name == b"x-forwarded-for")
     request = WebRequest(
         scope["method"],
         scope["path"][len(mount) :] or "/",
         parse_qs(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True),
         headers,
-        client[0] if client else "",
+        client_address(client[0] if client else "", forwarded_for.decode("latin-1"), trusted_proxies),
         scope.get("scheme") == "https",
     )
     if request.method == "POST":

@@ -57,16 +57,25 @@ def iter_payloads(buf: bytes | memoryview, start: int = 0) -> Iterator[tuple[int
         pos = body_end
 
 
-def payload_at(buf: bytes | memoryview, pos: int, end: int) -> bytes | None:
-    """The payload of the record that spans `buf[pos:end]` exactly, or None if it fails its
-    check (a reader that knows where each record is: one bad record costs that record)."""
-    if end - pos < HEADER_BYTES:
+def payload_from(buf: bytes | memoryview, pos: int = 0) -> tuple[bytes, int] | None:
+    """The payload of the record whose header starts at `pos` and where the record ends, or
+    None if it is torn (runs past the end of `buf`) or corrupt (a reader that knows where a
+    record starts: one bad record costs that record)."""
+    if pos + HEADER_BYTES > len(buf):
         return None
     length, crc = HEADER.unpack_from(buf, pos)
-    if pos + HEADER_BYTES + length != end:
+    end = pos + HEADER_BYTES + length
+    if end > len(buf):
         return None
     payload = bytes(buf[pos + HEADER_BYTES : end])
-    return payload if _crc32(payload) == crc else None
+    return (payload, end) if _crc32(payload) == crc else None
+
+
+def payload_at(buf: bytes | memoryview, pos: int, end: int) -> bytes | None:
+    """The payload of the record that spans `buf[pos:end]` exactly, or None if it fails its
+    check."""
+    found = payload_from(buf, pos)
+    return found[0] if found is not None and found[1] == end else None
 
 
 def _intact_end(view: memoryview, pos: int, end: int) -> int:

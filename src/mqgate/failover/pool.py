@@ -87,7 +87,22 @@ def cluster_settings(base: Settings, spec: ClusterSpec) -> Settings:
     settings = dataclasses.replace(base, store=url, broker_name=broker)
     if not settings.uses_redis:
         raise BadRequest(f"a cluster url is a Redis URL or 'embedded:<dir>', not {url!r}", field="url")
+    _require_redis_driver()
     return settings
+
+
+def _require_redis_driver() -> None:
+    """redis-py comes with the `redis` extra only: checked here, with the url, so that adding a
+    Redis cluster to a gateway without it is a 400 saying what to install, before the cluster
+    is kept (building its backends would raise ImportError)."""
+    try:
+        import redis  # noqa: F401
+    except ImportError as exc:
+        raise BadRequest(
+            f"a Redis cluster needs the Redis driver, which this gateway lacks ({exc}): "
+            "pip install 'mqgate[redis]'",
+            field="url",
+        ) from exc
 
 
 def redacted(url: str) -> str:

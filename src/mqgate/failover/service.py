@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from mqgate.core.failure_detection import ClusterState
-from mqgate.errors import AlreadyExists, MqgateError, NotFound, Unavailable
+from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.failover.config import Assignment, SqlFailoverConfig, parse_clusters
 from mqgate.failover.declare import clean_up, project_topology, redeclare
 from mqgate.failover.drain import drain_backlog
@@ -119,6 +119,7 @@ class Failover:
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
         self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
+        self._unbuilt: set[str] = set()  # clusters in the configuration this gateway cannot build
         self.metrics = FailoverMetrics(ctx.metrics.registry)
         pool.listen(self._state_changed)
 
@@ -193,9 +194,18 @@ class Failover:
         for name in set(self.pool.names()) - set(config.clusters):
             await self.pool.remove(name)
             self.ctx.health.restore(f"cluster {name}")
+        for name in self._unbuilt - set(config.clusters):
+            self._unbuilt.discard(name)
+            self.ctx.health.restore(f"cluster {name}")
         for spec in config.clusters.values():
             if spec.name not in self.pool.names():
-                await self.pool.add(spec)
+                try:
+                    await self.pool.add(spec)
+                except BadRequest as exc:
+                    # Kept by a gateway that can build it (the rows are shared), not by this one
+                    # (no Redis driver): shown degraded, logged once, and the rest goes on.
+                    self._unbuilt.add(spec.name)
+                    self.ctx.health.degrade(f"cluster {spec.name}", exc.message)
         new = [p for p in config.projects if p not in self._assigned]
         self._declared = {d for d in self._declared if d[0] in config.projects}
         self._assigned = config.projects

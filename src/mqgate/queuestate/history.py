@@ -24,7 +24,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from mqgate.errors import BadRequest, Unavailable
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval, Rollup
 from mqgate.queuestate.tables import make_tables
-from mqgate.sqlschema import create_all_shared, sqlite_wal
+from mqgate.sqlschema import create_all_shared, sqlite_wal, upsert_insert
 
 DEFAULT_RETENTION_S: Final = 7 * 24 * 3600.0
 DEFAULT_TABLE_PREFIX: Final = "mqgate_qstate_"
@@ -99,12 +99,7 @@ class QueueStateHistory:
         if self._sqlite:
             sa.event.listen(self.engine, "connect", sqlite_wal)
         self._meta, self.queues, self.consumers, self.produce, self.errors = make_tables(table_prefix)
-        insert: Any
-        if self._sqlite:
-            from sqlalchemy.dialects.sqlite import insert
-        else:
-            from sqlalchemy.dialects.postgresql import insert
-        self._insert = insert
+        self._insert = upsert_insert(self.engine)
         # SQLite's two-argument max() is its GREATEST.
         self._greatest = sa.func.max if self._sqlite else sa.func.greatest
 

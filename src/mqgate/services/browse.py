@@ -64,22 +64,33 @@ class Browsing:
             start = q.offset if q.offset is not None else b.min
         start = max(start, b.min)
         if not q.searching:
-            raw = await self.ctx.store.read_raw(topic, queue, start, q.max_count)
+            raw = await self.log_reading.read_within(topic, queue, start, q.max_count)
             first = raw[0][0] if raw else start
             return Page(first, raw[-1][0] + 1 if raw else start, len(raw), raw)
         wanted = 1 if q.message_id is not None else q.max_count
         page = Page(start, start, 0, [])
+        settings = self.ctx.settings
+        budget = settings.max_answer_bytes
+        # Chunks sized from the bytes scanned so far: a search's memory stays near the budget
+        # whatever its messages' size; so do the matches it answers (at least one).
+        size = kept = 0
+        chunk = max(1, budget // settings.max_message_bytes)
         while page.scanned < q.scan and len(page.records) < wanted:
-            chunk = await self.ctx.store.read_raw(
-                topic, queue, page.next, min(SCAN_CHUNK, q.scan - page.scanned)
+            got = await self.ctx.store.read_raw(
+                topic, queue, page.next, min(SCAN_CHUNK, chunk, q.scan - page.scanned)
             )
-            if not chunk:
+            if not got:
                 break
-            for o, raw_record in chunk:
+            for o, raw_record in got:
+                if q.matches(raw_record):
+                    if page.records and kept + len(raw_record) > budget:
+                        return page
+                    page.records.append((o, raw_record))
+                    kept += len(raw_record)
                 page.scanned += 1
                 page.next = o + 1
-                if q.matches(raw_record):
-                    page.records.append((o, raw_record))
-                    if len(page.records) == wanted:
-                        break
+                size += len(raw_record)
+                if len(page.records) == wanted:
+                    break
+            chunk = max(1, int(budget // (size / page.scanned)))
         return page

@@ -17,7 +17,13 @@ from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.services.observers import Observers
-from mqgate.services.redelivery import DLQ_REASON_ATTEMPTS, DLQ_REASON_EXPIRED, Redelivery, deliveries
+from mqgate.services.redelivery import (
+    DLQ_REASON_ATTEMPTS,
+    DLQ_REASON_EXPIRED,
+    Redelivery,
+    attempts,
+    deliveries,
+)
 from mqgate.services.topology import Topology
 from mqgate.store.scope import request_scope
 
@@ -133,7 +139,7 @@ class Consuming:
                         pulled(c, slot.queue if slot.topic == c.topic else None, len(msgs))
                     request = encode_token(token, ctx.secret)
                     for delivered in observers.delivered:
-                        msgs = delivered(c, slot, msgs, request, table_client, owner, lease.attempts)
+                        msgs = delivered(c, slot, msgs, request, table_client, owner, reconsumed + 1)
                     return PullResult(
                         FOUND,
                         request_id=request,
@@ -178,7 +184,7 @@ class Consuming:
             # Delivered before and not acked (lock expired or released): back off, through the
             # scheduler, instead of handing the same batch out again at once.
             msgs = await store.read(slot.topic, slot.queue, lease.offset, count)
-            self.redelivery.trace(c, slot, msgs, "lock_expired", lease.attempts - 1)
+            self.redelivery.trace(c, slot, msgs, "lock_expired", attempts(msgs, lease.attempts - 1))
             await self.redelivery.later(c, client, lease, msgs, lease.attempts - 1)
             return None
         raw = await store.read_raw(slot.topic, slot.queue, lease.offset, count)

@@ -1,5 +1,5 @@
-"""A consumer's dead-letter topic as an operator sees it: its state and redrive back to the
-original topic (docs/PROTOCOL.md, "Dead letters").
+"""A consumer's dead-letter topic as an operator sees it: its state and redrive back to that
+consumer alone, through its inbox (docs/PROTOCOL.md, "Dead letters").
 
 What was redriven is recorded in the offset store, under the group `%REDRIVE%<consumer>`
 (consumer names cannot contain `%`, so it never meets a real consumer):
@@ -24,6 +24,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.core.layout import inbox_topic
 from mqgate.core.tokens import AckToken
 from mqgate.errors import BadRequest, Conflict, NotFound
 from mqgate.model import QueueBounds, StoredMessage
@@ -229,29 +230,19 @@ class DeadLetters:
         return result
 
     async def _copy(self, c: ConsumerRecord, chosen: list[tuple[int, StoredMessage]]) -> list[RedrivenCopy]:
-        """Append each chosen dead letter to its original topic, in its original store queue
-        when that still exists (so its order key's queue), else as a new message would go."""
+        """Append each chosen dead letter to the consumer's inbox (`%INBOX%<consumer>`): only
+        the consumer it died for gets it again (the topic's other consumers had it once)."""
+        if not chosen:
+            return []
         ts = now_ms()
-        # Every target is checked before anything is written: a missing topic copies nothing.
-        names = {m.properties.get("dlq.topic", c.topic) for _, m in chosen}
-        topics = {name: await self.topology.topic(name) for name in names}
-        batches: dict[str, dict[int, list[StoredMessage]]] = {}
-        placed: list[tuple[int, str, str, int, int]] = []  # dlq offset, message id, topic, queue, index
-        for o, m in chosen:
-            t = topics[m.properties.get("dlq.topic", c.topic)]
-            original = m.properties.get("dlq.queue", "")
-            if "dlq.source" not in m.properties and original.isdigit() and int(original) < t.store_queues:
-                q = int(original)
-            else:
-                lane = min(m.priority or 0, t.max_priority)
-                q = self.producing.store_queue_for(t.name, t.grid, lane, None)
-            batch = batches.setdefault(t.name, {}).setdefault(q, [])
-            placed.append((o, m.msg_id, t.name, q, len(batch)))
-            batch.append(redriven_message(m, ts))
-        firsts = {topic: await self.ctx.store.append_many(topic, qs) for topic, qs in batches.items()}
+        inbox = inbox_topic(c.name)
+        copies = [redriven_message(m, ts) for _, m in chosen]
+        first = await self.ctx.store.append(inbox, 0, copies)
+        self.topology.wake_reader_of(c.name)
+        placed = [(first + i, m) for i, m in enumerate(copies)]
         for redriven in self.producing.observers.redriven:
-            await redriven(c, topics, batches, firsts)
-        return [RedrivenCopy(o, mid, topic, q, firsts[topic][q] + i) for o, mid, topic, q, i in placed]
+            await redriven(c, placed)
+        return [RedrivenCopy(o, m.msg_id, inbox, 0, first + i) for i, (o, m) in enumerate(chosen)]
 
 
 def _not_found(sel: Selection, position: int, scanned: int) -> NotFound:

@@ -33,11 +33,36 @@ class LogReading:
         if not 0 <= queue < len(bounds):
             raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
         start = max(offset, bounds[queue].min)
-        raw = await self.ctx.store.read_raw(topic, queue, start, max_count)
+        raw = await self.read_within(topic, queue, start, max_count)
         if raw:
             for read in self.observers.read:
                 read(topic, queue, raw, reader)
         return (raw[0][0] if raw else start), raw
+
+    async def read_within(
+        self, topic: str, queue: int, start: int, max_count: int
+    ) -> list[tuple[int, bytes]]:
+        """Up to `max_count` records from `start`, stopping before their bytes pass the answer
+        budget (`max_answer_bytes`; at least one record), read in chunks sized from what was
+        read so far: neither the answer nor the gateway's memory grows with the messages' size."""
+        settings = self.ctx.settings
+        budget = settings.max_answer_bytes
+        out: list[tuple[int, bytes]] = []
+        size = 0
+        offset = start
+        chunk = min(max_count, max(1, budget // settings.max_message_bytes))
+        while True:
+            got = await self.ctx.store.read_raw(topic, queue, offset, chunk)
+            for o, r in got:
+                if out and size + len(r) > budget:
+                    return out
+                out.append((o, r))
+                size += len(r)
+            if not got or len(out) == max_count:
+                return out
+            offset = got[-1][0] + 1
+            per_record = size / len(out)
+            chunk = max(1, min(max_count - len(out), int((budget - size) // per_record)))
 
     async def commit(self, c: ConsumerRecord, offsets: dict[int, int]) -> dict[int, int]:
         """Raise the committed offsets of `c`'s topic queues (store numbering) to those given,

@@ -134,14 +134,8 @@ class Observer:
     ) -> None:
         """The gateway did `hop` with a consumer's batch on its own (no caller waits)."""
 
-    async def redriven(
-        self,
-        c: ConsumerRecord,
-        topics: Mapping[str, TopicRecord],
-        batches: Mapping[str, dict[int, list[StoredMessage]]],
-        firsts: Mapping[str, dict[int, int]],
-    ) -> None:
-        """Dead letters of `c` were copied back to their topics."""
+    async def redriven(self, c: ConsumerRecord, copies: Placed) -> None:
+        """Dead letters of `c` were copied back to its inbox (offset there, copy)."""
 
     def read(self, topic: str, queue: int, raw: list[tuple[int, bytes]], reader: str | None) -> None:
         """Records were read by offset, without a lock (a Spark job, a browse)."""

@@ -33,6 +33,12 @@ def deliveries(m: StoredMessage) -> int:
     return int(value) if value.isdigit() else 0
 
 
+def attempts(msgs: list[tuple[int, StoredMessage]], delivered: int) -> int:
+    """A batch's deliveries so far: `delivered` of it as a batch, after the most any of its
+    messages had before (through the retry queue): its pulls' reconsumeTimes + 1."""
+    return max((deliveries(m) for _, m in msgs), default=0) + delivered
+
+
 class Redelivery:
     def __init__(self, ctx: Context, observers: Observers) -> None:
         self.ctx = ctx
@@ -80,7 +86,8 @@ class Redelivery:
             if self.observers.batch_hop:
                 kept = {o for o, _ in given_up}
                 retried = [(o, m) for o, m in msgs if o not in kept]
-                self.trace(c, self._slot(c, lease.queue), retried, "redelivered", failed_now + 1)
+                slot = self._slot(c, lease.queue)
+                self.trace(c, slot, retried, "redelivered", attempts(retried, failed_now) + 1)
         reason = DLQ_REASON_ATTEMPTS
         if given_up and all(m.deadline_ms for _, m in given_up):
             reason = DLQ_REASON_EXPIRED
@@ -170,14 +177,15 @@ class Redelivery:
         ]
         await self.ctx.store.append(dlq_topic(c.name), 0, moved)
         if self.observers.batch_hop:
+            attempt = attempts(msgs, delivered)
             if reason == DLQ_REASON_EXPIRED:
-                self.trace(c, slot, msgs, "expired", delivered, status="error", error_type=reason)
+                self.trace(c, slot, msgs, "expired", attempt, status="error", error_type=reason)
             self.trace(
                 c,
                 slot,
                 msgs,
                 "dead_lettered",
-                delivered,
+                attempt,
                 status="error",
                 error_type=reason,
                 error_node=c.name,

@@ -83,6 +83,9 @@ class TraceEvent(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"
     request_id: str | None = None
     keys: list[str] = msgspec.field(default_factory=list)
     queue: int | None = None
+    # The consumer's retry queue or inbox (`%RETRY%C`, `%INBOX%C`) when the hop happened there
+    # (then `queue` is None and `offset` is that topic's).
+    source: str | None = None
     offset: int | None = None
     producer: str | None = None
     consumer: str | None = None

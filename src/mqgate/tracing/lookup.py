@@ -86,28 +86,33 @@ class TraceLookup:
         consumers = [c for c in self.ctx.registry.snapshot.consumers.values() if c.topic == path.topic]
         out = []
         for c in sorted(consumers, key=lambda c: c.name):
+            # The consumer's committed offset in the message's queue, whatever its state says:
+            # known for a cluster consumer once the stored hop names the queue.
+            entry = None
+            known = stored is not None and stored.queue is not None and stored.offset is not None
+            if known and topic is not None and c.mode == MODE_CLUSTER:
+                assert stored is not None and stored.queue is not None
+                table = await self.ctx.offsets.table(c.name, "") or []
+                index = topic.grid.table_index(stored.queue)
+                entry = table[index] if index < len(table) else None
+            committed = entry.committed if entry is not None else None
             mine = [h for h in path.hops if h.consumer == c.name]
             if any(h.hop == "dead_lettered" for h in mine):
-                out.append(GroupState(c.name, DEAD_LETTERED))
+                out.append(GroupState(c.name, DEAD_LETTERED, committed))
                 continue
             if any(h.hop == "acked" for h in mine):
-                out.append(GroupState(c.name, CONSUMED))
+                out.append(GroupState(c.name, CONSUMED, committed))
                 continue
             if mine and mine[-1].hop in ("redelivered", "released", "lock_expired", "due"):
-                out.append(GroupState(c.name, IN_RETRY))
+                out.append(GroupState(c.name, IN_RETRY, committed))
                 continue
-            if stored is None or stored.queue is None or stored.offset is None or topic is None:
-                out.append(GroupState(c.name, UNKNOWN))
+            if not known or topic is None or c.mode != MODE_CLUSTER:
+                out.append(GroupState(c.name, UNKNOWN))  # broadcast: see each client's progress
                 continue
-            if c.mode != MODE_CLUSTER:
-                out.append(GroupState(c.name, UNKNOWN))  # per client: see each client's progress
-                continue
-            table = await self.ctx.offsets.table(c.name, "") or []
-            index = topic.grid.table_index(stored.queue)
-            if index >= len(table):
+            assert stored is not None and stored.offset is not None
+            if entry is None:
                 out.append(GroupState(c.name, NOT_CONSUMED))
                 continue
-            entry = table[index]
             if entry.committed > stored.offset:
                 state = CONSUMED
             elif (

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from mqgate.core.ids import new_message_ids
-from mqgate.core.layout import Slot
+from mqgate.core.layout import Slot, inbox_topic
 from mqgate.core.tokens import AckToken, encode_token
 from mqgate.core.trace_context import derived_traceparent, with_traceparent
 from mqgate.errors import MqgateError
@@ -30,7 +30,7 @@ from mqgate.services.qos import TOPIC_TARGET, split_target, stored_message
 from mqgate.services.topology import Topology
 from mqgate.store.interface import Companions, Encoded
 from mqgate.tracing.batch import BatchShape, TraceBatch
-from mqgate.tracing.events import Hop, TraceEvent
+from mqgate.tracing.events import TraceEvent
 from mqgate.tracing.policy import MatchedTrace
 from mqgate.tracing.produce_batches import queue_batch
 from mqgate.tracing.rounds import QueueTracer
@@ -241,12 +241,14 @@ class TraceObserver(Observer):
         services = (consumer.name,) if consumer is not None else ()
         tracing = self.tracing
         events: list[TraceEvent] = []
+        # A retry queue or inbox is named as the hop's source: it has no queue of the topic.
+        where = {} if consumer is None else {"source": topic}
         for q, items in by_queue.items():
             msgs = [stored_message(e) for e in items]
             queue = q if consumer is None else None
-            events += tracing.message_events("due", home, queue, [(None, m) for m in msgs], services)
+            events += tracing.message_events("due", home, queue, [(None, m) for m in msgs], services, **where)
             placed = [(firsts[q] + i, m) for i, m in enumerate(msgs)]
-            events += tracing.message_events("stored", home, queue, placed, services, detail=topic)
+            events += tracing.message_events("stored", home, queue, placed, services, detail=topic, **where)
         tracing.record_later(events)
 
     # --- consume ------------------------------------------------------------------------
@@ -311,19 +313,13 @@ class TraceObserver(Observer):
         """A hop nobody waits for: buffered (see Tracing.record_later)."""
         self.tracing.record_later(self.tracing.batch_events(hop, c, slot, msgs, attempt=attempt, **fields))
 
-    async def redriven(
-        self,
-        c: ConsumerRecord,
-        topics: Mapping[str, TopicRecord],
-        batches: Mapping[str, dict[int, list[StoredMessage]]],
-        firsts: Mapping[str, dict[int, int]],
-    ) -> None:
-        for name, by_queue in batches.items():
-            for q, msgs in by_queue.items():
-                copies = [(firsts[name][q] + i, m) for i, m in enumerate(msgs)]
-                hop: Hop = "redriven"
-                events = self.tracing.message_events(hop, topics[name], q, copies, (c.name,), consumer=c.name)
-                await self.tracing.record(events)
+    async def redriven(self, c: ConsumerRecord, copies: Placed) -> None:
+        """Traced under the consumer's topic, as its inbox's other hops are (`came_due`)."""
+        home = self.ctx.registry.topic(c.topic)
+        events = self.tracing.message_events(
+            "redriven", home, None, copies, (c.name,), consumer=c.name, source=inbox_topic(c.name)
+        )
+        await self.tracing.record(events)
 
     def read(self, topic: str, queue: int, raw: list[tuple[int, bytes]], reader: str | None) -> None:
         msgs = [(o, decode_stored(r)) for o, r in raw]

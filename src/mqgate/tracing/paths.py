@@ -30,6 +30,7 @@ class HopView:
     resource: Resource
     topic: str
     queue: int | None = None
+    source: str | None = None  # the consumer's retry queue or inbox, where the hop happened there
     offset: int | None = None
     producer: str | None = None
     consumer: str | None = None
@@ -92,6 +93,7 @@ def build_path(msg_id: str, events: Iterable[TraceEvent]) -> MessagePath:
                 resource=e.resource,
                 topic=e.topic,
                 queue=e.queue,
+                source=e.source,
                 offset=e.offset,
                 producer=e.producer,
                 consumer=e.consumer,

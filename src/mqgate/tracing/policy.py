@@ -222,13 +222,17 @@ IDENTITY_FIELDS: Final = frozenset(
 # The general fields each mode lists (P3). Routing key → keys (always kept); content → body.
 MODE_FIELDS: Final[dict[Mode, frozenset[str]]] = {
     # route, queue, routing key, content, producer, receiver, send/receive status and times
-    Mode.PROJECT: frozenset({"queue", "offset", "body", "producer", "consumer", "client_id", "client_addr"}),
+    Mode.PROJECT: frozenset(
+        {"queue", "source", "offset", "body", "producer", "consumer", "client_id", "client_addr"}
+    ),
     # sender, receiver, content, status
     Mode.ROUTE: frozenset({"body", "producer", "consumer", "client_id"}),
     # content, producer, receiver, status, project
-    Mode.QUEUE: frozenset({"queue", "offset", "body", "producer", "consumer", "client_id"}),
+    Mode.QUEUE: frozenset({"queue", "source", "offset", "body", "producer", "consumer", "client_id"}),
     # P3 lists nothing for a service: who sent and received where, without content
-    Mode.SERVICE: frozenset({"queue", "offset", "producer", "consumer", "client_id", "client_addr"}),
+    Mode.SERVICE: frozenset(
+        {"queue", "source", "offset", "producer", "consumer", "client_id", "client_addr"}
+    ),
 }
 ERROR_FIELDS: Final = frozenset({"error_type", "error_node"})
 DEBUG_FIELDS: Final = frozenset({"detail", "body", "client_addr"})

@@ -368,6 +368,8 @@ class Tracing(Feature):
     ) -> list[TraceEvent]:
         """The `hop` events of a consumer's batch from one queue (its topic's, its retry queue
         or its inbox: those are traced under its topic, without a queue)."""
+        if slot.topic != c.topic:
+            fields["source"] = slot.topic
         queue = slot.queue if slot.topic == c.topic else None
         return self.message_events(
             hop, self.topic_of(c.topic), queue, msgs, (c.name,), consumer=c.name, **fields

@@ -52,7 +52,8 @@ class AuthPages:
         if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
             raise Forbidden("the sign-in form's token is missing or wrong: reload the page", field="csrf")
         name, password, ip = v.req.arg("name"), v.req.arg("password"), v.req.client_ip
-        wait_ms = await c.db(c.throttle.blocked_for_ms, name, ip, now_ms())
+        # Counted before the password is checked, so concurrent guesses cannot all be checked.
+        wait_ms = await c.db(c.throttle.attempt, name, ip, now_ms())
         if wait_ms > 0:
             minutes = max(1, -(-wait_ms // 60_000))
             response = self._form(v, 429, f"Too many sign-in attempts. Try again in {minutes} min.")
@@ -60,10 +61,9 @@ class AuthPages:
             return response
         user = await c.db(c.accounts.verify, name, password)
         if user is None:
-            await c.db(c.throttle.failed, name, ip, now_ms())
             log.info("console: failed sign-in for %r from %s", name[:64], ip)
             return self._form(v, 401, WRONG)
-        await c.db(c.throttle.succeeded, name)
+        await c.db(c.throttle.succeeded, name, ip)
         return await self.open_session(v, user.name, self._safe_next(v))
 
     async def open_session(self, v: Visit, user: str, target: str) -> WebResponse:

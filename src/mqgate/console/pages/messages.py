@@ -19,8 +19,10 @@ from mqgate.console.web import WebResponse, download, redirect
 from mqgate.errors import BadRequest
 from mqgate.model import decode_stored
 from mqgate.names import DLQ_PREFIX, dlq_topic
+from mqgate.registry.records import ConsumerRecord
 from mqgate.services.browse import Query
 from mqgate.services.deadletters import Selection
+from mqgate.services.qos import INBOX_TARGET, RETRY_TARGET, target_topic
 
 MAX_ROWS: Final = 500
 BY: Final = ("offset", "time", "key", "id")
@@ -55,6 +57,18 @@ def message_row(queue: int, offset: int, raw: bytes) -> dict[str, Any]:
         "deadline": m.deadline_ms,
         "body": m.body,
     }
+
+
+def dead_letter_source(properties: dict[str, str], c: ConsumerRecord) -> str:
+    """Where a dead letter of `c` was read, from the `dlq.*` properties it was moved with
+    (services/redelivery.py): a store queue of `c`'s topic, or queue 0 of `c`'s retry queue or
+    inbox, which `dlq.source` names (`dlq.queue` alone would read as a queue of the topic)."""
+    queue, offset = properties.get("dlq.queue", "?"), properties.get("dlq.offset", "?")
+    source = properties.get("dlq.source")
+    if source is None:
+        return f"{properties.get('dlq.topic', c.topic)} queue {queue} · offset {offset}"
+    kinds = {target_topic(RETRY_TARGET + c.name): "retry: ", target_topic(INBOX_TARGET + c.name): "inbox: "}
+    return f"{kinds.get(source, '')}{source} queue {queue} · offset {offset}"
 
 
 def csv_bytes(rows: list[dict[str, Any]]) -> bytes:
@@ -162,6 +176,8 @@ class MessagePages:
             dlq_topic(name), 0, Query(offset=start, max_count=MAX_ROWS)
         )
         rows = [message_row(0, o, raw) for o, raw in page.records]
+        for r in rows:
+            r["source"] = dead_letter_source(r["properties"], rec)
         return self.c.page(
             v, "deadletters.html", c=rec, state=state, rows=rows, can_change=v.principal.can_change(project)
         )

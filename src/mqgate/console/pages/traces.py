@@ -32,15 +32,14 @@ class TracePages:
         if keyword is None:
             raise BadRequest("find by msgId, requestId or key", field="by")
         found = None
-        hidden = 0
         paths = []
         if value:
             found = await self.c.platform.trace_lookup.find(**{
                 "msg_id": None, "request_id": None, "key": None, keyword: value
             })  # fmt: skip
-            # A path is shown to whoever may see its project.
+            # A path is shown to whoever may see its project; the others are not even counted:
+            # an id traced only in a project one cannot see gets the page of an id traced nowhere.
             paths = [p for p in found.paths if v.principal.can_view(p.path.project)]
-            hidden = len(found.paths) - len(paths)
         return self.c.page(
             v,
             "traces.html",
@@ -49,7 +48,6 @@ class TracePages:
             value=value,
             found=found,
             paths=paths,
-            hidden=hidden,
             state_class=STATE_CLASS,
         )
 

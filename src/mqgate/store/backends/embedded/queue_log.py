@@ -7,13 +7,18 @@ Durability bookkeeping, from newest to oldest:
 - the checkpoint file: a synced prefix whose index is on disk, so start-up only verifies
   the records after it.
 
-Damage is loud but costs only itself: start-up keeps the records after a damaged one (it
-keeps its offset, and reads skip it), cuts only a torn tail, and reports both to `Health`.
+Damage is loud but costs only itself, and never moves an offset: each record carries its
+offset (`records.py`), so start-up indexes the records after damaged bytes at their own
+offsets and keeps the offsets the damage held as a gap (reads skip it); it cuts only a torn
+tail, never what a checkpoint or a sealed segment vouches for. A read checks each record
+against the offset it asked for; an index entry that leads elsewhere has the segment indexed
+again from its records. All of it is reported to `Health`.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import os
 from collections.abc import Callable
@@ -21,14 +26,32 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from mqgate.durable.append_file import AppendFile
-from mqgate.durable.framing import HEADER_BYTES, frame, iter_payloads, payload_at
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.health import Health
-from mqgate.store.backends.embedded.segment import LOG_SUFFIX, Segment
+from mqgate.store.backends.embedded.records import OVERHEAD, framed, read_span
+from mqgate.store.backends.embedded.segment import LOG_SUFFIX, Gap, Indexed, Segment, describe_gaps
 
 CHECKPOINT_FILE: Final = "checkpoint.json"
 COMPONENT: Final = "message_log"
+
+
+def read_checkpoint(path: Path) -> tuple[int, int, int] | None:
+    """A queue's checkpoint: (segment base, end offset, end byte) verified, or None."""
+    try:
+        data = json.loads(path.read_text())
+        return int(data["base"]), int(data["end"]), int(data["pos"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+
+
+def vouched_by(checkpoint: tuple[int, int, int] | None, base: int, size: int) -> tuple[int, int] | None:
+    """What a checkpoint vouches for in the segment at `base` of `size` bytes: (end offset,
+    end byte) synced and verified, or None if it is about another segment. Whatever is wrong
+    before them is damage, not a torn write: cutting it would hand its offsets out again."""
+    if checkpoint is None or checkpoint[0] != base:
+        return None
+    return checkpoint[1], min(checkpoint[2], size)
 
 
 class Mark(NamedTuple):
@@ -100,35 +123,30 @@ class QueueLog:
         if not bases:
             bases = [0]
             self._segment(0).log_path.touch()
-        checkpoint = self._read_checkpoint()
+        checkpoint = read_checkpoint(self._checkpoint_path())
         self.segments = [self._segment(b) for b in bases]
-        for seg in self.segments[:-1]:
+        for seg, after in itertools.pairwise(self.segments):
             size = seg.log_path.stat().st_size
             seg.size = size
             seg.load_index()
-            if not seg.index_matches_log(size):
+            if seg.end != after.base or not seg.index_matches_log(size):
+                # Sealed: it holds the offsets up to the next one's base, in all its bytes.
                 seg.clear_index()
-                seg.size, damaged = seg.scan_tail(0)
-                self._report_recovery(seg, size, damaged)
-                if seg.size < size:  # a sealed segment is never appended to: left, ignored
-                    self.health.fault(
-                        COMPONENT,
-                        "torn_tail_ignored",
-                        f"{self.directory}/{seg.log_path.name}: {size - seg.size} bytes after {seg.size}",
-                    )
+                self._report_recovery(seg, size, seg.scan_tail(0, known=(after.base, size)))
                 self._try(seg.write_index_tail, "index_write_failed", seg.index_path.name)
         last = self.active
         file_size = last.log_path.stat().st_size
-        if checkpoint is not None and checkpoint[0] == last.base and checkpoint[2] <= file_size:
+        known = vouched_by(checkpoint, last.base, file_size)
+        start = 0
+        if checkpoint is not None and known is not None:
             last.load_index(limit=checkpoint[1] - last.base)
-            start = checkpoint[2] if len(last.positions) == checkpoint[1] - last.base else 0
-            if start == 0:
-                last.clear_index()
-        else:
-            last.load_index(limit=0)
-            start = 0
-        good_end, damaged = last.scan_tail(start)
-        self._report_recovery(last, file_size, damaged, good_end)
+            if checkpoint[2] <= file_size and len(last.positions) == checkpoint[1] - last.base:
+                start = checkpoint[2]
+        if start == 0:
+            last.clear_index()
+        indexed = last.scan_tail(start, known=known if start == 0 else None)
+        self._report_recovery(last, file_size, indexed)
+        good_end = indexed.end
         cut = file_size - good_end
         self._file = AppendFile.reopen(last.log_path, good_end, self.handles)
         last.size = good_end
@@ -138,23 +156,22 @@ class QueueLog:
         self.try_checkpoint()
         return cut
 
-    def _report_recovery(
-        self, seg: Segment, file_size: int, damaged: list[tuple[int, int]], good_end: int | None = None
-    ) -> None:
-        where = f"{self.directory}/{seg.log_path.name}"
-        if damaged:
-            spans = ", ".join(f"{n} bytes at {pos}" for pos, n in damaged[:5])
-            self.health.fault(
-                COMPONENT,
-                "corrupt_record_skipped",
-                f"{where}: {len(damaged)} damaged records kept as gaps, the ones after them kept ({spans})",
-                len(damaged),
-            )
-            self._reported.update(seg.base + seg.positions.index(pos) for pos, _ in damaged)
-        if good_end is not None and file_size > good_end:
-            self.health.fault(
-                COMPONENT, "torn_tail_cut", f"{where}: cut {file_size - good_end} bytes after byte {good_end}"
-            )
+    def _report_recovery(self, seg: Segment, file_size: int, indexed: Indexed) -> None:
+        self._note_gaps(seg, indexed.gaps)
+        cut = file_size - indexed.end
+        if cut > 0:
+            detail = f"{self.directory}/{seg.log_path.name}: cut {cut} bytes after byte {indexed.end}"
+            self.health.fault(COMPONENT, "torn_tail_cut", detail)
+
+    def _note_gaps(self, seg: Segment, gaps: list[Gap]) -> None:
+        """Count the damage a scan found (each lost offset once, stray bytes once a scan);
+        reads then skip those offsets without counting them again."""
+        new = [o for g in gaps for o in range(g.first, g.first + g.held) if o not in self._reported]
+        count = len(new) + sum(1 for g in gaps if g.held == 0)
+        if count:
+            detail = f"{self.directory}/{seg.log_path.name}: {describe_gaps(gaps)}"
+            self.health.fault(COMPONENT, "corrupt_record_skipped", detail, count)
+            self._reported.update(new)
 
     def _try(self, job: Callable[[], None], kind: str, what: str) -> bool:
         """Bookkeeping that can wait (an index, a checkpoint): a failure is reported, not raised."""
@@ -175,21 +192,22 @@ class QueueLog:
         """Write records and return the first one's offset. Durability is the caller's
         `committer.durable()`; visibility follows `after_sync` (or is immediate). A write that
         fails (an OSError) takes no offset and leaves no bytes behind."""
-        buf = b"".join([frame(p) for p in payloads])
-        if self.active.size and self.active.size + len(buf) > self.segment_bytes:
+        size = sum(map(len, payloads)) + OVERHEAD * len(payloads)
+        if self.active.size and self.active.size + size > self.segment_bytes:
             self._roll()
         seg = self.active
         assert self._file is not None
-        self._file.append(buf)  # a failed write leaves the file, and so the index, as they were
         first = seg.end
+        # A failed write leaves the file, and so the index, as they were.
+        self._file.append(framed(first, payloads))
         pos = seg.size
         positions = seg.positions
         for p in payloads:
             positions.append(pos)
-            pos += HEADER_BYTES + len(p)
+            pos += OVERHEAD + len(p)
         seg.size = pos
         seg.max_timestamp_ms = timestamp_ms
-        self.bytes_since_checkpoint += len(buf)
+        self.bytes_since_checkpoint += size
         self.committer.mark_dirty(self)
         if not self.committer.waits_for_fsync:
             self.visible_end = seg.end
@@ -248,13 +266,6 @@ class QueueLog:
     def _checkpoint_path(self) -> Path:
         return self.directory / CHECKPOINT_FILE
 
-    def _read_checkpoint(self) -> tuple[int, int, int] | None:
-        try:
-            data = json.loads(self._checkpoint_path().read_text())
-            return int(data["base"]), int(data["end"]), int(data["pos"])
-        except (FileNotFoundError, ValueError, KeyError, TypeError):
-            return None
-
     def checkpoint(self) -> None:
         """Persist the index and declare the synced prefix verified."""
         synced = self._synced
@@ -278,8 +289,8 @@ class QueueLog:
     # --- reading ------------------------------------------------------------------------
 
     def read(self, offset: int, max_count: int) -> list[tuple[int, bytes]]:
-        """Up to `max_count` records from `offset`; a damaged record is skipped (reported),
-        the good ones around it are returned."""
+        """Up to `max_count` messages from `offset`, each checked against its offset; a damaged
+        record is skipped (reported), the good ones around it are returned."""
         start = max(offset, self.min_offset)
         stop = min(start + max_count, self.visible_end)
         out: list[tuple[int, bytes]] = []
@@ -287,37 +298,70 @@ class QueueLog:
         while start < stop:
             seg = self.segments[i]
             seg_stop = min(stop, seg.end)
-            if seg_stop > start:
-                a, b = seg.byte_range(start, seg_stop)
-                data = seg.pread(a, b)
-                n = len(out)
-                out.extend((start + k, p) for k, (_, p) in enumerate(iter_payloads(data)))
-                if len(out) - n != seg_stop - start:
-                    del out[n:]
-                    out.extend(self._read_around_damage(seg, start, seg_stop, data, a))
+            if seg_stop > start and not self._read_span(seg, start, seg_stop, out):
+                self._read_each(seg, start, seg_stop, out)
             start = seg_stop
             i += 1
         return out
 
-    def _read_around_damage(
-        self, seg: Segment, start: int, stop: int, data: bytes, base_pos: int
-    ) -> list[tuple[int, bytes]]:
-        """Check each record of `[start, stop)` on its own: the index says where each one is."""
-        out = []
-        for offset in range(start, stop):
-            a, b = seg.byte_range(offset, offset + 1)
-            payload = payload_at(data, a - base_pos, b - base_pos)
-            if payload is not None:
-                out.append((offset, payload))
+    def _read_span(self, seg: Segment, start: int, stop: int, out: list[tuple[int, bytes]]) -> bool:
+        """The usual case, in one read: the records of `[start, stop)` are intact, one after the
+        other, each carrying its offset."""
+        a, b = seg.byte_range(start, stop)
+        if not a < b <= seg.size:  # gaps only, or an entry that is wrong
+            return False
+        found = read_span(seg.pread(a, b), start, stop)
+        if found is None:
+            return False
+        out.extend(found)
+        return True
+
+    def _read_each(self, seg: Segment, start: int, stop: int, out: list[tuple[int, bytes]]) -> None:
+        """Check each record of `[start, stop)` on its own. One that is not found where the
+        index says, and is not a gap already known, has the segment indexed again from its
+        records' own offsets (a wrong index entry must not cost a record, nor serve another
+        one); what is still missing then is damage, skipped and reported once."""
+        n = len(out)
+        rebuilt = False
+        offset = start
+        while offset < stop:
+            message = seg.read_at(offset)
+            if message is not None:
+                out.append((offset, message))
             elif offset not in self._reported:
+                if not rebuilt:  # then read again: the known gaps are skipped
+                    rebuilt = True
+                    self._reindex(seg)
+                    del out[n:]
+                    offset = start
+                    continue
                 self._reported.add(offset)
                 self.health.fault(
                     COMPONENT,
                     "corrupt_record_skipped",
-                    f"{self.directory}/{seg.log_path.name}: offset {offset} (byte {a}) fails its "
-                    "check: skipped by reads",
+                    f"{self.directory}/{seg.log_path.name}: offset {offset} (byte "
+                    f"{seg.positions[offset - seg.base]}) fails its check: skipped by reads",
                 )
-        return out
+            offset += 1
+
+    def _reindex(self, seg: Segment) -> None:
+        """Index `seg` again from its records, if they say where they belong (format-2 records
+        do not, and numbering them by their place around damage would move offsets), and note
+        the gaps found: one scan of the segment, whichever of its damaged records a read meets
+        first."""
+        indexed = seg.reindex()
+        if indexed.legacy:
+            return
+        if list(seg.positions) != indexed.positions:
+            seg.use_index(indexed.positions)
+            self.health.fault(
+                COMPONENT,
+                "index_rebuilt",
+                f"{self.directory}/{seg.index_path.name}: entries did not lead to their records; "
+                "indexed again from the records' own offsets",
+            )
+            self._try(seg.write_index_tail, "index_write_failed", seg.index_path.name)
+        self._note_gaps(seg, indexed.gaps)
 
     # --- retention ----------------------------------------------------------------------
 
@@ -328,16 +372,10 @@ class QueueLog:
             offset = seg.end - 1
             last = None
             while offset >= seg.base and last is None:
-                last = self.read_one_at(seg, offset)
+                last = seg.read_at(offset)
                 offset -= 1
             seg.max_timestamp_ms = self.timestamp_of(last) if last is not None else 0
         return seg.max_timestamp_ms
-
-    def read_one_at(self, seg: Segment, offset: int) -> bytes | None:
-        if offset < seg.base or offset >= seg.end:
-            return None
-        a, b = seg.byte_range(offset, offset + 1)
-        return payload_at(seg.pread(a, b), 0, b - a)
 
     def drop_old_segments(self, now_ms: int, retention_ms: int, retention_bytes: int | None) -> int:
         """Delete whole sealed segments past the age or size limit; the min offset moves."""

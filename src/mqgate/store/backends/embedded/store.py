@@ -2,7 +2,9 @@
 
 Layout: `<data_dir>/topics/<topic>/topic.json` and `<data_dir>/topics/<topic>/<queue>/`
 holding `<base offset>.log`, `<base offset>.idx` and `checkpoint.json`. One process owns a
-data directory at a time (an exclusive lock on `<data_dir>/.lock`).
+data directory at a time (an exclusive lock on `<data_dir>/.lock`). A topic whose topic.json
+cannot be read costs that topic only: it is not served (its calls answer `topic_damaged`),
+counted and shown degraded until an operator repairs it; the other topics are served.
 """
 
 from __future__ import annotations
@@ -10,19 +12,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import logging
 import os
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
-from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
@@ -31,8 +30,17 @@ from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.store.backends.embedded.companions import CompanionWriter
-from mqgate.store.backends.embedded.data_format import FORMAT, TOPIC_FILE, data_format
+from mqgate.store.backends.embedded.data_format import (
+    FORMAT,
+    READS_ALSO,
+    TOPIC_FILE,
+    data_format,
+    mark_format,
+    read_topic_config,
+    write_topic_config,
+)
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
+from mqgate.store.backends.embedded.records import OVERHEAD
 from mqgate.store.interface import Companions, Encoded, TopicConfig
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
@@ -89,6 +97,7 @@ class EmbeddedStore:
         self.committer: GroupCommitter | None = committer
         self.checkpoint_interval_s = checkpoint_interval_s
         self._topics: dict[str, _Topic] = {}
+        self._damaged: dict[str, str] = {}  # topic -> why it is not served
         self._lock_fd = -1
         self._checkpointer: asyncio.Task[None] | None = None
         self.recovered_bytes_cut = 0
@@ -115,15 +124,27 @@ class EmbeddedStore:
         self._unhook = self.committer.before_round(self._companions.write_pending)
         for topic_dir in sorted(p for p in self.topics_dir.iterdir() if p.is_dir()):
             try:
-                meta = json.loads((topic_dir / TOPIC_FILE).read_text())
+                config = read_topic_config(topic_dir)
             except FileNotFoundError:
                 continue
-            self._load_topic(TopicConfig(**meta))
+            except (OSError, ValueError) as exc:
+                self._damaged_topic(topic_dir.name, exc)
+                continue
+            self._load_topic(config)
         self._checkpointer = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+
+    def _damaged_topic(self, name: str, exc: Exception) -> None:
+        self._damaged[name] = f"its {TOPIC_FILE} cannot be read ({exc}); see mqgate check"
+        detail = f"{self.topics_dir / name / TOPIC_FILE} cannot be read ({exc}): topic {name} is not served"
+        self.health.fault(COMPONENT, "topic_unreadable", detail)
+        self.health.degrade(f"topic {name}", detail)
 
     def _check_format(self) -> None:
         found = data_format(self.root, self.topics_dir)
-        if found != FORMAT:
+        if found in READS_ALSO:
+            log.warning("data directory %s: format %r marked %r", self.root, found, FORMAT)
+            mark_format(self.root)
+        elif found != FORMAT:
             os.close(self._lock_fd)
             self._lock_fd = -1
             raise StorageError(
@@ -205,6 +226,11 @@ class EmbeddedStore:
             raise self.space.write_error(exc, COMPONENT, "topic creation", config.name) from exc
 
     def _create_topic(self, config: TopicConfig) -> None:
+        if config.name in self._damaged:
+            # Left as it is: start-up makes every registered topic exist and must not fail on
+            # this one (its calls answer `topic_damaged`), and a topic.json written from the
+            # registration would hide the damage from the operator.
+            return
         existing = self._topics.get(config.name)
         if existing is not None:
             if existing.config.queues > config.queues:
@@ -238,24 +264,23 @@ class EmbeddedStore:
             raise
 
     def _write_meta(self, config: TopicConfig) -> None:
-        directory = self.topics_dir / config.name
-        directory.mkdir(parents=True, exist_ok=True)
-        tmp = directory / (TOPIC_FILE + ".tmp")
-        tmp.write_text(json.dumps(asdict(config)))
-        os.replace(tmp, directory / TOPIC_FILE)
+        write_topic_config(self.topics_dir / config.name, config)
 
     async def delete_topic(self, topic: str) -> None:
         """The topic's directory is renamed into the trash (atomic: a crash leaves the topic
         whole or gone), then removed; whatever a crash leaves in the trash goes at the next
         start."""
         t = self._topics.pop(topic, None)
-        if t is None:
+        if t is not None:
+            t.waiters.wake()
+            if self.committer is not None:
+                await self.committer.flush()
+            for q in t.queues:
+                q.close()
+        elif self._damaged.pop(topic, None) is not None:
+            self.health.restore(f"topic {topic}")  # deleting is one way to be rid of it
+        else:
             return
-        t.waiters.wake()
-        if self.committer is not None:
-            await self.committer.flush()
-        for q in t.queues:
-            q.close()
         self.trash_dir.mkdir(exist_ok=True)
         trash = self.trash_dir / f"{time.time_ns()}-{topic}"
         try:
@@ -273,6 +298,9 @@ class EmbeddedStore:
     def _topic(self, topic: str) -> _Topic:
         t = self._topics.get(topic)
         if t is None:
+            why = self._damaged.get(topic)
+            if why is not None:
+                raise StorageError(f"topic {topic} is not served: {why}", field="topic", code="topic_damaged")
             raise NotFound(f"topic {topic} does not exist", field="topic")
         return t
 
@@ -289,7 +317,7 @@ class EmbeddedStore:
         awaits in here, so the queues written before a failure are taken back before anyone
         could read them; the failed one cut itself back."""
         logs = {q: self._queue(topic, q) for q in batches}
-        self.space.check(sum(len(p) + HEADER_BYTES for payloads, _ in batches.values() for p in payloads))
+        self.space.check(sum(len(p) + OVERHEAD for payloads, _ in batches.values() for p in payloads))
         firsts: dict[int, int] = {}
         marks: list[tuple[QueueLog, Mark]] = []
         for q, (payloads, timestamp_ms) in batches.items():
