@@ -20,12 +20,9 @@ flag = $(if $(and $(filter command line,$(origin $(1))),$($(1))),$(2) $($(1)))
 SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA_DIR,--data-dir)
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
-# `make test` (and CI) runs everything and measures coverage, the gateway processes the tests
-# start included (pyproject.toml's [tool.coverage.run]). Run whole, it fails under the floor:
-# the total of the last full run, rounded down, minus one. With PYTEST_ARGS it runs a part of
-# the suite, so it reports coverage without a floor.
-COVERAGE_FLOOR := 1
-COVERAGE_ARGS = --cov --cov-report=term-missing:skip-covered $(if $(PYTEST_ARGS),,--cov-fail-under=$(COVERAGE_FLOOR))
+# `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
+# [tool.coverage.run]); `make test-fast` leaves coverage out.
+COVERAGE_ARGS = --cov --cov-report=term:skip-covered
 
 .PHONY: install install-gateway run test test-fast lint bench lock vendor clean browser
 

@@ -25,10 +25,6 @@ ROOT = Path(__file__).resolve().parent.parent
 MQGATE = str(Path(sys.executable).parent / "mqgate")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 PG_ADMIN_URL = "host=127.0.0.1 port=5432 user=postgres dbname=test"
-# For a process a test holds to deadlines: `make test` measures coverage in every Python process
-# the tests start (pyproject.toml's [tool.coverage.run] patch), which slows it down; this in its
-# environment leaves it unmeasured.
-UNMEASURED = {"COVERAGE_PROCESS_CONFIG": ""}
 T = TypeVar("T")
 
 
@@ -207,6 +203,16 @@ def store_server(data_dir: Path, store: str) -> tuple[Server, Any]:
 
     srv = Server(data_dir, extra_args=["--store", MACHINE_REDIS], env={"MQGATE_REDIS_PREFIX": prefix})
     return srv, drop_keys
+
+
+@pytest.fixture(autouse=True)
+def _unmeasured_when_no_cover(request: pytest.FixtureRequest) -> None:
+    """`make test` measures coverage in this process and in every Python process the tests start
+    (pyproject.toml's [tool.coverage.run] patch), which slows them. A test marked `no_cover`
+    (pytest-cov: this process not measured while it runs) starts its processes unmeasured too:
+    an empty COVERAGE_PROCESS_CONFIG in their environment."""
+    if request.node.get_closest_marker("no_cover"):
+        request.getfixturevalue("monkeypatch").setenv("COVERAGE_PROCESS_CONFIG", "")
 
 
 @pytest.fixture(params=STORES)
