@@ -207,10 +207,10 @@ def store_server(data_dir: Path, store: str) -> tuple[Server, Any]:
 
 @pytest.fixture(autouse=True)
 def _unmeasured_when_no_cover(request: pytest.FixtureRequest) -> None:
-    """`make test` measures coverage in this process and in every Python process the tests start
-    (pyproject.toml's [tool.coverage.run] patch), which slows them. A test marked `no_cover`
-    (pytest-cov: this process not measured while it runs) starts its processes unmeasured too:
-    an empty COVERAGE_PROCESS_CONFIG in their environment."""
+    """A test marked `no_cover` (pytest-cov: this process not measured while it runs, since
+    coverage's tracing slows it) starts its processes unmeasured too, should pyproject.toml's
+    [tool.coverage.run] measure subprocesses (`patch = ["subprocess"]`): an empty
+    COVERAGE_PROCESS_CONFIG in their environment."""
     if request.node.get_closest_marker("no_cover"):
         request.getfixturevalue("monkeypatch").setenv("COVERAGE_PROCESS_CONFIG", "")
 

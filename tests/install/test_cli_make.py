@@ -89,7 +89,7 @@ def dry_run(target: str, *args: str) -> list[str]:
     return shlex.split(line)
 
 
-COVERAGE = ["--cov", "--cov-report=term-missing:skip-covered"]
+COVERAGE = ["--cov", "--cov-report=term:skip-covered"]
 
 
 def test_make_test_passes_pytest_arguments() -> None:
