@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import gc
 import importlib.util
 import json
 import os
@@ -200,15 +199,13 @@ class Started:
 async def start(variant: str, batch: int) -> Started:
     """A gateway whose requests produce `batch` messages (1: /mq/produce), every one traced at
     info by a project policy unless `variant` is off, with that variant's ablation."""
-    from mqgate.app import build_app
+    from mqgate.app import build_site
     from mqgate.settings import load_settings
-    from mqgate.tracing.service import Tracing
 
     data_dir = os.environ["MQGATE_DATA_DIR"] = tempfile.mkdtemp(prefix="mqgate-trace-")
     os.environ["MQGATE_ADMIN_TOKEN"] = ADMIN
-    before = {id(o) for o in gc.get_objects() if isinstance(o, Tracing)}
-    app = build_app(load_settings())
-    [tracing] = [o for o in gc.get_objects() if isinstance(o, Tracing) and id(o) not in before]
+    built = build_site(load_settings())
+    app, tracing = built.site, built.platform.tracing
     lifespan: asyncio.Queue[dict[str, str]] = asyncio.Queue()
     started = asyncio.Event()
 

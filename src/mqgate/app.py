@@ -9,6 +9,7 @@ import asyncio
 import logging
 import os
 import secrets
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,7 @@ from mqgate.alerts.service import Alerts
 from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
 from mqgate.api.collector import tune_for_serving
-from mqgate.api.http import App
+from mqgate.api.http import ApiDoor
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import with_document
 from mqgate.api.routes_admin import AdminRoutes
@@ -49,7 +50,7 @@ from mqgate.services.topology import Topology
 from mqgate.settings import Settings, load_settings
 from mqgate.tracing.lookup import TraceLookup
 from mqgate.tracing.service import Tracing
-from mqgate.web.router import Router
+from mqgate.web.app import Site, WebApp
 
 log = logging.getLogger("mqgate")
 
@@ -139,8 +140,18 @@ def prepare(settings: Settings) -> None:
         registry.dispose()
 
 
-def build_app(settings: Settings) -> App:
-    """The ASGI app of one gateway process."""
+@dataclass(slots=True, frozen=True)
+class Built:
+    """What build_site made: the ASGI app, its two doors, and the platform they serve."""
+
+    site: Site
+    api: WebApp
+    console: WebApp
+    platform: Platform
+
+
+def build_site(settings: Settings) -> Built:
+    """The ASGI app of one gateway process, with its parts (for tests and tools)."""
     protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     sql = open_registry(settings)
@@ -233,20 +244,26 @@ def build_app(settings: Settings) -> App:
         if status >= 400:
             metrics.child(metrics.errors, route, str(status)).inc()
 
+    api = WebApp(
+        ApiDoor(guard, limits, max_body_bytes=settings.max_request_bytes), routes, observe=observe
+    )
     console = build_console(platform, settings, sql.engine)
-    return App(
-        Router(routes),
-        guard,
-        limits,
-        max_body_bytes=settings.max_request_bytes,
+    site = Site(
+        api,
+        mounts={console.mount: console},
+        home=console.mount + "/",
         on_startup=startup,
         on_shutdown=shutdown,
-        observe=observe,
-        console=console,
     )
+    return Built(site, api, console, platform)
 
 
-def create_app() -> App:
+def build_app(settings: Settings) -> Site:
+    """The ASGI app of one gateway process."""
+    return build_site(settings).site
+
+
+def create_app() -> Site:
     """Entry point for ASGI servers that import the app by name (`mqgate serve --workers N`
     starts each worker here): settings from `MQGATE_*`."""
     tune_for_serving()

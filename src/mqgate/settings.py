@@ -54,6 +54,11 @@ class Settings:
     # from one of them has its client address taken from X-Forwarded-For (the rightmost address
     # none of them holds), for the sign-in limit per address. Empty: trust none, use the peer.
     console_trusted_proxies: str = ""
+    # The console's sign-in limit: failed sign-ins allowed per user name (known or not) and per
+    # client address within a window, after which that name or address waits out the window.
+    console_signin_failures_per_user: int = 5
+    console_signin_failures_per_ip: int = 20
+    console_signin_window_s: float = 900.0
     # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
     token_secret: str = ""
     broker_name: str = "local"
@@ -242,6 +247,9 @@ def load_settings(
         "failover_probe_timeout_s",
         "failover_check_s",
         "spool_max_bytes",
+        "console_signin_failures_per_user",
+        "console_signin_failures_per_ip",
+        "console_signin_window_s",
     ):
         if getattr(settings, name) <= 0:
             raise BadRequest(f"{name} must be positive", field=name)

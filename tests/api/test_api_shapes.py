@@ -13,7 +13,7 @@ import pytest
 
 from mqgate.api import shapes
 from mqgate.api.openapi import build_openapi
-from mqgate.app import build_app
+from mqgate.app import build_site
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.errors import NotFound
 from mqgate.metrics import Metrics
@@ -46,8 +46,7 @@ def documented_fields(op: dict[str, Any]) -> set[str]:
 
 def test_the_document_has_every_route_and_every_field_of_its_shape(tmp_path: Path) -> None:
     settings = load_settings(env={}, data_dir=tmp_path, max_pull_messages=77, default_queues=5)
-    app = build_app(settings)
-    routes = app.router.routes
+    routes = build_site(settings).api.router.routes
     doc = build_openapi(routes, settings)
     listed = {(m.upper(), p) for p, ops in doc["paths"].items() for m in ops}
     assert listed == {(r.method, r.path) for r in routes}

@@ -13,9 +13,11 @@ import httpx
 import pytest
 
 from mqgate.api.answers import Output
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.openapi import build_openapi
 from mqgate.settings import load_settings
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 from tests.conftest import ROOT, Server
 
 REF_PREFIX = "#/components/schemas/"

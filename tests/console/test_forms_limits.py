@@ -14,13 +14,26 @@ import pytest
 from tests.console.conftest import ADMIN_TOKEN, ConsoleServer, csrf_of, sign_in
 
 # (the API's field, the console form's field, a value over the API's limit)
-OVER_THE_LIMIT = [("maxPriority", "max_priority", "10"), ("queues", "queues", "100000")]
-IDS = ["maxPriority=10", "queues=100000"]
+OVER_THE_LIMIT = [
+    ("maxPriority", "max_priority", "10"),
+    ("maxPriority", "max_priority", "20"),
+    ("maxPriority", "max_priority", "-1"),
+    ("queues", "queues", "100000"),
+    ("queues", "queues", "-3"),
+    ("queues", "queues", "0"),
+    ("queues", "queues", "1e23"),
+]
+IDS = [f"{field}={value}" for field, _, value in OVER_THE_LIMIT]
 
 
 @pytest.fixture
 def admin(console: ConsoleServer) -> httpx.Client:
     return sign_in(console, "admin")
+
+
+def tag(value: str) -> str:
+    """A value as part of a topic's name."""
+    return re.sub(r"[^a-z0-9]", "x", value.lower())
 
 
 def api_refusal(console: ConsoleServer, method: str, path: str, form: dict[str, str]) -> tuple[str, str]:
@@ -47,7 +60,7 @@ def topics(console: ConsoleServer) -> dict[str, Any]:
 def test_creating_a_topic_over_a_limit_is_refused_as_the_api_refuses_it(
     console: ConsoleServer, admin: httpx.Client, field: str, form_field: str, value: str
 ) -> None:
-    name = f"big-{form_field}"
+    name = f"big-{form_field}-{tag(value)}"
     message, named = api_refusal(console, "POST", "/admin/topics", {"name": name, field: value})
     assert named == field and field in message
     form = {"csrf": csrf_of(admin, "/console/topics"), "name": name, "project": "default", form_field: value}
@@ -59,7 +72,7 @@ def test_creating_a_topic_over_a_limit_is_refused_as_the_api_refuses_it(
 def test_growing_a_topic_over_a_limit_is_refused_as_the_api_refuses_it(
     console: ConsoleServer, admin: httpx.Client, field: str, form_field: str, value: str
 ) -> None:
-    name = f"grow-{form_field}"
+    name = f"grow-{form_field}-{tag(value)}"
     console.admin("POST", "/admin/topics", name=name, queues=2)
     message, named = api_refusal(console, "PATCH", f"/admin/topics/{name}", {field: value})
     assert named == field and field in message
@@ -72,7 +85,7 @@ def test_growing_a_topic_over_a_limit_is_refused_as_the_api_refuses_it(
 def test_applying_for_a_topic_over_a_limit_is_refused_as_the_api_refuses_it(
     console: ConsoleServer, admin: httpx.Client, field: str, form_field: str, value: str
 ) -> None:
-    name = f"apply-{form_field}"
+    name = f"apply-{form_field}-{tag(value)}"
     message, _ = api_refusal(console, "POST", "/admin/topics", {"name": name, field: value})
     form = {
         "csrf": csrf_of(admin, "/console/applications"),
@@ -114,3 +127,17 @@ def test_a_retention_that_is_not_a_finite_number_is_refused_naming_the_field(
         "retention_hours must be a finite number (retention_hours)"
     )
     assert "endless" not in topics(console)
+
+
+@pytest.mark.parametrize("hours", ["-5", "0", "1e23"])
+def test_a_retention_out_of_range_is_refused_as_the_api_refuses_its_milliseconds(
+    console: ConsoleServer, admin: httpx.Client, hours: str
+) -> None:
+    """-5 hours was stored as −18,000,000 ms; 0 silently became the default retention."""
+    ms = int(float(hours) * 3600 * 1000)
+    message, named = api_refusal(console, "POST", "/admin/topics", {"name": "short", "retentionMs": str(ms)})
+    assert named == "retentionMs"
+    form = {"csrf": csrf_of(admin, "/console/topics"), "name": "short", "project": "default",
+            "retention_hours": hours}  # fmt: skip
+    assert console_refusal(admin.post("/console/topics", data=form)) == f"{message} (retentionMs)"
+    assert "short" not in topics(console)

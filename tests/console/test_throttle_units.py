@@ -12,8 +12,8 @@ import sqlalchemy as sa
 
 from mqgate.console.tables import create_tables, engine_for
 from mqgate.console.throttle import Limits, Throttle
-from mqgate.console.web import client_address, trusted_networks
 from mqgate.errors import BadRequest
+from mqgate.web.request import client_address, trusted_networks
 
 
 @pytest.fixture

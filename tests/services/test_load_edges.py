@@ -14,7 +14,6 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from mqgate.api.http import Request
 from mqgate.api.routes_log import LogRoutes
 from mqgate.backends import backends_for
 from mqgate.metrics import Metrics
@@ -25,6 +24,7 @@ from mqgate.services.context import Context
 from mqgate.services.gateway import Gateway
 from mqgate.settings import load_settings
 from mqgate.store.interface import MessageStore, TopicConfig
+from mqgate.web.request import Request
 from tests.conftest import require_service
 from tests.store.test_message_store_contract import Harness, msg
 from tests.store.test_redis_store import gateways, topic_everywhere
@@ -337,7 +337,7 @@ def test_a_metrics_scrape_renders_gauges_without_reading_the_store(tmp_path: Pat
             before = store.reads
             started = time.monotonic()
             for _ in range(5):
-                text = (await routes.metrics(scrape)).raw_body or b""
+                text = (await routes.metrics(scrape)).body or b""
             assert store.reads == before, "a scrape read the store"
             assert time.monotonic() - started < 1.0
             assert b'mqgate_consumer_lag{consumer="c3"} 2.0' in text

@@ -13,12 +13,12 @@ import hmac
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mqgate.api.http import Request, Role
 from mqgate.core.tokens import AckToken
 from mqgate.errors import Forbidden, Unauthorized
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, hash_token
 from mqgate.services.consume import Consuming
 from mqgate.services.topology import Topology
+from mqgate.web.request import Request
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,7 +47,7 @@ class RoleGuard:
         self._holders: dict[str, ProducerRecord | ConsumerRecord] = {}
         self._holders_of: tuple[int, int] = (0, -1)  # (snapshot id, version) they were read from
 
-    async def check_credential(self, role: Role, request: Request) -> None:
+    async def check_credential(self, role: str, request: Request) -> None:
         if role == "none":
             return
         request.credential = await self._credential(role, request)
@@ -57,7 +57,7 @@ class RoleGuard:
             )
 
     async def caller(
-        self, role: Role, request: Request
+        self, role: str, request: Request
     ) -> Admin | ProducerRecord | ConsumerRecord | TokenCaller | None:
         inp = request.input
         credential: Credential = request.credential
@@ -86,7 +86,7 @@ class RoleGuard:
             )
         return consumer
 
-    async def _credential(self, role: Role, request: Request) -> Credential:
+    async def _credential(self, role: str, request: Request) -> Credential:
         """Who holds the bearer token. No token, or a token that is no one's, is 401 whatever
         the call names, so names cannot be probed with made-up tokens."""
         bearer = request.bearer

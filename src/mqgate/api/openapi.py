@@ -13,10 +13,12 @@ from msgspec import inspect as mi
 
 from mqgate import __version__
 from mqgate.api.answers import ErrorOut
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import wire_name
 from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS
 from mqgate.settings import Settings
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 _REF: Final = "#/components/schemas/{name}"
 _ROLE_STATUSES: Final = {
@@ -178,7 +180,7 @@ def with_document(routes: list[Route], settings: Settings) -> list[Route]:
     document = b""
 
     async def serve(req: Request) -> Response:
-        return Response(raw_body=document)
+        return Response(body=document)
 
     every = [
         *routes,

@@ -8,13 +8,15 @@ import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes as s
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.limits import SettingsLimits
 from mqgate.errors import BadRequest
 from mqgate.names import INTERNAL_PREFIXES
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
 from mqgate.services.gateway import Gateway
 from mqgate.services.topology import REVOKED
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 
 def topic_out(t: TopicRecord) -> a.TopicOut:

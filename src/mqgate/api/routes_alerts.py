@@ -5,7 +5,9 @@ from __future__ import annotations
 from mqgate.alerts.rules import LAG
 from mqgate.alerts.service import ActiveAlert, Alerts
 from mqgate.api import answers as a
-from mqgate.api.http import Request, Response, Route
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 
 class ActiveAlertOut(a.Output, kw_only=True):

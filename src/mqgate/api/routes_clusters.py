@@ -7,11 +7,13 @@ from typing import Annotated
 from msgspec import Meta
 
 from mqgate.api import answers as a
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
 from mqgate.api.shapes import Input, Name
 from mqgate.failover.pool import ClusterSpec
 from mqgate.failover.service import Failover
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 ClusterUrl = Annotated[
     str, Meta(min_length=1, max_length=2048, description="redis://, rediss://, unix://, or embedded:<dir>")

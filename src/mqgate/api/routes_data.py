@@ -8,12 +8,14 @@ import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes as s
-from mqgate.api.http import Request, Response, Route
 from mqgate.core.tokens import AckToken
 from mqgate.model import Receipt
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.consume import FOUND, RATE_LIMITED, PullResult
 from mqgate.services.gateway import Gateway
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 _STATUS_MESSAGE: Final = {FOUND: "ok"}
 
@@ -65,7 +67,7 @@ class DataRoutes:
             owner=owner,
         )
         if result.status == FOUND and result.messages:
-            return Response(raw_body=found_body(result, self.gw.ctx.store.broker))
+            return Response(body=found_body(result, self.gw.ctx.store.broker))
         answer = a.PullOut(status=result.status, request_id=None, ack=result.ack, msg_list=[])  # type: ignore[arg-type]
         if result.status == RATE_LIMITED:
             retry = max(1, round(result.retry_after_s + 0.5))

@@ -7,11 +7,13 @@ import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes as s
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
 from mqgate.services.browse import Query
 from mqgate.services.deadletters import Selection
 from mqgate.services.gateway import Gateway
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 
 class DeadLetterRoutes:
@@ -45,7 +47,7 @@ class DeadLetterRoutes:
         items = b",".join([payload[:-1] + head + b"%d}" % o for o, payload in page.records])
         limit = b',"scanLimit":%d' % inp.scan if query.searching else b""
         return Response(
-            raw_body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
+            body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
             b'"offset":%d,"next":%d,"scanned":%d%b,"msgList":[%b]}}'
             % (
                 msgspec.json.encode(inp.topic),

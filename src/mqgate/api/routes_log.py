@@ -12,10 +12,12 @@ import msgspec
 from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.auth import Admin
-from mqgate.api.http import Request, Response, Route
 from mqgate.errors import BadRequest, Unauthorized
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.gateway import Gateway
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 # How long a scrape waits for lag gauges of changes already made (an ack just answered).
 METRICS_SETTLE_S: Final = 0.5
@@ -57,7 +59,7 @@ class LogRoutes:
         items = b",".join([payload[:-1] + head + b"%d}" % o for o, payload in raw])
         end = raw[-1][0] + 1 if raw else start
         return Response(
-            raw_body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
+            body=b'{"status":200,"message":"ok","result":{"topic":%b,"broker":%b,"queue":%d,'
             b'"offset":%d,"next":%d,"msgList":[%b]}}'
             % (msgspec.json.encode(inp.topic), broker, inp.queue, start, end, items)
         )
@@ -92,7 +94,7 @@ class LogRoutes:
         if wanted and not hmac.compare_digest((req.bearer or "").encode(), wanted.encode()):
             raise Unauthorized("metrics need the metrics token (Authorization: Bearer ...)")
         await self.gw.operations.lag_settled(METRICS_SETTLE_S)
-        return Response(raw_body=self.gw.ctx.metrics.render(), content_type=b"text/plain; version=0.0.4")
+        return Response(body=self.gw.ctx.metrics.render(), content_type=b"text/plain; version=0.0.4")
 
     def routes(self) -> list[Route]:
         return [

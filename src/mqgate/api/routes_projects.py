@@ -7,10 +7,12 @@ import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes_projects as sp
-from mqgate.api.http import Request, Response, Route
 from mqgate.api.routes_admin import out
 from mqgate.platform import Platform
 from mqgate.registry.records import PolicyRecord, ProjectRecord
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 
 class ProjectRoutes:

@@ -18,11 +18,13 @@ from typing import Any, Final, Protocol
 import msgspec
 import sqlalchemy as sa
 
-from mqgate.api.http import Request, Response, Route
 from mqgate.console.audit import AuditLog
 from mqgate.console.tables import create_tables
 from mqgate.registry.records import DEFAULT_PROJECT
 from mqgate.services.gateway import Gateway
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 log = logging.getLogger(__name__)
 

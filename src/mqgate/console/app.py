@@ -13,11 +13,12 @@ import hmac
 import logging
 import mimetypes
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
+from urllib.parse import parse_qs
 
 import jinja2
 import sqlalchemy as sa
@@ -31,19 +32,14 @@ from mqgate.console.roles import Principal
 from mqgate.console.sessions import Session, SessionPolicy, Sessions
 from mqgate.console.tables import create_tables, engine_for
 from mqgate.console.throttle import Limits, Throttle
-from mqgate.console.web import (
-    WebRequest,
-    WebResponse,
-    read_request,
-    redirect,
-    send_response,
-    trusted_networks,
-)
-from mqgate.errors import Forbidden, MqgateError, NotFound
+from mqgate.console.web import MAX_FORM_BYTES, SECURITY_HEADERS
+from mqgate.errors import BadRequest, Forbidden, MqgateError, NotFound
 from mqgate.platform import Platform
 from mqgate.settings import Settings
-from mqgate.web.asgi import ASGIApp, Receive, Scope, Send
-from mqgate.web.router import Router
+from mqgate.web.app import Headers, WebApp
+from mqgate.web.request import Request, trusted_networks
+from mqgate.web.response import Response, page, redirect
+from mqgate.web.route import Handler, Route
 
 log = logging.getLogger(__name__)
 HERE: Final = Path(__file__).parent
@@ -58,35 +54,37 @@ SIGNIN_COOKIE: Final = "mqgate_console_signin"  # the sign-in form's double-subm
 T = TypeVar("T")
 
 
-@dataclass(slots=True)
-class Visit:
-    """One request to the console, with who makes it."""
-
-    req: WebRequest
-    params: dict[str, str] = field(default_factory=dict)
-    user: Principal | None = None
-    session: Session | None = None
-    cookie: str = ""
-
-    @property
-    def principal(self) -> Principal:
-        if self.user is None:
-            raise Forbidden("sign in first")
-        return self.user
+# public: anyone (sign-in, static files); signed_in: a signed-in user, sent to the sign-in page
+# otherwise; fragment: a part of a page its script fetches again (live figures), which answers
+# 403 without a session instead of sending the browser to the sign-in page.
+ROLES: Final = frozenset({"public", "signed_in", "fragment"})
 
 
-Handler = Callable[[Visit], Awaitable[WebResponse]]
+def route(method: str, path: str, handler: Handler, role: str = "signed_in") -> Route:
+    return Route(method, path, handler, role)
 
 
 @dataclass(slots=True, frozen=True)
-class Route:
-    method: str
-    path: str  # "{name}" segments are parameters
-    handler: Handler
-    public: bool = False  # reachable without signing in (sign-in itself, static files)
-    # A part of a page its script fetches again (live figures): without a session it answers
-    # 403 instead of sending the browser to the sign-in page.
-    fragment: bool = False
+class SessionCookie:
+    """What the session cookie names: the session, and the cookie's value (to end it)."""
+
+    session: Session
+    value: str
+
+
+def principal(v: Request) -> Principal:
+    """Who is signed in (every page but the public ones has one)."""
+    if not isinstance(v.caller, Principal):
+        raise Forbidden("sign in first")
+    return v.caller
+
+
+def csrf_of(v: Request) -> str:
+    return v.credential.session.csrf if isinstance(v.credential, SessionCookie) else ""
+
+
+class SignInFirst(Forbidden):
+    """A page asked for without a session: the browser is sent to the sign-in page."""
 
 
 class Console:
@@ -133,22 +131,22 @@ class Console:
         """A call to the database, off the event loop (as the registry does)."""
         return await asyncio.to_thread(lambda: fn(*args, **kwargs))
 
-    def page(self, v: Visit, template: str, http_status: int = 200, **values: Any) -> WebResponse:
+    def page(self, v: Request, template: str, http_status: int = 200, **values: Any) -> Response:
         html = self.templates.get_template(template).render(
-            user=v.user,
-            csrf=v.session.csrf if v.session else "",
-            note=v.req.arg("note"),
-            path=v.req.path,
+            user=v.caller if isinstance(v.caller, Principal) else None,
+            csrf=csrf_of(v),
+            note=v.arg("note"),
+            path=v.path,
             **values,
         )
-        return WebResponse(html.encode(), http_status)
+        return page(html.encode(), http_status)
 
     async def audit_change(
-        self, v: Visit, action: str, target: str, project: str, before: Any = None, after: Any = None
+        self, v: Request, action: str, target: str, project: str, before: Any = None, after: Any = None
     ) -> None:
         await self.db(
             self.audit.record,
-            v.principal.name,
+            principal(v).name,
             action,
             target,
             via="console",
@@ -176,43 +174,62 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-class ConsoleApp:
-    def __init__(self, console: Console, routes: list[Route]) -> None:
+class ConsoleDoor:
+    """The console's side of the web layer: the session cookie, forms with their CSRF token, HTML
+    answers with the security headers, errors as the error page."""
+
+    roles = ROLES
+    max_body_bytes = MAX_FORM_BYTES
+
+    def __init__(self, console: Console) -> None:
         self.console = console
-        self.router = Router(routes, missing="no page")
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+    async def admit(self, route: Route, request: Request) -> None:
+        if route.role == "public":
             return
-        c = self.console
-        path = scope["path"]
-        if not (path == c.mount or path.startswith(c.mount + "/")):  # "/" of the gateway: here
-            return await send_response(send, redirect(c.url("/")))
-        v = Visit(WebRequest(scope["method"], "/", {}, {}, "", False))
-        started = time.perf_counter()
-        try:
-            v.req = await read_request(scope, receive, c.mount, c.trusted_proxies)
-            route, v.params = self.router.match(v.req.method, v.req.path)
-            if not route.public:
-                await self._identify(v)
-                if v.user is None:
-                    if v.req.method == "GET" and not route.fragment:
-                        return await send_response(send, redirect(c.url("/signin?next=") + c.url(v.req.path)))
-                    raise Forbidden("sign in first (no session)")
-                if v.req.method == "POST":
-                    self._check_csrf(v)
-            response = await route.handler(v)
-        except MqgateError as exc:
-            response = self._error(v, exc.http_status, exc.message, exc.field)
-        except Exception:
-            log.exception("console error on %s %s", scope["method"], scope["path"])
-            response = self._error(v, 500, "internal error", None)
-        took_ms = (time.perf_counter() - started) * 1000  # the page's server time, for benchmarks
-        response.headers.append((b"server-timing", b"app;dur=%.2f" % took_ms))
-        await send_response(send, response)
+        await self._identify(request)
+        if request.caller is None:
+            if request.method == "GET" and route.role != "fragment":
+                raise SignInFirst("sign in first")
+            raise Forbidden("sign in first (no session)")
 
-    async def _identify(self, v: Visit) -> None:
-        value = v.req.cookies.get(SESSION_COOKIE, "")
+    def decode(self, route: Route, request: Request, body: bytes) -> None:
+        if request.method != "POST":
+            return
+        kind = request.headers.get(b"content-type", b"").split(b";")[0].strip()
+        if body and kind != b"application/x-www-form-urlencoded":
+            raise BadRequest("forms are sent as application/x-www-form-urlencoded", field="body")
+        request.form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+
+    async def authorize(self, route: Route, request: Request) -> None:
+        if route.role != "public" and request.method == "POST":
+            self._check_csrf(request)
+
+    def failed(self, request: Request, error: MqgateError) -> Response:
+        c = self.console
+        if isinstance(error, SignInFirst):
+            return redirect(c.url("/signin?next=") + c.url(request.path))
+        try:
+            return c.page(
+                request,
+                "error.html",
+                error.http_status,
+                status=error.http_status,
+                message=error.message,
+                field=error.field,
+            )
+        except Exception:  # the error page itself failed: plain text
+            log.exception("console error page")
+            return page(error.message.encode(), error.http_status, b"text/plain; charset=utf-8")
+
+    def encode(self, response: Response) -> tuple[Headers, bytes]:
+        own = {name for name, _ in response.headers}
+        kept = [(name, value) for name, value in SECURITY_HEADERS if name not in own]
+        body = response.body if response.body is not None else b""
+        return [(b"content-type", response.content_type), *kept, *response.headers], body
+
+    async def _identify(self, v: Request) -> None:
+        value = v.cookies.get(SESSION_COOKIE, "")
         if not value:
             return
         c = self.console
@@ -221,27 +238,18 @@ class ConsoleApp:
             return
         user = await c.db(c.accounts.principal, session.user)
         if user is not None:
-            v.user, v.session, v.cookie = user, session, value
+            v.credential, v.caller = SessionCookie(session, value), user
 
-    def _check_csrf(self, v: Visit) -> None:
+    def _check_csrf(self, v: Request) -> None:
         """The form's token is the session's, and the form came from this origin."""
-        assert v.session is not None
-        check_origin(v.req)
-        sent = v.req.arg("csrf")
-        if not sent or not hmac.compare_digest(sent.encode(), v.session.csrf.encode()):
+        check_origin(v)
+        sent = v.arg("csrf")
+        expected = csrf_of(v)
+        if not sent or not expected or not hmac.compare_digest(sent.encode(), expected.encode()):
             raise Forbidden("the form's CSRF token is missing or wrong: reload the page", field="csrf")
 
-    def _error(self, v: Visit, status: int, message: str, field_name: str | None) -> WebResponse:
-        try:
-            return self.console.page(
-                v, "error.html", status, status=status, message=message, field=field_name
-            )
-        except Exception:  # the error page itself failed: plain text
-            log.exception("console error page")
-            return WebResponse(message.encode(), status, b"text/plain; charset=utf-8")
 
-
-def check_origin(req: WebRequest) -> None:
+def check_origin(req: Request) -> None:
     """A browser names the page a form came from: it must be this host."""
     origin = req.headers.get(b"origin") or req.headers.get(b"referer")
     if origin is None:
@@ -252,21 +260,21 @@ def check_origin(req: WebRequest) -> None:
         raise Forbidden("the form was sent from another site", field="origin")
 
 
-def _static(folder: Path, name: str) -> WebResponse:
+def _static(folder: Path, name: str) -> Response:
     path = folder / name
     if "/" in name or name.startswith(".") or not path.is_file():
         raise NotFound(f"no static file {name}", field="file")
     kind = STATIC_TYPES.get(path.suffix)
     if kind is None:
         kind = (mimetypes.guess_type(name)[0] or "application/octet-stream").encode()
-    return WebResponse(path.read_bytes(), 200, kind)
+    return page(path.read_bytes(), 200, kind)
 
 
-async def static_file(v: Visit) -> WebResponse:
+async def static_file(v: Request) -> Response:
     return _static(HERE / "static", v.params["file"])
 
 
-async def vendor_file(v: Visit) -> WebResponse:
+async def vendor_file(v: Request) -> Response:
     lib = v.params["lib"]
     if lib not in VENDORED:
         raise NotFound(f"no static file {lib}/{v.params['file']}", field="file")
@@ -284,7 +292,7 @@ def build_console(
     limits: Limits | None = None,
     providers: list[IdentityProvider] | None = None,
     mount: str = MOUNT,
-) -> ConsoleApp:
+) -> WebApp:
     """The console for one gateway process, as an ASGI app answering under `mount`. Its tables
     are made in the registry's database if they are not there yet."""
     from mqgate.console.pages import all_routes
@@ -296,26 +304,25 @@ def build_console(
         settings,
         engine,
         session_policy=session_policy or SessionPolicy(),
-        limits=limits or Limits(),
+        limits=limits
+        or Limits(
+            settings.console_signin_failures_per_user,
+            settings.console_signin_failures_per_ip,
+            int(settings.console_signin_window_s * 1000),
+        ),
         providers=providers or [],
         mount=mount,
     )
     routes = [
-        Route("GET", "/static/{file}", static_file, public=True),
-        Route("GET", "/static/vendor/{lib}/{file}", vendor_file, public=True),
+        route("GET", "/static/{file}", static_file, "public"),
+        route("GET", "/static/vendor/{lib}/{file}", vendor_file, "public"),
         *all_routes(console),
     ]
-    return ConsoleApp(console, routes)
-
-
-def with_console(api: ASGIApp, console: ASGIApp, mount: str = MOUNT) -> ASGIApp:
-    """One ASGI app: `/` and everything under `mount` to the console (which sends `/` on to
-    its overview), everything else to the API (which also gets the lifespan events)."""
-
-    async def app(scope: Scope, receive: Receive, send: Send) -> None:
-        path = scope.get("path", "")
-        if scope["type"] == "http" and (path in ("/", mount) or path.startswith(mount + "/")):
-            return await console(scope, receive, send)
-        await api(scope, receive, send)
-
-    return app
+    return WebApp(
+        ConsoleDoor(console),
+        routes,
+        mount=mount,
+        missing="no page",
+        trusted_proxies=console.trusted_proxies,
+        timing_header=True,  # the page's server time, for benchmarks
+    )

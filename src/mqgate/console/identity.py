@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from mqgate.console.web import WebRequest
+from mqgate.web.request import Request
 
 
 class IdentityProvider(Protocol):
@@ -26,5 +26,5 @@ class IdentityProvider(Protocol):
     def start_url(self, callback_url: str, state: str) -> str:
         """Where the browser goes to sign in; the provider returns to `callback_url` with `state`."""
 
-    async def finish(self, request: WebRequest, state: str) -> str | None:
+    async def finish(self, request: Request, state: str) -> str | None:
         """The user name the provider vouches for in this callback, or None."""

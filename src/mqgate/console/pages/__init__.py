@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from mqgate.console.app import Console, Route
+from mqgate.console.app import Console
+from mqgate.web.route import Route
 
 
 def all_routes(c: Console) -> list[Route]:

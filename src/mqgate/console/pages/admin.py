@@ -2,43 +2,45 @@
 
 from __future__ import annotations
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, principal, route
 from mqgate.console.audit import AuditFilter
 from mqgate.console.pages.common import require_admin, require_change, required, snapshot
 from mqgate.console.pages.operations import parse_time
 from mqgate.console.projects import all_projects
 from mqgate.console.roles import EVERY_PROJECT, ROLES
-from mqgate.console.web import WebResponse, redirect
+from mqgate.web.request import Request
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
 
 
 class AdminPages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def audit(self, v: Visit) -> WebResponse:
-        me = v.principal
-        since, until = v.req.arg("since"), v.req.arg("until")
+    async def audit(self, v: Request) -> Response:
+        me = principal(v)
+        since, until = v.arg("since"), v.arg("until")
         # Everyone sees what happened in their projects; admins see everything.
         projects = None if me.is_admin else [*me.visible(all_projects(snapshot(self.c))), ""]
-        wanted = v.req.arg("project")
+        wanted = v.arg("project")
         if wanted:
             projects = [wanted] if projects is None or wanted in projects else []
         f = AuditFilter(
-            actor=v.req.arg("actor") or None,
-            action=v.req.arg("action") or None,
-            target=v.req.arg("target") or None,
+            actor=v.arg("actor") or None,
+            action=v.arg("action") or None,
+            target=v.arg("target") or None,
             projects=projects,
             since_ms=parse_time(since) if since else None,
             until_ms=parse_time(until) if until else None,
-            before_id=v.req.int_arg("before"),
+            before_id=v.int_arg("before"),
         )
         entries = await self.c.db(self.c.audit.query, f)
         if not me.is_admin:  # entries of no project (sign-ins, users) are one's own only
             entries = [e for e in entries if e.project or e.actor == me.name]
-        query = {k: v.req.arg(k) for k in ("actor", "action", "target", "project", "since", "until")}
+        query = {k: v.arg(k) for k in ("actor", "action", "target", "project", "since", "until")}
         return self.c.page(v, "audit.html", entries=entries, q=query)
 
-    async def users(self, v: Visit) -> WebResponse:
+    async def users(self, v: Request) -> Response:
         require_admin(v)
         rows = await self.c.db(self.c.accounts.list)
         projects = all_projects(snapshot(self.c))
@@ -47,18 +49,18 @@ class AdminPages:
             v, "users.html", rows=rows, roles=ROLES, projects=[EVERY_PROJECT, *projects], auto=settings
         )
 
-    async def add_user(self, v: Visit) -> WebResponse:
+    async def add_user(self, v: Request) -> Response:
         require_admin(v)
-        name, role, project = required(v, "name"), required(v, "role"), v.req.arg("project", EVERY_PROJECT)
+        name, role, project = required(v, "name"), required(v, "role"), v.arg("project", EVERY_PROJECT)
         row = await self.c.db(self.c.accounts.add, name, required(v, "password"), role, project)
         after = {"grants": [[g.role, g.project] for g in row.grants]}
         await self.c.audit_change(v, "user.add", name, "", after=after)
         return redirect(self.c.url(f"/users?note=user {name} added"))
 
-    async def grant(self, v: Visit) -> WebResponse:
+    async def grant(self, v: Request) -> Response:
         require_admin(v)
         name, role, project = v.params["name"], required(v, "role"), required(v, "project")
-        revoke = v.req.arg("revoke") == "yes"
+        revoke = v.arg("revoke") == "yes"
         await self.c.db(self.c.accounts.revoke if revoke else self.c.accounts.grant, name, role, project)
         action = "user.revoke" if revoke else "user.grant"
         await self.c.audit_change(
@@ -68,17 +70,17 @@ class AdminPages:
             self.c.url(f"/users?note={name}: {role} on {project} {'revoked' if revoke else 'granted'}")
         )
 
-    async def delete_user(self, v: Visit) -> WebResponse:
+    async def delete_user(self, v: Request) -> Response:
         require_admin(v)
         name = v.params["name"]
         await self.c.db(self.c.accounts.delete, name)
         await self.c.audit_change(v, "user.delete", name, "")
         return redirect(self.c.url(f"/users?note=user {name} deleted"))
 
-    async def auto_approve(self, v: Visit) -> WebResponse:
+    async def auto_approve(self, v: Request) -> Response:
         project = v.params["project"]
         require_change(v, project)
-        on = v.req.arg("on") == "yes"
+        on = v.arg("on") == "yes"
         before = await self.c.db(self.c.applications.auto_approve, project)
         await self.c.db(self.c.applications.set_auto_approve, project, on)
         await self.c.audit_change(v, "project.auto_approve", project, project, before, on)
@@ -86,10 +88,10 @@ class AdminPages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/audit", self.audit),
-            Route("GET", "/users", self.users),
-            Route("POST", "/users", self.add_user),
-            Route("POST", "/users/{name}/grant", self.grant),
-            Route("POST", "/users/{name}/delete", self.delete_user),
-            Route("POST", "/projects/{project}/auto-approve", self.auto_approve),
+            route("GET", "/audit", self.audit),
+            route("GET", "/users", self.users),
+            route("POST", "/users", self.add_user),
+            route("POST", "/users/{name}/grant", self.grant),
+            route("POST", "/users/{name}/delete", self.delete_user),
+            route("POST", "/projects/{project}/auto-approve", self.auto_approve),
         ]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Final
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, route
 from mqgate.console.charts import Chart, line_chart
-from mqgate.console.web import WebResponse
 from mqgate.errors import BadRequest
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.route import Route
 
 SPANS: Final = ("hour", "day", "week")
 FRESH_S: Final = 1.0  # a page shows what happened up to a second ago (sampled on the way)
@@ -34,9 +36,9 @@ class ChartPages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def page(self, v: Visit) -> WebResponse:
-        span = v.req.arg("range", "hour")
+    async def page(self, v: Request) -> Response:
+        span = v.arg("range", "hour")
         return self.c.page(v, "charts.html", charts=await charts(self.c, span), span=span, spans=SPANS)
 
     def routes(self) -> list[Route]:
-        return [Route("GET", "/charts", self.page)]
+        return [route("GET", "/charts", self.page)]

@@ -13,23 +13,24 @@ import msgspec
 from mqgate.api.decoding import convert
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.shapes import Input
-from mqgate.console.app import Console, Visit
+from mqgate.console.app import Console, principal
 from mqgate.console.projects import project_of, user_topics
-from mqgate.console.web import WebResponse
 from mqgate.errors import BadRequest, Forbidden
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
+from mqgate.web.request import Request
+from mqgate.web.response import Response, page
 
 T = TypeVar("T")
 S = TypeVar("S", bound=Input)
 
 
-def fragment(console: Console, v: Visit, template: str, /, **values: Any) -> WebResponse:
+def fragment(console: Console, v: Request, template: str, /, **values: Any) -> Response:
     """A part of a page (static/console.js fetches it again); 304 without a body when the
     browser has it already (its ETag)."""
     response = console.page(v, template, **values)
-    tag = b'"%s"' % hashlib.blake2b(response.body, digest_size=12).hexdigest().encode()
-    if v.req.headers.get(b"if-none-match") == tag:
-        return WebResponse(b"", 304, headers=[(b"etag", tag)])
+    tag = b'"%s"' % hashlib.blake2b(response.body or b"", digest_size=12).hexdigest().encode()
+    if v.headers.get(b"if-none-match") == tag:
+        return page(b"", 304, headers=[(b"etag", tag)])
     response.headers.append((b"etag", tag))
     return response
 
@@ -38,18 +39,18 @@ def snapshot(c: Console) -> Snapshot:
     return c.gateway.ctx.registry.snapshot
 
 
-def require_view(v: Visit, project: str) -> None:
-    if not v.principal.can_view(project):
+def require_view(v: Request, project: str) -> None:
+    if not principal(v).can_view(project):
         raise Forbidden(f"you have no role in project {project}", field="project")
 
 
-def require_change(v: Visit, project: str) -> None:
-    if not v.principal.can_change(project):
+def require_change(v: Request, project: str) -> None:
+    if not principal(v).can_change(project):
         raise Forbidden(f"changing project {project} needs the owner or admin role", field="project")
 
 
-def require_admin(v: Visit) -> None:
-    if not v.principal.is_admin:
+def require_admin(v: Request) -> None:
+    if not principal(v).is_admin:
         raise Forbidden("this needs the admin role", field="role")
 
 
@@ -78,8 +79,8 @@ def listing(c: Console) -> Listing:
     return found
 
 
-def _visible(v: Visit, records: list[tuple[T, str]]) -> list[T]:
-    me = v.principal
+def _visible(v: Request, records: list[tuple[T, str]]) -> list[T]:
+    me = principal(v)
     if me.is_admin:
         return [rec for rec, _ in records]
     allowed: dict[str, bool] = {}
@@ -93,15 +94,15 @@ def _visible(v: Visit, records: list[tuple[T, str]]) -> list[T]:
     return out
 
 
-def visible_topics(c: Console, v: Visit) -> list[TopicRecord]:
+def visible_topics(c: Console, v: Request) -> list[TopicRecord]:
     return _visible(v, listing(c).topics)
 
 
-def visible_consumers(c: Console, v: Visit) -> list[ConsumerRecord]:
+def visible_consumers(c: Console, v: Request) -> list[ConsumerRecord]:
     return _visible(v, listing(c).consumers)
 
 
-def visible_producers(c: Console, v: Visit) -> list[ProducerRecord]:
+def visible_producers(c: Console, v: Request) -> list[ProducerRecord]:
     return _visible(v, listing(c).producers)
 
 
@@ -122,8 +123,8 @@ def form_input(c: Console, shape: type[S], **fields: str | int | None) -> S:
     return value
 
 
-def required(v: Visit, name: str) -> str:
-    value = v.req.arg(name)
+def required(v: Request, name: str) -> str:
+    value = v.arg(name)
     if not value:
         raise BadRequest(f"{name} is required", field=name)
     return value
@@ -152,10 +153,10 @@ class Pager:
         return "?" + urlencode([*self.query, (self.param, str(page))])
 
 
-def paginate(v: Visit, items: Sequence[T], per_page: int, param: str = "page") -> tuple[list[T], Pager]:
+def paginate(v: Request, items: Sequence[T], per_page: int, param: str = "page") -> tuple[list[T], Pager]:
     """One page of `items`: the `param` argument's (a number from 1, or "last"; 1 when absent)."""
     pages = max(1, -(-len(items) // per_page))
-    raw = v.req.arg(param)
+    raw = v.arg(param)
     if raw == "last":
         page = pages
     elif not raw:
@@ -164,14 +165,14 @@ def paginate(v: Visit, items: Sequence[T], per_page: int, param: str = "page") -
         page = min(int(raw), pages)
     else:
         raise BadRequest(f"{param} is a page number from 1, or last", field=param)
-    query = tuple((k, val) for k, values in v.req.query.items() if k != param for val in values)
+    query = tuple((k, val) for k, values in v.query.items() if k != param for val in values)
     start = (page - 1) * per_page
     return list(items[start : start + per_page]), Pager(page, pages, len(items), per_page, param, query)
 
 
-def matching(v: Visit, items: Sequence[T], *fields: str) -> list[T]:
+def matching(v: Request, items: Sequence[T], *fields: str) -> list[T]:
     """The items whose `fields` contain the `q` argument (all when it is empty)."""
-    wanted = v.req.arg("q").lower()
+    wanted = v.arg("q").lower()
     if not wanted:
         return list(items)
     return [x for x in items if any(wanted in str(getattr(x, f)).lower() for f in fields)]

@@ -8,14 +8,17 @@ from __future__ import annotations
 import json
 from typing import Any, Final
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, route
 from mqgate.console.pages.charts import SPANS, charts
 from mqgate.console.pages.common import fragment, require_view
 from mqgate.console.pages.messages import VIEWS, MessagePages, body_view, message_row
 from mqgate.console.pages.operations import consumer_figures, overview_figures
-from mqgate.console.web import WebResponse
 from mqgate.errors import BadRequest
 from mqgate.services.browse import Query
+from mqgate.web.request import Request
+from mqgate.web.response import Response
+from mqgate.web.response import page as web_page
+from mqgate.web.route import Route
 
 TAIL_ROWS: Final = 200  # new messages one poll of a tail returns at most
 
@@ -40,32 +43,32 @@ class LivePages:
         self.c = c
         self.messages = MessagePages(c)
 
-    async def overview(self, v: Visit) -> WebResponse:
+    async def overview(self, v: Request) -> Response:
         return fragment(self.c, v, "overview_live.html", **await overview_figures(self.c, v))
 
-    async def consumer(self, v: Visit) -> WebResponse:
+    async def consumer(self, v: Request) -> Response:
         return fragment(self.c, v, "consumer_live.html", **await consumer_figures(self.c, v))
 
-    async def charts(self, v: Visit) -> WebResponse:
-        span = v.req.arg("range", "hour")
+    async def charts(self, v: Request) -> Response:
+        span = v.arg("range", "hour")
         drawn = await charts(self.c, span)
         return fragment(self.c, v, "charts_part.html", charts=drawn, span=span, spans=SPANS)
 
-    async def tail(self, v: Visit) -> WebResponse:
+    async def tail(self, v: Request) -> Response:
         """Messages of a topic past `from` (queue:offset pairs; empty: the end now, so only
         what comes next is shown), as table rows, and where to go on from. Nothing is consumed."""
-        topic = v.req.arg("topic")
+        topic = v.arg("topic")
         if not topic:
             raise BadRequest("topic is required", field="topic")
         require_view(v, self.messages._project(topic))
-        view = v.req.arg("as", "json")
+        view = v.arg("as", "json")
         if view not in VIEWS:
             raise BadRequest(f"as must be one of {', '.join(VIEWS)}", field="as")
         bounds = await self.c.gateway.log_reading.bounds(topic)
-        only = v.req.int_arg("queue")
+        only = v.int_arg("queue")
         if only is not None and not 0 <= only < len(bounds):
             raise BadRequest(f"queue must be between 0 and {len(bounds) - 1}", field="queue")
-        given = parse_positions(v.req.arg("from"))
+        given = parse_positions(v.arg("from"))
         positions = {b.queue: given.get(b.queue, b.max if not given else b.min) for b in bounds
                      if only is None or b.queue == only}  # fmt: skip
         rows: list[dict[str, Any]] = []
@@ -83,12 +86,12 @@ class LivePages:
             r["shown"] = body_view(r["body"], view)
         html = self.c.templates.get_template("message_rows.html").render(rows=rows)
         body = {"next": positions_text(positions), "count": len(rows), "rows": html}
-        return WebResponse(json.dumps(body).encode(), 200, b"application/json")
+        return web_page(json.dumps(body).encode(), 200, b"application/json")
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/live/overview", self.overview, fragment=True),
-            Route("GET", "/live/consumers/{name}", self.consumer, fragment=True),
-            Route("GET", "/live/charts", self.charts, fragment=True),
-            Route("GET", "/live/tail", self.tail, fragment=True),
+            route("GET", "/live/overview", self.overview, "fragment"),
+            route("GET", "/live/consumers/{name}", self.consumer, "fragment"),
+            route("GET", "/live/charts", self.charts, "fragment"),
+            route("GET", "/live/tail", self.tail, "fragment"),
         ]

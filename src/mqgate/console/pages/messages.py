@@ -11,11 +11,10 @@ from urllib.parse import urlencode
 
 import msgspec
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, principal, route
 from mqgate.console.pages.common import require_change, require_view, snapshot, visible_topics
 from mqgate.console.pages.operations import parse_time
 from mqgate.console.projects import project_of, topic_project
-from mqgate.console.web import WebResponse, download, redirect
 from mqgate.errors import BadRequest
 from mqgate.model import decode_stored
 from mqgate.names import DLQ_PREFIX, dlq_topic
@@ -23,6 +22,9 @@ from mqgate.registry.records import ConsumerRecord
 from mqgate.services.browse import Query
 from mqgate.services.deadletters import Selection
 from mqgate.services.qos import INBOX_TARGET, RETRY_TARGET, target_topic
+from mqgate.web.request import Request
+from mqgate.web.response import Response, download, redirect
+from mqgate.web.route import Route
 
 MAX_ROWS: Final = 500
 BY: Final = ("offset", "time", "key", "id")
@@ -101,15 +103,15 @@ class MessagePages:
         t = snap.topics.get(topic)
         return topic_project(t) if t is not None else "default"
 
-    async def find(self, v: Visit, topic: str) -> tuple[list[dict[str, Any]], int]:
+    async def find(self, v: Request, topic: str) -> tuple[list[dict[str, Any]], int]:
         """The messages the browser's form asks for: (rows, records scanned)."""
-        by, value = v.req.arg("by", "offset"), v.req.arg("value")
-        count = min(max(v.req.int_arg("count", 50) or 50, 1), MAX_ROWS)
+        by, value = v.arg("by", "offset"), v.arg("value")
+        count = min(max(v.int_arg("count", 50) or 50, 1), MAX_ROWS)
         if by not in BY:
             raise BadRequest(f"by must be one of {', '.join(BY)}", field="by")
         q = Query(max_count=count)
         if by == "offset" and value:
-            q = Query(offset=v.req.int_arg("value"), max_count=count)
+            q = Query(offset=v.int_arg("value"), max_count=count)
         elif by == "time" and value:
             q = Query(timestamp_ms=parse_time(value), max_count=count)
         elif by == "key" and value:
@@ -117,7 +119,7 @@ class MessagePages:
         elif by == "id" and value:
             q = Query(message_id=value, max_count=1)
         bounds = await self.c.gateway.log_reading.bounds(topic)
-        queue = v.req.int_arg("queue")
+        queue = v.int_arg("queue")
         queues = [queue] if queue is not None else [b.queue for b in bounds]
         rows: list[dict[str, Any]] = []
         scanned = 0
@@ -129,9 +131,9 @@ class MessagePages:
                 break
         return rows[:count], scanned
 
-    async def browse(self, v: Visit) -> WebResponse:
-        topic = v.req.arg("topic")
-        view = v.req.arg("as", "json")
+    async def browse(self, v: Request) -> Response:
+        topic = v.arg("topic")
+        view = v.arg("as", "json")
         if view not in VIEWS:
             raise BadRequest(f"as must be one of {', '.join(VIEWS)}", field="as")
         rows: list[dict[str, Any]] = []
@@ -140,10 +142,10 @@ class MessagePages:
         if topic:
             require_view(v, self._project(topic))
             rows, scanned = await self.find(v, topic)
-            queue = v.req.int_arg("queue")
+            queue = v.int_arg("queue")
             ends = await self.c.gateway.log_reading.bounds(topic)  # a tail starts at the end now
             tail_from = ",".join(f"{b.queue}:{b.max}" for b in ends if queue is None or b.queue == queue)
-            fmt = v.req.arg("format")
+            fmt = v.arg("format")
             if fmt == "json":
                 body = json.dumps(rows, indent=2, ensure_ascii=False).encode()
                 return download(body, f"{topic}-messages.json", "application/json")
@@ -151,7 +153,7 @@ class MessagePages:
                 return download(csv_bytes(rows), f"{topic}-messages.csv", "text/csv; charset=utf-8")
         for r in rows:
             r["shown"] = body_view(r["body"], view)
-        query = {k: v.req.arg(k) for k in ("topic", "queue", "by", "value", "count", "as")}
+        query = {k: v.arg(k) for k in ("topic", "queue", "by", "value", "count", "as")}
         return self.c.page(
             v,
             "messages.html",
@@ -165,13 +167,13 @@ class MessagePages:
             tail_from=tail_from,
         )
 
-    async def dead_letters(self, v: Visit) -> WebResponse:
+    async def dead_letters(self, v: Request) -> Response:
         name = v.params["name"]
         rec = await self.c.gateway.topology.consumer(name)
         project = project_of(snapshot(self.c), rec)
         require_view(v, project)
         state = await self.c.gateway.dead_letters.state(name)
-        start = state.min if v.req.arg("from") == "start" else state.position
+        start = state.min if v.arg("from") == "start" else state.position
         page = await self.c.gateway.browsing.browse(
             dlq_topic(name), 0, Query(offset=start, max_count=MAX_ROWS)
         )
@@ -179,19 +181,19 @@ class MessagePages:
         for r in rows:
             r["source"] = dead_letter_source(r["properties"], rec)
         return self.c.page(
-            v, "deadletters.html", c=rec, state=state, rows=rows, can_change=v.principal.can_change(project)
+            v, "deadletters.html", c=rec, state=state, rows=rows, can_change=principal(v).can_change(project)
         )
 
-    async def redrive(self, v: Visit) -> WebResponse:
+    async def redrive(self, v: Request) -> Response:
         name = v.params["name"]
         rec = await self.c.gateway.topology.consumer(name)
         project = project_of(snapshot(self.c), rec)
         require_change(v, project)
         dl = self.c.gateway.dead_letters
-        if v.req.arg("all") == "yes":
+        if v.arg("all") == "yes":
             results = [await dl.redrive(name, Selection(everything=True, scan=10_000))]
         else:
-            offsets = sorted({int(o) for o in v.req.args("offset") if o.isdigit()})
+            offsets = sorted({int(o) for o in v.args("offset") if o.isdigit()})
             if not offsets:
                 raise BadRequest("choose the dead letters to redrive", field="offset")
             results = [await dl.redrive(name, Selection(offset=o)) for o in offsets]
@@ -201,7 +203,7 @@ class MessagePages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/messages", self.browse),
-            Route("GET", "/consumers/{name}/dead-letters", self.dead_letters),
-            Route("POST", "/consumers/{name}/dead-letters/redrive", self.redrive),
+            route("GET", "/messages", self.browse),
+            route("GET", "/consumers/{name}/dead-letters", self.dead_letters),
+            route("POST", "/consumers/{name}/dead-letters/redrive", self.redrive),
         ]

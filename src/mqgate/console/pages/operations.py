@@ -10,15 +10,17 @@ from datetime import datetime
 from typing import Any
 
 from mqgate.alerts.service import ActiveAlert
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, principal, route
 from mqgate.console.pages.charts import SPANS, charts
 from mqgate.console.pages.common import plain, require_change, require_view, snapshot, visible_consumers
 from mqgate.console.pages.common import visible_topics as topics_of
 from mqgate.console.projects import project_of
-from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
+from mqgate.web.request import Request
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
 
 # The overview reads the progress of at most this many consumers (each a few store reads): the
 # ones with the most lag by the gauges the gateway keeps (Operations.keep_lag_gauges).
@@ -77,7 +79,7 @@ def gauged_lags(c: Console) -> dict[str, float]:
     return found
 
 
-async def overview_figures(c: Console, v: Visit) -> dict[str, Any]:
+async def overview_figures(c: Console, v: Request) -> dict[str, Any]:
     """What the overview's live part shows: active alerts, and the consumers with the most lag
     (ranked by the gauges, their figures read now)."""
     ops = c.gateway.operations
@@ -99,14 +101,14 @@ async def overview_figures(c: Console, v: Visit) -> dict[str, Any]:
     }
 
 
-async def consumer_in_view(c: Console, v: Visit, change: bool = False) -> tuple[ConsumerRecord, str]:
+async def consumer_in_view(c: Console, v: Request, change: bool = False) -> tuple[ConsumerRecord, str]:
     rec = await c.gateway.topology.consumer(v.params["name"])
     project = project_of(snapshot(c), rec)
     (require_change if change else require_view)(v, project)
     return rec, project
 
 
-async def consumer_figures(c: Console, v: Visit) -> dict[str, Any]:
+async def consumer_figures(c: Console, v: Request) -> dict[str, Any]:
     """What a consumer's live part shows: its state, lag and progress per queue, its alerts."""
     rec, project = await consumer_in_view(c, v)
     progress = await c.gateway.operations.progress(rec.name)
@@ -117,8 +119,8 @@ class OperationsPages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def overview(self, v: Visit) -> WebResponse:
-        span = v.req.arg("range", "hour")
+    async def overview(self, v: Request) -> Response:
+        span = v.arg("range", "hour")
         return self.c.page(
             v,
             "overview.html",
@@ -129,30 +131,30 @@ class OperationsPages:
             **await overview_figures(self.c, v),
         )
 
-    async def _consumer(self, v: Visit, change: bool) -> tuple[ConsumerRecord, str]:
+    async def _consumer(self, v: Request, change: bool) -> tuple[ConsumerRecord, str]:
         return await consumer_in_view(self.c, v, change)
 
-    async def consumer(self, v: Visit) -> WebResponse:
+    async def consumer(self, v: Request) -> Response:
         figures = await consumer_figures(self.c, v)
         return self.c.page(
             v,
             "consumer.html",
-            can_change=v.principal.can_change(figures["project"]),
+            can_change=principal(v).can_change(figures["project"]),
             targets=RESET_TARGETS,
             **figures,
         )
 
-    def _reset_args(self, v: Visit) -> dict[str, Any]:
-        to = v.req.arg("to")
+    def _reset_args(self, v: Request) -> dict[str, Any]:
+        to = v.arg("to")
         if to not in RESET_TARGETS:
             raise BadRequest("to must be earliest, latest, offset or timestamp", field="to")
-        offset = v.req.int_arg("offset") if to == "offset" else None
-        timestamp = parse_time(v.req.arg("timestamp")) if to == "timestamp" else None
+        offset = v.int_arg("offset") if to == "offset" else None
+        timestamp = parse_time(v.arg("timestamp")) if to == "timestamp" else None
         if to == "offset" and offset is None:
             raise BadRequest("give the offset to reset to", field="offset")
         if to == "timestamp" and timestamp is None:
             raise BadRequest("give the time to reset to", field="timestamp")
-        return {"to": to, "offset": offset, "timestamp_ms": timestamp, "queue": v.req.int_arg("queue")}
+        return {"to": to, "offset": offset, "timestamp_ms": timestamp, "queue": v.int_arg("queue")}
 
     async def plan(self, rec: ConsumerRecord, args: dict[str, Any]) -> list[Move]:
         progress = await self.c.gateway.operations.progress(rec.name)
@@ -173,7 +175,7 @@ class OperationsPages:
             moves.append(Move(q.client_id, q.source, q.queue, max(q.committed, q.min), target))
         return moves
 
-    async def reset_preview(self, v: Visit) -> WebResponse:
+    async def reset_preview(self, v: Request) -> Response:
         rec, _ = await self._consumer(v, change=True)
         args = self._reset_args(v)
         moves = await self.plan(rec, args)
@@ -182,15 +184,15 @@ class OperationsPages:
             "reset_confirm.html",
             c=rec,
             args=args,
-            raw={k: v.req.arg(k) for k in ("to", "offset", "timestamp", "queue")},
+            raw={k: v.arg(k) for k in ("to", "offset", "timestamp", "queue")},
             moves=moves,
             skipped=sum(m.skipped for m in moves),
             replayed=sum(m.replayed for m in moves),
         )
 
-    async def reset(self, v: Visit) -> WebResponse:
+    async def reset(self, v: Request) -> Response:
         rec, project = await self._consumer(v, change=True)
-        if v.req.arg("confirmed") != "yes":
+        if v.arg("confirmed") != "yes":
             raise BadRequest("a reset needs its confirmation: use the preview", field="confirmed")
         args = self._reset_args(v)
         before = await self.c.gateway.operations.progress(rec.name)
@@ -209,26 +211,26 @@ class OperationsPages:
         )
         return redirect(self.c.url(f"/consumers/{rec.name}?note=offsets reset to {args['to']}"))
 
-    async def _update(self, v: Visit, action: str, **changes: Any) -> WebResponse:
+    async def _update(self, v: Request, action: str, **changes: Any) -> Response:
         rec, project = await self._consumer(v, change=True)
         after = await self.c.gateway.topology.update_consumer(rec.name, **changes)
         await self.c.audit_change(v, f"consumer.{action}", rec.name, project, plain(rec), plain(after))
         return redirect(self.c.url(f"/consumers/{rec.name}?note={action} done"))
 
-    async def pause(self, v: Visit) -> WebResponse:
+    async def pause(self, v: Request) -> Response:
         return await self._update(v, "pause", paused=True)
 
-    async def resume(self, v: Visit) -> WebResponse:
+    async def resume(self, v: Request) -> Response:
         return await self._update(v, "resume", paused=False)
 
-    async def rate_limit(self, v: Visit) -> WebResponse:
-        rate = v.req.float_arg("messages_per_second", 0.0) or 0.0
+    async def rate_limit(self, v: Request) -> Response:
+        rate = v.float_arg("messages_per_second", 0.0) or 0.0
         if rate < 0:
             raise BadRequest("the rate limit is 0 (none) or more", field="messages_per_second")
         return await self._update(v, "rate-limit", rate_limit_per_s=rate)
 
-    async def alert(self, v: Visit) -> WebResponse:
-        backlog = v.req.int_arg("backlog", 0) or 0
+    async def alert(self, v: Request) -> Response:
+        backlog = v.int_arg("backlog", 0) or 0
         if backlog < 0:
             raise BadRequest("the alert threshold is 0 (none) or more", field="backlog")
         return await self._update(v, "alert", alert_backlog=backlog)
@@ -236,12 +238,12 @@ class OperationsPages:
     def routes(self) -> list[Route]:
         one = "/consumers/{name}"
         return [
-            Route("GET", "/", self.overview),
-            Route("GET", one, self.consumer),
-            Route("POST", one + "/reset/preview", self.reset_preview),
-            Route("POST", one + "/reset", self.reset),
-            Route("POST", one + "/pause", self.pause),
-            Route("POST", one + "/resume", self.resume),
-            Route("POST", one + "/rate-limit", self.rate_limit),
-            Route("POST", one + "/alert", self.alert),
+            route("GET", "/", self.overview),
+            route("GET", one, self.consumer),
+            route("POST", one + "/reset/preview", self.reset_preview),
+            route("POST", one + "/reset", self.reset),
+            route("POST", one + "/pause", self.pause),
+            route("POST", one + "/resume", self.resume),
+            route("POST", one + "/rate-limit", self.rate_limit),
+            route("POST", one + "/alert", self.alert),
         ]

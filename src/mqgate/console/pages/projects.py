@@ -8,13 +8,16 @@ from typing import Any, Final
 
 import sqlalchemy as sa
 
-from mqgate.console.app import Console, Route, Visit, now_ms
+from mqgate.console.app import Console, now_ms, principal, route
 from mqgate.console.pages.common import fragment, plain, require_admin, require_view, required, snapshot
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
-from mqgate.console.web import REPORT_CSP, WebResponse, redirect
+from mqgate.console.web import REPORT_CSP
 from mqgate.errors import BadRequest, NotFound
 from mqgate.queuestate.diagnosis import ProjectHealth
 from mqgate.queuestate.rows import QueueInterval
+from mqgate.web.request import Request
+from mqgate.web.response import Response, page, redirect
+from mqgate.web.route import Route
 
 HOUR_MS: Final = 3_600_000
 QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
@@ -86,8 +89,8 @@ class ProjectPages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def listing(self, v: Visit) -> WebResponse:
-        me = v.principal
+    async def listing(self, v: Request) -> Response:
+        me = principal(v)
         snap = snapshot(self.c)
         topics = user_topics(snap)
         rows = []
@@ -100,14 +103,14 @@ class ProjectPages:
             rows.append({"p": rec, "topics": mine, "policies": len(policies)})
         return self.c.page(v, "projects.html", rows=rows, default=DEFAULT_PROJECT)
 
-    async def create(self, v: Visit) -> WebResponse:
+    async def create(self, v: Request) -> Response:
         require_admin(v)
         name = required(v, "name")
-        rec = await self.c.platform.projects.create(name, v.req.arg("description"))
+        rec = await self.c.platform.projects.create(name, v.arg("description"))
         await self.c.audit_change(v, "project.create", name, name, after=plain(rec))
         return redirect(self.c.url(f"/projects/{name}?note=project {name} created"))
 
-    async def delete(self, v: Visit) -> WebResponse:
+    async def delete(self, v: Request) -> Response:
         require_admin(v)
         name = v.params["name"]
         rec = await self.c.platform.projects.project(name)
@@ -115,14 +118,15 @@ class ProjectPages:
         await self.c.audit_change(v, "project.delete", name, name, before=plain(rec))
         return redirect(self.c.url(f"/projects?note=project {name} deleted"))
 
-    async def show(self, v: Visit) -> WebResponse:
+    async def show(self, v: Request) -> Response:
         name = v.params["name"]
         rec = await self.c.platform.projects.project(name)
         require_view(v, name)
-        hours = v.req.float_arg("hours", 1.0) or 1.0
+        hours = v.float_arg("hours", 1.0)
+        assert hours is not None
         if not 0 < hours <= 24 * 90:
             raise BadRequest("hours is more than 0 and at most 2160 (90 days)", field="hours")
-        topic, queue = v.req.arg("topic") or None, v.req.int_arg("queue")
+        topic, queue = v.arg("topic") or None, v.int_arg("queue")
         since = now_ms() - int(hours * HOUR_MS)
         intervals, more = await newest_intervals(self.c, name, topic, queue, since, QUEUE_ROWS)
         topics = sorted(self.c.platform.projects.topics_of(name), key=lambda t: t.name)
@@ -134,12 +138,12 @@ class ProjectPages:
             more=more,
             topics=[t for t in topics if not t.name.startswith("%")],
             q={"topic": topic or "", "queue": "" if queue is None else queue, "hours": hours},
-            can_change=v.principal.can_change(name),
+            can_change=principal(v).can_change(name),
             settings=self.c.settings,
             report=_report_of(self.c, name),
         )
 
-    async def health(self, v: Visit) -> WebResponse:
+    async def health(self, v: Request) -> Response:
         """The project's health verdict and findings (a diagnosis over its queue-state window:
         at a few hundred queues, a second or more), a part the project page loads after it."""
         name = v.params["name"]
@@ -148,27 +152,27 @@ class ProjectPages:
         found = await project_health(self.c, name)
         return fragment(self.c, v, "project_health.html", health=found, verdict_class=VERDICT_CLASS)
 
-    async def report(self, v: Visit) -> WebResponse:
+    async def report(self, v: Request) -> Response:
         """The project's trace analytics report (`mqgate analytics --out <reports_dir>/<name>`),
         as the job wrote it: self-contained HTML (or its JSON with every figure)."""
         name = v.params["name"]
         await self.c.platform.projects.project(name)
         require_view(v, name)
-        wanted = "report.json" if v.req.arg("format") == "json" else "report.html"
+        wanted = "report.json" if v.arg("format") == "json" else "report.html"
         path = self.c.settings.project_report_dir(name) / wanted
         try:
             body = await asyncio.to_thread(path.read_bytes)
         except FileNotFoundError:
             raise NotFound(f"project {name} has no trace analytics report yet", field="name") from None
         kind = b"application/json" if wanted.endswith(".json") else b"text/html; charset=utf-8"
-        return WebResponse(body, 200, kind, [(b"content-security-policy", REPORT_CSP)])
+        return page(body, 200, kind, headers=[(b"content-security-policy", REPORT_CSP)])
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/projects", self.listing),
-            Route("POST", "/projects", self.create),
-            Route("GET", "/projects/{name}", self.show),
-            Route("GET", "/projects/{name}/report", self.report),
-            Route("GET", "/live/projects/{name}/health", self.health, fragment=True),
-            Route("POST", "/projects/{name}/delete", self.delete),
+            route("GET", "/projects", self.listing),
+            route("POST", "/projects", self.create),
+            route("GET", "/projects/{name}", self.show),
+            route("GET", "/projects/{name}/report", self.report),
+            route("GET", "/live/projects/{name}/health", self.health, "fragment"),
+            route("POST", "/projects/{name}/delete", self.delete),
         ]

@@ -5,14 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.api.shapes import TopicIn
+from mqgate.console.app import Console, principal, route
 from mqgate.console.applications import APPROVED, FAILED, KINDS, PENDING, REJECTED, Application
-from mqgate.console.pages.common import require_change, required, snapshot, visible_topics
+from mqgate.console.pages.common import form_input, require_change, required, snapshot, visible_topics
 from mqgate.console.pages.topology import HOUR_MS, register_client, topic_form
 from mqgate.console.projects import all_projects, create_topic_in, topic_project
-from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest, Forbidden, MqgateError, NotFound
 from mqgate.names import validate_name
+from mqgate.web.request import Request
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
 
 AUTO = "auto-approve"
 
@@ -21,8 +24,8 @@ class SelfServicePages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def overview(self, v: Visit) -> WebResponse:
-        me = v.principal
+    async def overview(self, v: Request) -> Response:
+        me = principal(v)
         projects = all_projects(snapshot(self.c))
         mine = await self.c.db(self.c.applications.list, applicant=me.name)
         deciding = me.changeable(projects)
@@ -40,7 +43,7 @@ class SelfServicePages:
             auto=auto,
         )
 
-    async def apply(self, v: Visit) -> WebResponse:
+    async def apply(self, v: Request) -> Response:
         kind, name = required(v, "kind"), required(v, "name")
         if kind not in KINDS:
             raise BadRequest(f"kind must be one of {', '.join(KINDS)}", field="kind")
@@ -52,18 +55,18 @@ class SelfServicePages:
             settings = {
                 "queues": topic_in.queues or self.c.settings.default_queues,
                 "max_priority": topic_in.max_priority,
-                "retention_hours": v.req.float_arg("retention_hours"),
+                "retention_hours": v.float_arg("retention_hours"),
             }
         else:
             topic = required(v, "topic")
             project = topic_project(await self.c.gateway.topology.topic(topic))
             settings = {"topic": topic}
             if kind == "consumer":
-                settings |= {"mode": v.req.arg("mode", "cluster"), "start": v.req.arg("start", "latest")}
-        if not v.principal.can_apply(project):
+                settings |= {"mode": v.arg("mode", "cluster"), "start": v.arg("start", "latest")}
+        if not principal(v).can_apply(project):
             raise Forbidden(f"applying in project {project} needs the member role", field="project")
         apps = self.c.applications
-        app_id = await self.c.db(apps.apply, kind, name, project, settings, v.principal.name)
+        app_id = await self.c.db(apps.apply, kind, name, project, settings, principal(v).name)
         await self.c.audit_change(v, f"application.{kind}", name, project, after={"id": app_id, **settings})
         if not await self.c.db(apps.auto_approve, project):
             return redirect(self.c.url(f"/applications?note=application {app_id} sent for approval"))
@@ -72,11 +75,11 @@ class SelfServicePages:
         )
         if token is None:
             return redirect(self.c.url(f"/applications?note=application {app_id} approved"))
-        await self.c.db(apps.take_token, app_id, v.principal.name)  # shown now: not kept
+        await self.c.db(apps.take_token, app_id, principal(v).name)  # shown now: not kept
         back = self.c.url("/applications")
         return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=back)
 
-    async def _carry_out(self, v: Visit, app: Application, by: str, comment: str) -> str | None:
+    async def _carry_out(self, v: Request, app: Application, by: str, comment: str) -> str | None:
         """Register what `app` asks for; its token (None for a topic). A refusal (the name is
         taken, the topic went) marks the application failed with the reason."""
         apps = self.c.applications
@@ -86,10 +89,25 @@ class SelfServicePages:
         try:
             token = None
             if app.kind == "topic":
+                # Checked again as the API would: an application stored before a limit changed
+                # (or written to the table by hand) is refused, not carried out.
                 hours = s.get("retention_hours")
-                retention = int(hours * HOUR_MS) if hours else self.c.settings.default_retention_ms
+                topic_in = form_input(
+                    self.c,
+                    TopicIn,
+                    name=app.name,
+                    project=app.project,
+                    queues=s.get("queues"),
+                    max_priority=s.get("max_priority"),
+                    retention_ms=int(hours * HOUR_MS) if hours is not None else None,
+                )
                 await create_topic_in(
-                    self.c.gateway, app.name, app.project, s["queues"] or 1, retention, s["max_priority"] or 0
+                    self.c.gateway,
+                    app.name,
+                    app.project,
+                    topic_in.queues or self.c.settings.default_queues,
+                    topic_in.retention_ms or self.c.settings.default_retention_ms,
+                    topic_in.max_priority,
                 )
             else:
                 token = await register_client(
@@ -105,7 +123,7 @@ class SelfServicePages:
         )
         return token
 
-    async def _pending(self, v: Visit) -> Application:
+    async def _pending(self, v: Request) -> Application:
         app_id = v.params["id"]
         if not app_id.isdigit():
             raise NotFound(f"application {app_id} does not exist", field="id")
@@ -113,28 +131,28 @@ class SelfServicePages:
         require_change(v, app.project)
         return app
 
-    async def approve(self, v: Visit) -> WebResponse:
+    async def approve(self, v: Request) -> Response:
         app = await self._pending(v)
-        comment = v.req.arg("comment")
-        await self._carry_out(v, app, v.principal.name, comment)
+        comment = v.arg("comment")
+        await self._carry_out(v, app, principal(v).name, comment)
         await self.c.audit_change(
             v, "application.approve", app.name, app.project, after={"id": app.id, "comment": comment}
         )
         return redirect(self.c.url(f"/applications?note=application {app.id} approved"))
 
-    async def reject(self, v: Visit) -> WebResponse:
+    async def reject(self, v: Request) -> Response:
         app = await self._pending(v)
         comment = required(v, "comment")
-        await self.c.db(self.c.applications.decide, app.id, REJECTED, v.principal.name, comment)
+        await self.c.db(self.c.applications.decide, app.id, REJECTED, principal(v).name, comment)
         await self.c.audit_change(
             v, "application.reject", app.name, app.project, after={"id": app.id, "comment": comment}
         )
         return redirect(self.c.url(f"/applications?note=application {app.id} rejected"))
 
-    async def token(self, v: Visit) -> WebResponse:
+    async def token(self, v: Request) -> Response:
         app_id = v.params["id"]
         app = await self.c.db(self.c.applications.get, int(app_id) if app_id.isdigit() else -1)
-        token = await self.c.db(self.c.applications.take_token, app.id, v.principal.name)
+        token = await self.c.db(self.c.applications.take_token, app.id, principal(v).name)
         if token is None:
             raise NotFound(
                 "the token was shown once already (or is not yours): rotate it to get a new one", field="id"
@@ -148,9 +166,9 @@ class SelfServicePages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/applications", self.overview),
-            Route("POST", "/applications", self.apply),
-            Route("POST", "/applications/{id}/approve", self.approve),
-            Route("POST", "/applications/{id}/reject", self.reject),
-            Route("POST", "/applications/{id}/token", self.token),
+            route("GET", "/applications", self.overview),
+            route("POST", "/applications", self.apply),
+            route("POST", "/applications/{id}/approve", self.approve),
+            route("POST", "/applications/{id}/reject", self.reject),
+            route("POST", "/applications/{id}/token", self.token),
         ]

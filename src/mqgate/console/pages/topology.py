@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from mqgate.api.shapes import TopicChangeIn, TopicIn
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, principal, route
 from mqgate.console.pages.common import (
     form_input,
     matching,
@@ -19,9 +19,11 @@ from mqgate.console.pages.common import (
     visible_topics,
 )
 from mqgate.console.projects import all_projects, create_topic_in, project_of, topic_project
-from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest
 from mqgate.services.topology import REVOKED
+from mqgate.web.request import Request
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
 
 HOUR_MS = 3600 * 1000
 TOPICS_PER_PAGE = 100
@@ -34,7 +36,7 @@ class TopologyPages:
 
     # --- topics -------------------------------------------------------------------------
 
-    async def topics(self, v: Visit) -> WebResponse:
+    async def topics(self, v: Request) -> Response:
         topics, pager = paginate(
             v, matching(v, visible_topics(self.c, v), "name", "project"), TOPICS_PER_PAGE
         )
@@ -44,7 +46,7 @@ class TopologyPages:
             {"t": t, "project": topic_project(t), "messages": sum(b.max - b.min for b in bs)}
             for t, bs in zip(topics, bounds, strict=True)
         ]
-        projects = v.principal.changeable(all_projects(snapshot(self.c)))
+        projects = principal(v).changeable(all_projects(snapshot(self.c)))
         return self.c.page(
             v,
             "topics.html",
@@ -52,11 +54,11 @@ class TopologyPages:
             projects=projects,
             settings=self.c.settings,
             pager=pager,
-            q=v.req.arg("q"),
+            q=v.arg("q"),
         )
 
-    async def create_topic(self, v: Visit) -> WebResponse:
-        project = v.req.arg("project", "default")
+    async def create_topic(self, v: Request) -> Response:
+        project = v.arg("project", "default")
         require_change(v, project)
         s = self.c.settings
         topic = topic_form(self.c, v, project)
@@ -70,10 +72,10 @@ class TopologyPages:
             topic.max_priority,
         )
         await self.c.audit_change(v, "topic.create", name, project, after=plain(rec))
-        back = f"/projects/{project}" if v.req.arg("back") == "project" else "/topics"
+        back = f"/projects/{project}" if v.arg("back") == "project" else "/topics"
         return redirect(self.c.url(f"{back}?note=topic {name} created in project {project}"))
 
-    async def grow_topic(self, v: Visit) -> WebResponse:
+    async def grow_topic(self, v: Request) -> Response:
         name = v.params["name"]
         before = await self.c.gateway.topology.topic(name)
         project = topic_project(before)
@@ -82,8 +84,8 @@ class TopologyPages:
             self.c,
             TopicChangeIn,
             name=name,
-            queues=v.req.arg("queues"),
-            max_priority=v.req.arg("max_priority"),
+            queues=v.arg("queues"),
+            max_priority=v.arg("max_priority"),
         )
         after = await self.c.gateway.topology.change_topic(
             name, queues=grow.queues, max_priority=grow.max_priority
@@ -91,7 +93,7 @@ class TopologyPages:
         await self.c.audit_change(v, "topic.grow", name, project, plain(before), plain(after))
         return redirect(self.c.url(f"/topics?note=topic {name}: {after.queues} queues"))
 
-    async def delete_topic(self, v: Visit) -> WebResponse:
+    async def delete_topic(self, v: Request) -> Response:
         name = v.params["name"]
         before = await self.c.gateway.topology.topic(name)
         project = topic_project(before)
@@ -102,9 +104,9 @@ class TopologyPages:
 
     # --- producers and consumers ----------------------------------------------------------
 
-    async def clients(self, v: Visit) -> WebResponse:
+    async def clients(self, v: Request) -> Response:
         snap = snapshot(self.c)
-        topics = [t for t in visible_topics(self.c, v) if v.principal.can_change(topic_project(t))]
+        topics = [t for t in visible_topics(self.c, v) if principal(v).can_change(topic_project(t))]
         consumers, consumer_pager = paginate(
             v, matching(v, visible_consumers(self.c, v), "name", "topic"), CLIENTS_PER_PAGE, "page"
         )
@@ -118,7 +120,7 @@ class TopologyPages:
             consumers=[(x, project_of(snap, x)) for x in consumers],
             consumer_pager=consumer_pager,
             producer_pager=producer_pager,
-            q=v.req.arg("q"),
+            q=v.arg("q"),
             topics=topics,
             revoked=REVOKED,
         )
@@ -126,14 +128,14 @@ class TopologyPages:
     async def _topic_project(self, topic: str) -> str:
         return topic_project(await self.c.gateway.topology.topic(topic))
 
-    async def register(self, v: Visit) -> WebResponse:
+    async def register(self, v: Request) -> Response:
         kind = v.params["kind"]
         name, topic = required(v, "name"), required(v, "topic")
         if kind not in ("producer", "consumer"):
             raise BadRequest("kind must be producer or consumer", field="kind")
         project = await self._topic_project(topic)
         require_change(v, project)
-        token = await register_client(self.c, kind, name, topic, v.req.arg("mode"), v.req.arg("start"))
+        token = await register_client(self.c, kind, name, topic, v.arg("mode"), v.arg("start"))
         rec = await self._record(kind, name)
         await self.c.audit_change(v, f"{kind}.register", name, project, after=plain(rec))
         return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=self.c.url("/clients"))
@@ -144,64 +146,64 @@ class TopologyPages:
         topology = self.c.gateway.topology
         return await (topology.producer(name) if kind == "producer" else topology.consumer(name))
 
-    async def _owned(self, v: Visit, kind: str, name: str) -> tuple[object, str]:
+    async def _owned(self, v: Request, kind: str, name: str) -> tuple[object, str]:
         rec = await self._record(kind, name)
         project = project_of(snapshot(self.c), rec)  # type: ignore[arg-type]
         require_change(v, project)
         return rec, project
 
-    async def rotate(self, v: Visit) -> WebResponse:
+    async def rotate(self, v: Request) -> Response:
         kind, name = v.params["kind"], v.params["name"]
         _, project = await self._owned(v, kind, name)
         _, token = await self.c.gateway.topology.new_token(kind, name)
         await self.c.audit_change(v, f"{kind}.token.rotate", name, project)
         return self.c.page(v, "token.html", kind=kind, name=name, token=token, back=self.c.url("/clients"))
 
-    async def revoke(self, v: Visit) -> WebResponse:
+    async def revoke(self, v: Request) -> Response:
         kind, name = v.params["kind"], v.params["name"]
         _, project = await self._owned(v, kind, name)
         await self.c.gateway.topology.revoke_token(kind, name)
         await self.c.audit_change(v, f"{kind}.token.revoke", name, project)
         return redirect(self.c.url(f"/clients?note={kind} {name}: token revoked"))
 
-    async def delete(self, v: Visit) -> WebResponse:
+    async def delete(self, v: Request) -> Response:
         kind, name = v.params["kind"], v.params["name"]
         rec, project = await self._owned(v, kind, name)
         topology = self.c.gateway.topology
         if kind == "producer":
             await topology.delete_producer(name)
         else:
-            await topology.delete_consumer(name, keep_dead_letters=v.req.arg("keep_dead_letters") == "on")
+            await topology.delete_consumer(name, keep_dead_letters=v.arg("keep_dead_letters") == "on")
         await self.c.audit_change(v, f"{kind}.delete", name, project, before=plain(rec))
         return redirect(self.c.url(f"/clients?note={kind} {name} deleted"))
 
     def routes(self) -> list[Route]:
         kind = "/clients/{kind}/{name}"
         return [
-            Route("GET", "/topics", self.topics),
-            Route("POST", "/topics", self.create_topic),
-            Route("POST", "/topics/{name}/grow", self.grow_topic),
-            Route("POST", "/topics/{name}/delete", self.delete_topic),
-            Route("GET", "/clients", self.clients),
-            Route("POST", "/clients/{kind}", self.register),
-            Route("POST", kind + "/token", self.rotate),
-            Route("POST", kind + "/revoke", self.revoke),
-            Route("POST", kind + "/delete", self.delete),
+            route("GET", "/topics", self.topics),
+            route("POST", "/topics", self.create_topic),
+            route("POST", "/topics/{name}/grow", self.grow_topic),
+            route("POST", "/topics/{name}/delete", self.delete_topic),
+            route("GET", "/clients", self.clients),
+            route("POST", "/clients/{kind}", self.register),
+            route("POST", kind + "/token", self.rotate),
+            route("POST", kind + "/revoke", self.revoke),
+            route("POST", kind + "/delete", self.delete),
         ]
 
 
-def topic_form(c: Console, v: Visit, project: str) -> TopicIn:
+def topic_form(c: Console, v: Request, project: str) -> TopicIn:
     """A new topic's form (on the topics and project pages, in an application for a topic) as
     the API's request for it: the same limits, refused with the same messages."""
-    hours = v.req.float_arg("retention_hours")
+    hours = v.float_arg("retention_hours")
     return form_input(
         c,
         TopicIn,
-        name=v.req.arg("name"),
+        name=v.arg("name"),
         project=project,
-        queues=v.req.arg("queues"),
-        max_priority=v.req.arg("max_priority"),
-        retention_ms=int(hours * HOUR_MS) if hours else None,
+        queues=v.arg("queues"),
+        max_priority=v.arg("max_priority"),
+        retention_ms=int(hours * HOUR_MS) if hours is not None else None,
     )
 
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 from typing import Final
 
-from mqgate.console.app import Console, Route, Visit
+from mqgate.console.app import Console, principal, route
 from mqgate.console.pages.common import listing, snapshot
 from mqgate.console.projects import all_projects, topic_project, user_topics
-from mqgate.console.web import WebResponse, redirect
 from mqgate.errors import BadRequest, Forbidden
 from mqgate.registry.records import PolicyRecord
+from mqgate.web.request import Request
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
 
 # What the search form offers, as (form value, label, keyword of TraceLookup.find).
 FIND_BY: Final = (("msgId", "Message id", "msg_id"), ("requestId", "Request id", "request_id"),
@@ -26,8 +28,8 @@ class TracePages:
     def __init__(self, c: Console) -> None:
         self.c = c
 
-    async def search(self, v: Visit) -> WebResponse:
-        by, value = v.req.arg("by", "msgId"), v.req.arg("value")
+    async def search(self, v: Request) -> Response:
+        by, value = v.arg("by", "msgId"), v.arg("value")
         keyword = next((k for form, _, k in FIND_BY if form == by), None)
         if keyword is None:
             raise BadRequest("find by msgId, requestId or key", field="by")
@@ -39,7 +41,7 @@ class TracePages:
             })  # fmt: skip
             # A path is shown to whoever may see its project; the others are not even counted:
             # an id traced only in a project one cannot see gets the page of an id traced nowhere.
-            paths = [p for p in found.paths if v.principal.can_view(p.path.project)]
+            paths = [p for p in found.paths if principal(v).can_view(p.path.project)]
         return self.c.page(
             v,
             "traces.html",
@@ -56,20 +58,20 @@ class TracePages:
     def _projects_of(self, rec: PolicyRecord) -> set[str]:
         return self.c.platform.projects.projects_of(rec)
 
-    def _require_policy_change(self, v: Visit, rec: PolicyRecord) -> None:
+    def _require_policy_change(self, v: Request, rec: PolicyRecord) -> None:
         """An admin, or an owner of every project the policy can select."""
-        if v.principal.is_admin:
+        if principal(v).is_admin:
             return
         projects = self._projects_of(rec)
         if not projects:
             raise Forbidden("only an admin may name what no project of yours holds", field="selector")
-        refused = sorted(p for p in projects if not v.principal.can_change(p))
+        refused = sorted(p for p in projects if not principal(v).can_change(p))
         if refused:
             shown = ", ".join(refused)
             raise Forbidden(f"a trace policy on {shown} needs the owner or admin role", field="project")
 
-    async def policies(self, v: Visit) -> WebResponse:
-        me = v.principal
+    async def policies(self, v: Request) -> Response:
+        me = principal(v)
         snap = snapshot(self.c)
         rows = []
         for rec in self.c.platform.projects.policies():
@@ -97,15 +99,15 @@ class TracePages:
             more_services=len(services) > SERVICE_CHOICES,
         )
 
-    async def add_policy(self, v: Visit) -> WebResponse:
-        mode, level = v.req.arg("mode"), v.req.arg("level", "info")
+    async def add_policy(self, v: Request) -> Response:
+        mode, level = v.arg("mode"), v.arg("level", "info")
         if mode not in MODES:
             raise BadRequest(f"mode must be one of {', '.join(MODES)}", field="mode")
         # Only the selector of the chosen mode is sent on (the form shows them all).
-        project = (v.req.arg("project") or None) if mode == "project" else None
-        topic = (v.req.arg("topic") or None) if mode in ("route", "queue") else None
-        queue = v.req.int_arg("queue") if mode == "queue" else None
-        service = (v.req.arg("service") or None) if mode == "service" else None
+        project = (v.arg("project") or None) if mode == "project" else None
+        topic = (v.arg("topic") or None) if mode in ("route", "queue") else None
+        queue = v.int_arg("queue") if mode == "queue" else None
+        service = (v.arg("service") or None) if mode == "service" else None
         draft = PolicyRecord("", mode, level, project, topic, queue, service, 0)
         self._require_policy_change(v, draft)
         rec = await self.c.platform.projects.add_policy(
@@ -115,7 +117,7 @@ class TracePages:
         await self.c.audit_change(v, "trace_policy.add", rec.id, project_name, after=_plain(rec))
         return redirect(self.c.url(f"/traces/policies?note=trace policy {rec.id} added"))
 
-    async def delete_policy(self, v: Visit) -> WebResponse:
+    async def delete_policy(self, v: Request) -> Response:
         policy_id = v.params["id"]
         rec = self.c.gateway.ctx.registry.snapshot.policies.get(policy_id)
         if rec is None:
@@ -130,10 +132,10 @@ class TracePages:
 
     def routes(self) -> list[Route]:
         return [
-            Route("GET", "/traces", self.search),
-            Route("GET", "/traces/policies", self.policies),
-            Route("POST", "/traces/policies", self.add_policy),
-            Route("POST", "/traces/policies/{id}/delete", self.delete_policy),
+            route("GET", "/traces", self.search),
+            route("GET", "/traces/policies", self.policies),
+            route("POST", "/traces/policies", self.add_policy),
+            route("POST", "/traces/policies/{id}/delete", self.delete_policy),
         ]
 
 

@@ -1,0 +1,175 @@
+"""One request pipeline for every door (the API, the console, the compatibility edges).
+
+    match the route → who holds the credential (before the body is read) → the body within the
+    door's limit → decode it into the route's shape → who is calling → the handler → the answer
+
+A door supplies what differs: its guard and decoding, how an error is answered in its protocol
+(the API's JSON envelope, the console's error page, SQS's XML ...) and how an answer is encoded.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from mqgate.errors import MqgateError
+from mqgate.web.asgi import ASGIApp, Receive, Scope, Send, headers_of, read_body
+from mqgate.web.request import Networks, Request, client_address
+from mqgate.web.response import Response, redirect
+from mqgate.web.route import Route
+from mqgate.web.router import Router
+
+log = logging.getLogger(__name__)
+
+Headers = list[tuple[bytes, bytes]]
+
+
+class Door(Protocol):
+    roles: frozenset[str]  # the roles its guard knows
+    max_body_bytes: int
+
+    async def admit(self, route: Route, request: Request) -> None:
+        """Before the body is read: find who holds the credential (`request.credential`) and
+        refuse a call that could never hold the route's role (401, 403)."""
+
+    def decode(self, route: Route, request: Request, body: bytes) -> None:
+        """The query string and body into `request.input` (the route's shape) or its form."""
+
+    async def authorize(self, route: Route, request: Request) -> None:
+        """Once decoded: who is calling (`request.caller`), refused if they may not."""
+
+    def failed(self, request: Request, error: MqgateError) -> Response:
+        """An error as this door's protocol answers it."""
+
+    def encode(self, response: Response) -> tuple[Headers, bytes]:
+        """The answer's headers (content type first) and body."""
+
+
+class WebApp:
+    """A door as an ASGI app answering under `mount`."""
+
+    def __init__(
+        self,
+        door: Door,
+        routes: list[Route],
+        *,
+        mount: str = "",
+        missing: str = "no route",
+        trusted_proxies: Networks = (),
+        observe: Callable[[str, float, int], None] | None = None,
+        timing_header: bool = False,
+    ) -> None:
+        unknown = sorted({f"{r.method} {r.path}: {r.role}" for r in routes if r.role not in door.roles})
+        if unknown:
+            raise ValueError(f"routes with a role the door does not know: {', '.join(unknown)}")
+        self.door = door
+        self.router = Router(routes, missing=missing)
+        self.mount = mount
+        self.trusted_proxies = trusted_proxies
+        self.observe = observe
+        self.timing_header = timing_header  # Server-Timing: the server's time, for benchmarks
+
+    def request_of(self, scope: Scope) -> Request:
+        client = scope.get("client")
+        peer = client[0] if client else ""
+        if self.trusted_proxies:
+            # Every X-Forwarded-For line, in order (a proxy may add a line of its own).
+            forwarded = b",".join(v for n, v in scope["headers"] if n == b"x-forwarded-for")
+            peer = client_address(peer, forwarded.decode("latin-1"), self.trusted_proxies)
+        return Request(
+            scope["method"],
+            scope["path"][len(self.mount) :] or "/",
+            {},
+            peer,
+            scope.get("query_string", b""),
+            scope.get("scheme") == "https",
+        )
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = time.perf_counter()
+        door = self.door
+        request = self.request_of(scope)
+        route_name = "unmatched"
+        try:
+            request.headers = headers_of(scope)
+            route, request.params = self.router.match(request.method, request.path)
+            route_name = route.path
+            await door.admit(route, request)
+            body = b""
+            if route.body != "none":
+                body = await read_body(receive, request.headers, door.max_body_bytes)
+            door.decode(route, request, body)
+            await door.authorize(route, request)
+            response = await route.handler(request)
+        except MqgateError as exc:
+            response = door.failed(request, exc)
+        except Exception:
+            log.exception("unexpected error on %s %s", scope["method"], scope["path"])
+            response = door.failed(request, MqgateError("internal error"))
+        headers, body_bytes = door.encode(response)
+        seconds = time.perf_counter() - started
+        if self.timing_header:  # (not appended: an encoder may answer with a shared list)
+            headers = [*headers, (b"server-timing", b"app;dur=%.2f" % (seconds * 1000))]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        await send({"type": "http.response.body", "body": body_bytes})
+        if self.observe is not None:
+            self.observe(route_name, seconds, response.status)
+
+
+class Site:
+    """The gateway's one ASGI app: the lifespan events, and each request to its door: a path
+    under a mount point to the door mounted there, `/` to `home`, the rest to `default`."""
+
+    def __init__(
+        self,
+        default: ASGIApp,
+        *,
+        mounts: dict[str, ASGIApp] | None = None,
+        home: str | None = None,
+        on_startup: Callable[[], Awaitable[None]] | None = None,
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.default = default
+        self.mounts = mounts or {}
+        self.home = home
+        self.on_startup = on_startup
+        self.on_shutdown = on_shutdown
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "http":
+            path: str = scope["path"]
+            if path == "/" and self.home is not None:
+                return await send_redirect(send, self.home)
+            for mount, app in self.mounts.items():
+                if path == mount or path.startswith(mount + "/"):
+                    return await app(scope, receive, send)
+            await self.default(scope, receive, send)
+        elif kind == "lifespan":
+            await self._lifespan(receive, send)
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    if self.on_startup is not None:
+                        await self.on_startup()
+                except Exception as exc:
+                    log.exception("start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if self.on_shutdown is not None:
+                    await self.on_shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+
+async def send_redirect(send: Send, location: str) -> None:
+    answer = redirect(location)
+    await send({"type": "http.response.start", "status": answer.status, "headers": answer.headers})
+    await send({"type": "http.response.body", "body": b""})
