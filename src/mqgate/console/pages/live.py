@@ -11,7 +11,7 @@ from typing import Any, Final
 from mqgate.console.app import Console, route
 from mqgate.console.pages.charts import SPANS, charts
 from mqgate.console.pages.common import fragment, require_view
-from mqgate.console.pages.messages import VIEWS, MessagePages, body_view, message_row
+from mqgate.console.pages.messages import VIEWS, MessagePages, message_row, shown
 from mqgate.console.pages.operations import consumer_figures, overview_figures
 from mqgate.errors import BadRequest
 from mqgate.services.browse import Query
@@ -83,7 +83,7 @@ class LivePages:
                 positions[queue] = page.next
         rows.sort(key=lambda r: (r["timestamp"], r["queue"], r["offset"]))
         for r in rows:
-            r["shown"] = body_view(r["body"], view)
+            r["shown"] = shown(r["body"], view)
         html = self.c.templates.get_template("message_rows.html").render(rows=rows)
         body = {"next": positions_text(positions), "count": len(rows), "rows": html}
         return web_page(json.dumps(body).encode(), 200, b"application/json")
