@@ -58,6 +58,7 @@ class Consuming:
         self.observers = observers
         self.redelivery = Redelivery(ctx, observers)
         self._table_sizes: dict[tuple[str, str], int] = {}  # tables known to be this long
+        self._budget = ctx.settings.max_answer_bytes
         # Set on shutdown: waiting pulls answer NO_NEW_MSG at once and new ones do not wait.
         self.closing = False
 
@@ -187,10 +188,10 @@ class Consuming:
             self.redelivery.trace(c, slot, msgs, "lock_expired", attempts(msgs, lease.attempts - 1))
             await self.redelivery.later(c, client, lease, msgs, lease.attempts - 1)
             return None
-        raw = await store.read_raw(slot.topic, slot.queue, lease.offset, count)
+        raw = fitting(await store.read_raw(slot.topic, slot.queue, lease.offset, count), self._budget)
         if not raw:
             return None
-        end = raw[-1][0] + 1
+        end = raw[-1][0] + 1  # the ack commits what was answered; the rest comes next
         reconsumed = lease.attempts - 1
         now = now_ms()
         live = raw
@@ -304,3 +305,14 @@ class Consuming:
 def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
     if refusal is not None:
         raise Conflict(f"{what} refused: {refusal.replace('_', ' ')}", field="requestId", code=refusal)
+
+
+def fitting(records: list[tuple[int, bytes]], budget: int) -> list[tuple[int, bytes]]:
+    """The first records whose bytes stay within an answer's budget (`max_answer_bytes`), at
+    least one: a pull of many large messages answers what fits and the next pull goes on."""
+    size = 0
+    for i, (_, record) in enumerate(records):
+        size += len(record)
+        if size > budget:
+            return records[: max(i, 1)]
+    return records
