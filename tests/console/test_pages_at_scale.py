@@ -80,3 +80,18 @@ def test_overview_lists_the_consumers_with_the_most_lag(crowded: ConsoleServer) 
     assert wait_until(lambda: first_row() == ("t059-c", "3") and first_row(), 20, "t059-c at the top")
     html = client.get("/console/").text
     assert "The 25 of 60 consumers with the most lag" in html and "35 more consumers not shown" in html
+
+
+def test_the_project_page_lists_its_topics_in_pages(crowded: ConsoleServer) -> None:
+    """The default project's page with 10,000 topics was one 979 kB page (every topic twice: a
+    chip and an option of the queue-state filter); now a page of them, with the pager."""
+    client = sign_in(crowded, "admin")
+    chips = r'<a class="chip" href="/console/messages\?topic=(t\d+)">'
+    first = client.get("/console/projects/default")
+    assert first.status_code == 200
+    assert re.findall(chips, first.text) == [f"t{i:03d}" for i in range(100)]
+    assert "Topics 1–100 of 120" in first.text
+    last = client.get("/console/projects/default", params={"topics_page": "2"})
+    assert re.findall(chips, last.text) == [f"t{i:03d}" for i in range(100, 120)]
+    filtered = client.get("/console/projects/default", params={"topic": "t119", "topics_page": "2"})
+    assert 'name="topic" list="project-topics" value="t119"' in filtered.text

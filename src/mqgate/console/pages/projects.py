@@ -9,7 +9,16 @@ from typing import Any, Final
 import sqlalchemy as sa
 
 from mqgate.console.app import Console, now_ms, principal, route
-from mqgate.console.pages.common import fragment, plain, require_admin, require_view, required, snapshot
+from mqgate.console.pages.common import (
+    fragment,
+    paginate,
+    plain,
+    require_admin,
+    require_view,
+    required,
+    snapshot,
+)
+from mqgate.console.pages.topology import TOPICS_PER_PAGE
 from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
 from mqgate.console.web import REPORT_CSP
 from mqgate.errors import BadRequest, NotFound
@@ -129,14 +138,17 @@ class ProjectPages:
         topic, queue = v.arg("topic") or None, v.int_arg("queue")
         since = now_ms() - int(hours * HOUR_MS)
         intervals, more = await newest_intervals(self.c, name, topic, queue, since, QUEUE_ROWS)
-        topics = sorted(self.c.platform.projects.topics_of(name), key=lambda t: t.name)
+        every = sorted(self.c.platform.projects.topics_of(name), key=lambda t: t.name)
+        topics, topic_pager = paginate(v, [t for t in every if not t.name.startswith("%")], TOPICS_PER_PAGE,
+                                       "topics_page")  # fmt: skip
         return self.c.page(
             v,
             "project.html",
             p=rec,
             intervals=intervals,
             more=more,
-            topics=[t for t in topics if not t.name.startswith("%")],
+            topics=topics,
+            topic_pager=topic_pager,
             q={"topic": topic or "", "queue": "" if queue is None else queue, "hours": hours},
             can_change=principal(v).can_change(name),
             settings=self.c.settings,
