@@ -2,8 +2,9 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-# Every version `make test` installs is pinned in DEV_LOCK; GATEWAY_LOCK is the plain install
-# (`pip install mqgate`) at the same versions, so `make run` does not fetch Spark.
+# Every version `make test` installs is pinned in DEV_LOCK; GATEWAY_LOCK is the gateway with its
+# drivers (`pip install mqgate[redis,postgres]`) at the same versions: every documented command
+# works after `make run`, which does not fetch Spark.
 DEV_LOCK := requirements/dev.lock
 GATEWAY_LOCK := requirements/gateway.lock
 INSTALLED := $(shell cat pyproject.toml $(DEV_LOCK) $(GATEWAY_LOCK) | sha1sum | cut -c1-12)
@@ -95,7 +96,7 @@ $(UV):
 # releases): the plain lock is constrained to the dev lock, so both install the same versions.
 lock: $(UV)
 	$(UV) pip compile pyproject.toml requirements/build.in --extra dev $(LOCK_FLAGS) -o $(DEV_LOCK)
-	$(UV) pip compile pyproject.toml requirements/build.in -c $(DEV_LOCK) $(LOCK_FLAGS) -o $(GATEWAY_LOCK)
+	$(UV) pip compile pyproject.toml requirements/build.in --extra redis --extra postgres -c $(DEV_LOCK) $(LOCK_FLAGS) -o $(GATEWAY_LOCK)
 
 clean:
 	rm -rf $(VENV) $(VENV)-uv build *.egg-info src/*.egg-info .pytest_cache .mypy_cache .ruff_cache
