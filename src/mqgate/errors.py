@@ -84,6 +84,10 @@ class StorageError(MqgateError):
     code = "storage"
 
 
+# A topic whose store files cannot be read (its topic.json): not served, the others are.
+TOPIC_DAMAGED = "topic_damaged"
+
+
 class InsufficientStorage(MqgateError):
     """The disk is full, or below the free-space floor: nothing was stored; retry once space
     is freed (the gateway resumes by itself)."""

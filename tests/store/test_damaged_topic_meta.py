@@ -59,6 +59,13 @@ def test_a_damaged_topic_json_costs_that_topic_only(tmp_path: Path, damage: byte
                 headers={"Authorization": f"Bearer {srv.admin_token}"},
                 timeout=30,
             ),
+            # grown in the registry only, answered 200, while its store topic stayed as it was
+            httpx.patch(
+                srv.url + "/admin/topics/bad",
+                json={"queues": 4},
+                headers={"Authorization": f"Bearer {srv.admin_token}"},
+                timeout=30,
+            ),
         ]
         for r in answers:
             assert r.status_code == 503, r.text
@@ -66,6 +73,7 @@ def test_a_damaged_topic_json_costs_that_topic_only(tmp_path: Path, damage: byte
             assert body["result"]["code"] == "topic_damaged" and body["result"]["field"] == "topic", body
             assert "bad" in body["message"] and "topic.json" in body["message"], body
 
+        assert srv.admin("GET", "/admin/topics/bad")["queues"] == 2
         health = httpx.get(srv.url + "/healthz", timeout=10).json()["result"]
         assert health["status"] == "degraded" and "topic bad" in health["degraded"], health
         assert any(f["kind"] == "topic_unreadable" for f in health["faults"]), health

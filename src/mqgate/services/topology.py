@@ -14,7 +14,15 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
-from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound, Unavailable
+from mqgate.errors import (
+    TOPIC_DAMAGED,
+    AlreadyExists,
+    BadRequest,
+    Conflict,
+    NotFound,
+    StorageError,
+    Unavailable,
+)
 from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
 from mqgate.names import INTERNAL_PREFIXES, REDRIVE_PREFIX, dlq_topic, validate_name, validate_topic_name
 from mqgate.registry.cache import Removed
@@ -135,6 +143,11 @@ class Topology:
                 await self._ensure_store_topic(topic)
             except Unavailable as exc:
                 failed = failed or exc
+            except StorageError as exc:
+                if exc.code != TOPIC_DAMAGED:
+                    raise
+                # Left unserved (its calls answer topic_damaged; /healthz and `mqgate check` say
+                # why): one damaged topic must not keep the others from being served.
         for c in snapshot.consumers.values():
             t = snapshot.topics.get(c.topic)
             if t is not None:

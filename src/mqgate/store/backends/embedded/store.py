@@ -25,7 +25,7 @@ import msgspec
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
-from mqgate.errors import BadRequest, MqgateError, NotFound, StorageError
+from mqgate.errors import TOPIC_DAMAGED, BadRequest, MqgateError, NotFound, StorageError
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
@@ -226,11 +226,11 @@ class EmbeddedStore:
             raise self.space.write_error(exc, COMPONENT, "topic creation", config.name) from exc
 
     def _create_topic(self, config: TopicConfig) -> None:
-        if config.name in self._damaged:
-            # Left as it is: start-up makes every registered topic exist and must not fail on
-            # this one (its calls answer `topic_damaged`), and a topic.json written from the
-            # registration would hide the damage from the operator.
-            return
+        why = self._damaged.get(config.name)
+        if why is not None:
+            # Left as it is (a topic.json written from the registration would hide the damage
+            # from the operator), and said: growing it must not answer 200 with nothing grown.
+            raise StorageError(f"topic {config.name} is not served: {why}", field="topic", code=TOPIC_DAMAGED)
         existing = self._topics.get(config.name)
         if existing is not None:
             if existing.config.queues > config.queues:
@@ -300,7 +300,7 @@ class EmbeddedStore:
         if t is None:
             why = self._damaged.get(topic)
             if why is not None:
-                raise StorageError(f"topic {topic} is not served: {why}", field="topic", code="topic_damaged")
+                raise StorageError(f"topic {topic} is not served: {why}", field="topic", code=TOPIC_DAMAGED)
             raise NotFound(f"topic {topic} does not exist", field="topic")
         return t
 
