@@ -27,11 +27,32 @@ SLOW_FACTOR: Final = 5.0
 TOP_NODES_SERIES: Final = 5
 
 
+# Why a failure names no queue: its message was never stored (a refused produce), or it was
+# stored before the window (or under a policy that keeps no queue).
+BEFORE_STORING: Final = "before storing"
+QUEUE_UNKNOWN: Final = "unknown"
+
+
 def failures(df: DataFrame) -> DataFrame:
-    return df.where(F.col("status") == "error").select(
+    """The failed hops, each with the queue its message was stored in: a hop at the consumer's
+    retry queue or inbox has none of its own (it names that topic as its source), so a dead
+    letter after redeliveries would otherwise look as if it failed before storing."""
+    failed = df.where(F.col("status") == "error")
+    stored = (
+        df.where((F.col("hop") == "stored") & F.col("queue").isNotNull())
+        .join(failed.select("project", "topic", "msgId"), ["project", "topic", "msgId"], "left_semi")
+        .groupBy("project", "topic", "msgId")
+        .agg(F.min(F.struct("timeMs", "queue"))["queue"].alias("storedQueue"))
+    )
+    placed = failed.join(stored, ["project", "topic", "msgId"], "left")
+    queue = F.coalesce(F.col("queue"), F.col("storedQueue"))
+    return placed.select(
         "project",
         "topic",
-        "queue",
+        queue.alias("queue"),
+        F.when(
+            queue.isNull(), F.when(F.col("consumer").isNull(), BEFORE_STORING).otherwise(QUEUE_UNKNOWN)
+        ).alias("unplaced"),
         "timeMs",
         F.coalesce(F.col("errorType"), F.col("hop")).alias("type"),
         F.coalesce(F.col("errorNode"), F.col("gatewayId")).alias("node"),
@@ -52,7 +73,12 @@ def _merge(
             m["count"] += g["count"]
             m["firstMs"] = min(m["firstMs"], g["firstMs"])
             m["lastMs"] = max(m["lastMs"], g["lastMs"])
-    return sorted(merged.values(), key=lambda m: (-m["count"], m["key"]))
+    return sorted(merged.values(), key=lambda m: (-m["count"], _none_last(m["key"])))
+
+
+def _none_last(key: tuple[Any, ...]) -> tuple[tuple[bool, Any], ...]:
+    """A key that sorts (a queue of None, no node) after the values, never compared with them."""
+    return tuple((v is None, 0 if v is None else v) for v in key)
 
 
 def _top(groups: list[dict[str, Any]], names: tuple[str, ...], top_n: int) -> list[dict[str, Any]]:
@@ -67,7 +93,7 @@ def _top(groups: list[dict[str, Any]], names: tuple[str, ...], top_n: int) -> li
 def errors(df: DataFrame, top_n: int = 10) -> dict[str, Any]:
     f = failures(df)
     rows = (
-        f.groupBy("type", "node", "service", "project", "topic", "queue")
+        f.groupBy("type", "node", "service", "project", "topic", "queue", "unplaced")
         .agg(
             F.count(F.lit(1)).alias("count"),
             F.min("timeMs").alias("firstMs"),
@@ -85,6 +111,8 @@ def errors(df: DataFrame, top_n: int = 10) -> dict[str, Any]:
         hit = {(g["project"], g["topic"], g["queue"]) for g in mine if g["queue"] is not None}
         c["queues"] = [{"project": p, "topic": t, "queue": q} for p, t, q in sorted(hit)]
         c["topics"] = sorted({f"{g['project']}/{g['topic']}" for g in mine})
+        for key, why in (("beforeStoring", BEFORE_STORING), ("queueUnknown", QUEUE_UNKNOWN)):
+            c[key] = sum(g["count"] for g in mine if g["unplaced"] == why)
     series_rows = (
         f.where(F.col("node").isin(*top_nodes))
         .groupBy("node", (F.floor(F.col("timeMs") / BUCKET_MS) * BUCKET_MS).alias("t"))
@@ -126,6 +154,8 @@ def findings(errs: dict[str, Any], lat: dict[str, Any]) -> list[dict[str, Any]]:
                 "services": c["services"],
                 "topics": c["topics"],
                 "queues": c["queues"],
+                "beforeStoring": c["beforeStoring"],
+                "queueUnknown": c["queueUnknown"],
                 "count": c["count"],
                 "share": round(c["count"] / total, 4),
                 "started": c["first"],

@@ -47,6 +47,20 @@ def _latency_rows(groups: list[dict[str, Any]], hops: Sequence[str]) -> list[dic
     return rows
 
 
+def _finding_queues(f: dict[str, Any]) -> str:
+    """The queues a cause's failed messages were stored in; those it hit before a queue was
+    chosen (a refused produce) and those whose queue the window does not show, counted."""
+    named = [f"{q['topic']}/{q['queue']}" for q in f["queues"]]
+    before, unknown = f.get("beforeStoring", 0), f.get("queueUnknown", 0)
+    if unknown:
+        named.append(f"unknown for {unknown:,} (no stored hop with a queue in the window)")
+    if not named:
+        return "none (before storing)"
+    if before:
+        named.append(f"none for {before:,} (before storing)")
+    return ", ".join(named)
+
+
 def _finding(f: dict[str, Any]) -> str:
     if f["kind"] == "slow consumer":
         text = (
@@ -55,13 +69,35 @@ def _finding(f: dict[str, Any]) -> str:
             "for its peers."
         )
     else:
-        queues = ", ".join(f"{q['topic']}/{q['queue']}" for q in f["queues"]) or "none (before storing)"
+        queues = _finding_queues(f)
         text = (
             f"{f['count']:,} failures ({f['share']:.1%}) of type {f['type']} at node {f['node']}, "
             f"services {', '.join(f['services']) or '-'}, queues {queues}, "
             f"from {f['started']} to {f['last']}."
         )
     return f'<div class="finding">{html.escape(text)}</div>'
+
+
+def _redrive(section: dict[str, Any] | None) -> list[str]:
+    """The paths after a redrive, apart from the first paths above (docs/ANALYTICS.md)."""
+    if not section or not section["redriven"]:
+        return []
+    hops = ("deliver", "process", "endToEnd")
+    groups = section["byTopicConsumer"]
+    rows = [
+        {**row, "redriven": g["redriven"], "acked": g["acked"]}
+        for g, row in zip(groups, _latency_rows(groups, hops), strict=True)
+    ]
+    cols = [("topic", "topic"), ("consumer", "consumer"), ("redriven", "redriven"), ("acked", "acked")]
+    cols += [(f"{h}.{q}", f"{h} {q}") for h in hops for q in ("p50", "p99", "max")]
+    title = f"After a redrive ({section['redriven']:,} dead letters redriven, {section['acked']:,} acked)"
+    return [
+        f"<h3>{title}</h3>",
+        '<p class="note">Each redrive is a path of its own: redriven → first delivery (deliver), '
+        "that delivery → its ack (process), redriven → ack (endToEnd). The times above are of the "
+        "first path only: a message dead-lettered there is not acked, whatever its redrive did.</p>",
+        table(rows, cols),
+    ]
 
 
 def _causes(causes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -155,6 +191,7 @@ def render_html(report: dict[str, Any], svgs: dict[str, str], trace_link: str | 
         *((f"process.{q}", f"process {q}") for q in ("count", "p50", "p90", "p99", "max")),
     ]
     parts.append(table(_latency_rows(lat["byClient"], ("process",)), client_cols))
+    parts += _redrive(lat.get("redrive"))
     e = report["errors"]
     parts.append(f"<h2>Errors ({e['total']:,} failed hops)</h2>")
     parts.append(svgs.get("failures", ""))
