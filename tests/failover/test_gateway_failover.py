@@ -200,6 +200,9 @@ def test_kill9_of_the_primary_under_load(
             f"{spool['resentTotal']}, {state['reason']}"
         )
         assert not produce_errors, produce_errors[:5]
+        # A pull may fail on the dying primary (503), never for a topic or inbox the switch has
+        # not declared on the backup yet (issue 27 item 1: 404s in 3 of 9 runs).
+        assert not [e for e in traffic.errors if e[1] == 404], traffic.errors[:5]
         assert switched < 5
         assert first_pull < switched + 5
         assert spool["pending"] == 0 and spool["resentTotal"] == spool["spooledTotal"]

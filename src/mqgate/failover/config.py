@@ -1,8 +1,9 @@
 """The shared failover configuration (SPEC P8): the store clusters and each project's primary
 and backup, in the registry's database so that every gateway works from the same set.
 
-Tables `mqgate_clusters(name, url, pool, broker, created_ms)` and
-`mqgate_project_clusters(project, primary_cluster, backup_cluster, auto_failback)`. Every
+Tables `mqgate_clusters(name, url, pool, broker, created_ms)`,
+`mqgate_project_clusters(project, primary_cluster, backup_cluster, auto_failback)`, and the
+failover's shared bookkeeping: `mqgate_drain_claims` and `mqgate_resent_ids`. Every
 gateway reads both at each switch check (`Failover.sync`), so a cluster added through one
 gateway is probed and used by all of them within one check interval. Blocking calls: run them
 in a thread.
@@ -16,7 +17,7 @@ import sqlalchemy as sa
 
 from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
 from mqgate.failover.pool import ClusterSpec
-from mqgate.sqlschema import create_all_shared
+from mqgate.sqlschema import create_all_shared, upsert_insert
 
 metadata = sa.MetaData()
 clusters_table = sa.Table(
@@ -46,6 +47,20 @@ drain_claims_table = sa.Table(
     sa.Column("cluster", sa.String(128), primary_key=True),
     sa.Column("owner", sa.String(64), nullable=False),
     sa.Column("until_ms", sa.BigInteger, nullable=False),
+)
+
+
+# Messages the spool resent after a send that may have stored them already (a possible
+# duplicate), and the cluster the latest resend went to: the drain into that cluster skips the
+# copy in the left cluster's topic (failover/drain.py). Rows go once older than the project's
+# longest retention (no copy is kept longer).
+resent_ids_table = sa.Table(
+    "mqgate_resent_ids",
+    metadata,
+    sa.Column("project", sa.String(128), primary_key=True),
+    sa.Column("msg_id", sa.String(64), primary_key=True),
+    sa.Column("cluster", sa.String(128), nullable=False),
+    sa.Column("at_ms", sa.BigInteger, nullable=False),
 )
 
 
@@ -164,6 +179,33 @@ class SqlFailoverConfig:
             conn.execute(
                 sa.delete(t).where(t.c.project == project, t.c.cluster == cluster, t.c.owner == owner)
             )
+
+    def record_resent(self, project: str, cluster: str, msg_ids: list[str], at_ms: int) -> None:
+        """These messages of `project`, possibly stored elsewhere before, were resent to
+        `cluster` (their latest resend)."""
+        if not msg_ids:
+            return
+        t = resent_ids_table
+        rows = [{"project": project, "msg_id": m, "cluster": cluster, "at_ms": at_ms} for m in msg_ids]
+        insert = upsert_insert(self.engine)(t).values(rows)
+        latest = {"cluster": insert.excluded.cluster, "at_ms": insert.excluded.at_ms}
+        with self.engine.begin() as conn:
+            conn.execute(insert.on_conflict_do_update(index_elements=[t.c.project, t.c.msg_id], set_=latest))
+
+    def resent_to(self, project: str, cluster: str) -> set[str]:
+        """Ids of `project`'s messages whose latest resend went to `cluster`."""
+        t = resent_ids_table
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                sa.select(t.c.msg_id).where(t.c.project == project, t.c.cluster == cluster)
+            ).all()
+        return {r.msg_id for r in rows}
+
+    def forget_resent(self, project: str, before_ms: int) -> int:
+        t = resent_ids_table
+        with self.engine.begin() as conn:
+            done = conn.execute(sa.delete(t).where(t.c.project == project, t.c.at_ms < before_ms))
+        return int(done.rowcount or 0)
 
 
 def parse_clusters(text: str) -> list[ClusterSpec]:

@@ -88,6 +88,25 @@ async def redeclare(
     return report
 
 
+async def consumer_backlog(
+    topology: ProjectTopology, consumer: str, store: MessageStore, offsets: OffsetStore
+) -> int:
+    """What `consumer` has not consumed on this cluster: over every client's table, each queue's
+    end minus its committed offset (a queue the table does not have yet: from its beginning),
+    as the consumer's lag is counted on the active cluster."""
+    c = topology.consumers.get(consumer)
+    t = None if c is None else topology.topics.get(c.topic)
+    if c is None or t is None:
+        return 0
+    bounds = await table_bounds(store, Layout(c.name, c.topic, t.grid))
+    total = 0
+    for client in await offsets.clients(c.name):
+        table = await offsets.table(c.name, client) or []
+        committed = [e.committed for e in table[: len(bounds)]] + [b.min for b in bounds[len(table) :]]
+        total += sum(max(0, b.max - max(done, b.min)) for b, done in zip(bounds, committed, strict=True))
+    return total
+
+
 @dataclass(slots=True)
 class CleanupReport:
     released: list[tuple[str, str, int]] = field(default_factory=list)  # consumer, client, table index

@@ -11,10 +11,19 @@ At-least-once: a drain interrupted between the copy and the raise copies again (
 ids). A broadcast consumer's clients share its inbox: the copy starts at the lowest committed
 offset among them, and the messages some clients had consumed already are counted as
 `duplicates`.
+
+Messages resent from a gateway's spool after a send that may have stored them (`skip`: the
+ids whose latest resend went to the target cluster) have a copy in the target's topic: their
+copy in this cluster's topic (a produce that reached it before its answer was lost) is not
+moved (counted in `skipped`), so it is delivered once. Only topic copies are skipped: a copy
+in an inbox or retry queue was moved or redelivered there and may be the one left to deliver,
+and the latest resend's copy is never skipped, so every message is still delivered at least
+once.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass, field
 
 from mqgate.core.layout import Layout, inbox_topic
@@ -30,6 +39,7 @@ BATCH = 500
 class DrainReport:
     moved: dict[str, int] = field(default_factory=dict)  # consumer -> messages copied
     duplicates: int = 0
+    skipped: int = 0  # copies not moved: the message was resent to the active cluster
 
     @property
     def total(self) -> int:
@@ -42,6 +52,7 @@ async def drain_backlog(
     source_offsets: OffsetStore,
     target_store: MessageStore,
     now_ms: int,
+    skip: Collection[str] = frozenset(),
 ) -> DrainReport:
     report = DrainReport()
     for c in topology.consumers.values():
@@ -68,9 +79,16 @@ async def drain_backlog(
                 raw = await source_store.read_raw(slot.topic, slot.queue, offset, min(BATCH, b.max - offset))
                 if not raw:
                     break
-                encoded: list[Encoded] = [(decode_stored(r).timestamp_ms, r) for _, r in raw]
-                await target_store.append_encoded(inbox_topic(c.name), {0: encoded})
-                report.moved[c.name] = report.moved.get(c.name, 0) + len(raw)
+                encoded: list[Encoded] = []
+                for _, r in raw:
+                    m = decode_stored(r)
+                    if slot.topic == c.topic and m.msg_id in skip:
+                        report.skipped += 1
+                    else:
+                        encoded.append((m.timestamp_ms, r))
+                if encoded:
+                    await target_store.append_encoded(inbox_topic(c.name), {0: encoded})
+                    report.moved[c.name] = report.moved.get(c.name, 0) + len(encoded)
                 offset = raw[-1][0] + 1
             ends[i] = offset
         if ends:

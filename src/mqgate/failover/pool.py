@@ -13,6 +13,13 @@ outcome to its `core.failure_detection.Detector`; the data path reports its own 
 opened (down at start-up) is opened again on its first good probe. State changes are logged
 and passed to the listeners (the switch coordinator's `notice`). The broker name of a cluster
 is its name unless its spec names one.
+
+Connections of before an outage. The data path's pooled Redis connections to a cluster that
+was killed and restarted are dead, and each fails at its first use: counted, those failures
+would fail the cluster again right after it rejoined (a fail-back followed by a switch with
+no outage). So when a cluster fails, and again when it rejoins, its idle pooled connections
+are closed (the next call opens a fresh one; calls through `guarded` wait for that), and the
+outcome of an operation that started before the cluster's latest rejoin is not counted.
 """
 
 from __future__ import annotations
@@ -129,6 +136,9 @@ class Cluster:
         self.last_outcome = ""
         self.probes = 0
         self._probe_client: Any = None
+        # Rejoins so far: an operation that started before the latest one is not counted.
+        self.generation = 0
+        self._closing_idle: asyncio.Task[None] | None = None
         self._probe_key = f"{settings.redis_prefix}:failover:probe"
         if settings.uses_redis:
             from mqgate import redisio
@@ -164,7 +174,35 @@ class Cluster:
         await b.scheduler.open()
         self.opened = True
 
+    def close_idle_connections(self) -> None:
+        """Close the data path's idle pooled connections (see the module doc), in a task that
+        `connections_ready` waits for. Embedded clusters have none."""
+        client = _data_client(self.backends)
+        if client is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # observed outside the event loop: no connection was used there
+            return
+        self._closing_idle = loop.create_task(
+            _close_idle(client, self._closing_idle), name=f"close-idle-{self.name}"
+        )
+
+    @property
+    def closing_connections(self) -> bool:
+        return self._closing_idle is not None and not self._closing_idle.done()
+
+    async def connections_ready(self) -> None:
+        """Return once a closing of idle connections under way is done."""
+        closing = self._closing_idle
+        if closing is not None and not closing.done():
+            with contextlib.suppress(Exception):
+                await asyncio.shield(closing)
+
     async def close(self) -> None:
+        if self._closing_idle is not None:
+            with contextlib.suppress(Exception):
+                await self._closing_idle
         b = self.backends
         if self.opened:
             self.opened = False
@@ -212,6 +250,32 @@ class Cluster:
             d.error_rate(now_ms()),
             self.probes,
         )
+
+
+def _data_client(backends: Backends) -> Any:
+    """The Redis client behind a cluster's backends (its store's), or None (embedded)."""
+    return getattr(backends.store, "_client", None)
+
+
+async def _close_idle(client: Any, before: asyncio.Task[None] | None) -> None:
+    """Close the idle connections of a redis-py client's pool(s), after the closing `before`:
+    in use ones are left to the call holding them (a dead one fails that call and is dropped
+    by redis-py)."""
+    if before is not None:
+        with contextlib.suppress(Exception):
+            await before
+    try:
+        pool = getattr(client, "connection_pool", None)
+        if pool is not None:
+            await pool.disconnect(inuse_connections=False)
+            return
+        get_nodes = getattr(client, "get_nodes", None)  # a Redis Cluster client: one pool per node
+        for node in get_nodes() if get_nodes is not None else []:
+            closed = node.disconnect_free_connections()
+            if asyncio.iscoroutine(closed):
+                await closed
+    except Exception as exc:  # a connection that fails to close is gone as well
+        log.debug("closing idle connections: %r", exc)
 
 
 def _stat_dir(path: Path) -> None:
@@ -359,13 +423,17 @@ class ClusterPool:
         """Run a store call on cluster `name` within the send time-out and account its outcome;
         a time-out raises `Unavailable` (the caller spools or retries elsewhere)."""
         cluster = self.get(name)
+        if cluster.closing_connections:
+            await cluster.connections_ready()  # no call on a connection of before the outage
+        generation = cluster.generation
         loop = asyncio.get_running_loop()
         started = loop.time()
         try:
             async with asyncio.timeout(self.rules.send_timeout_s):
                 result = await operation()
         except TimeoutError as exc:
-            self._record(cluster, Outcome.TIMED_OUT, f"operation over {self.rules.send_timeout_s:g}s")
+            if cluster.generation == generation:
+                self._record(cluster, Outcome.TIMED_OUT, f"operation over {self.rules.send_timeout_s:g}s")
             raise Unavailable(
                 f"cluster {name} did not answer within {self.rules.send_timeout_s:g}s (send timeout)"
             ) from exc
@@ -373,7 +441,10 @@ class ClusterPool:
             outcome = classify(exc)
             if isinstance(exc, MqgateError) and not isinstance(exc, Unavailable) and exc.http_status < 500:
                 outcome = Outcome.OK  # the request's own fault (bad input), not the cluster's
-            self._record(cluster, outcome, str(exc))
+            if cluster.generation == generation:
+                self._record(cluster, outcome, str(exc))
+            else:  # started before the cluster rejoined (on a connection of before, maybe)
+                log.info("cluster %s: not counted, started before it rejoined: %s", name, exc)
             raise
         self._record(cluster, self.rules.classify_duration(Outcome.OK, loop.time() - started), "")
         return result
@@ -383,6 +454,14 @@ class ClusterPool:
         change = cluster.detector.observe(outcome, now_ms(), detail)
         if change is None:
             return
+        rejoined = change.after is ClusterState.HEALTHY and change.before in (
+            ClusterState.FAILED,
+            ClusterState.RECOVERING,
+        )
+        if rejoined:
+            cluster.generation += 1
+        if rejoined or change.after is ClusterState.FAILED:
+            cluster.close_idle_connections()
         level = (
             logging.INFO
             if change.after in (ClusterState.HEALTHY, ClusterState.RECOVERING)

@@ -3,7 +3,8 @@
 `replay` drains the queues of the spool (of one project, or all): each queue in its own task,
 batch after batch, oldest first; a batch is marked "tried", sent with `send`, and marked sent
 once `send` returned (the cluster acknowledged it). A failed send stops that queue (its order
-must hold) and leaves its records for the next replay; the other queues go on. One replay at
+must hold) and leaves its records for the next replay; the other queues go on. A send that
+raises `NotSent` reached no cluster: its try is taken back (not a possible duplicate). One replay at
 a time per queue: a queue being replayed is skipped by a concurrent `replay`.
 """
 
@@ -14,12 +15,18 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
+from mqgate.errors import Unavailable
 from mqgate.failover.spool import QueueKey, Spool, SpoolRecord
 
 log = logging.getLogger("mqgate.failover")
 
 # Stores a batch for one queue, in order; raises if it was not (all) acknowledged.
 Send = Callable[[QueueKey, list[SpoolRecord]], Awaitable[None]]
+
+
+class NotSent(Unavailable):
+    """Raised by a `Send` that gave up before anything reached a cluster (no active cluster
+    known, the project not declared there): the batch's try does not count."""
 
 
 @dataclass(slots=True)
@@ -61,9 +68,14 @@ class Replayer:
             if not records:
                 return
             seqs = [r.seq for r in records]
-            spool.begin(seqs)
+            again = spool.begin(seqs)
             try:
                 await send(key, records)
+            except NotSent as exc:
+                spool.untry(seqs, again)
+                result.failed[key] = f"{type(exc).__name__}: {exc}"
+                log.warning("spool replay of %s waits at seq %d: %s", key, seqs[0], exc)
+                return
             except Exception as exc:
                 result.failed[key] = f"{type(exc).__name__}: {exc}"
                 log.warning("spool replay of %s stopped at seq %d: %s", key, seqs[0], exc)

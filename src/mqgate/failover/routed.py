@@ -1,7 +1,9 @@
 """`MessageStore` and `OffsetStore` facades over `ClusterRouter` (see failover/routing.py).
 
 Data-path calls to a cluster report their outcome to the pool's detector (SPEC P8: connect
-failures, send time-outs and the error rate fail a cluster), within the send time-out.
+failures, send time-outs and the error rate fail a cluster), within the send time-out, and
+wait until their project is declared on that cluster for its current move (routing.py).
+Ack-token calls go to the cluster that served the batch, declared there when it was served.
 Calls that concern every store (retention, waking readers) go to each opened one.
 
 While no project has clusters (`direct`), each data-path method goes straight to the
@@ -49,8 +51,7 @@ class RoutedStore(_Facade):
         return self.router.broker()
 
     async def _on(self, topic: str, call: Callable[[MessageStore], Awaitable[T]]) -> T:
-        store, cluster = self.router.store_for(topic)
-        return await self.router.call(cluster, lambda: call(store))
+        return await self.router.call_topic(topic, call)
 
     async def open(self) -> None:
         await self.router.default_store.open()
@@ -103,7 +104,7 @@ class RoutedStore(_Facade):
     ) -> tuple[dict[int, int], MqgateError | None]:
         if self.direct:
             return await self.own.append_many_with(topic, batches, companions)
-        store, cluster = self.router.store_for(topic)
+        store, cluster, _ = self.router.route_topic(topic)
         if cluster is None:
             return await store.append_many_with(topic, batches, companions)
         # The companions (trace records) live in the gateway's own store, not the cluster's.
@@ -138,7 +139,9 @@ class RoutedStore(_Facade):
         # Not guarded: waiting the whole timeout is what it is for.
         if self.direct:
             return await self.own.wait_for_data(topic, timeout_s, reader, recheck_s)
-        await self.router.store_for(topic)[0].wait_for_data(topic, timeout_s, reader, recheck_s)
+        store, cluster, project = self.router.route_topic(topic)
+        await self.router.declared(project, cluster)
+        await store.wait_for_data(topic, timeout_s, reader, recheck_s)
 
     def wake(self, topic: str, *, consumer: str | None = None, count: int | None = None) -> None:
         # The readers of `topic` wait on the store it routes to (a failed cluster's: nobody).
@@ -165,8 +168,7 @@ class RoutedOffsets(_Facade):
         self.own = router.default_offsets  # the gateway's own offset store
 
     async def _group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
-        offsets, cluster = self.router.offsets_for(group)
-        return await self.router.call(cluster, lambda: call(offsets))
+        return await self.router.call_group(group, call)
 
     async def _token(self, token: AckToken, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
         offsets, cluster = self.router.offsets_of_token(token)

@@ -12,11 +12,19 @@ offset store; these facades send each call to the cluster the project is active 
   in the middle of a pull cannot lease on one cluster and read on the other, and the broker name
   in a receipt or token is the cluster that did the work. Outside a scope (background jobs)
   every call asks again.
+- A project's cluster takes its calls only once the project is declared there for the current
+  move (its topics, side topics, inboxes and offset tables: failover/declare.py). The failover
+  service answers `ready(project, cluster)` and `make_ready(project, cluster)`: a call that
+  finds its project not yet declared on its cluster forces the declaration (one at a time per
+  project and cluster, shared by every call waiting for it) and goes on once it is done, or
+  gets `Unavailable` (a produce is spooled) when it cannot be done now; never a 404 for a topic
+  the switch has not made yet.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from mqgate.core.layout import inbox_topic, retry_topic
@@ -39,6 +47,24 @@ def _no_project(project: str) -> str:
     raise Unavailable(f"project {project}'s clusters are not known yet")
 
 
+# Whether the current task's latest routed call got as far as its cluster's store. False: it
+# failed before (no active cluster within its lease, the project not declared there, the
+# cluster not opened), so nothing of it can have been stored (not a possible duplicate).
+_reached: ContextVar[bool] = ContextVar("mqgate_cluster_call_reached", default=True)
+
+
+def latest_call_reached() -> bool:
+    return _reached.get()
+
+
+def _always_ready(project: str, cluster: str) -> bool:
+    return True
+
+
+async def _nothing_to_do(project: str, cluster: str) -> None:
+    return None
+
+
 class ClusterRouter:
     def __init__(
         self,
@@ -54,6 +80,11 @@ class ClusterRouter:
         # project -> its active cluster's name (raises Unavailable past its lease); set by the
         # failover service to its switch coordinator's answer.
         self.active: Callable[[str], str] = _no_project
+        # Whether a project is declared on a cluster for its current move there, and the
+        # declaration itself (raises Unavailable when it cannot be done now); set by the
+        # failover service.
+        self.ready: Callable[[str, str], bool] = _always_ready
+        self.make_ready: Callable[[str, str], Awaitable[None]] = _nothing_to_do
         self._assigned: frozenset[str] = frozenset()
         self._version = -1
         self._topics: dict[str, str] = {}  # store topic -> project (projects with clusters only)
@@ -119,20 +150,30 @@ class ClusterRouter:
 
     def store_for(self, topic: str) -> tuple[MessageStore, str | None]:
         """The store of `topic` and its cluster's name (None: the gateway's own store)."""
+        store, cluster, _ = self.route_topic(topic)
+        return store, cluster
+
+    def route_topic(self, topic: str) -> tuple[MessageStore, str | None, str | None]:
+        """The store of `topic`, its cluster's name and its project (None, None: the gateway's
+        own store)."""
         project = self.project_of_topic(topic)
         if project is None:
-            return self.default_store, None
+            return self.default_store, None, None
         cluster = self._cluster(project)
         store: MessageStore = cluster.backends.store
-        return store, cluster.name
+        return store, cluster.name, project
 
     def offsets_for(self, group: str) -> tuple[OffsetStore, str | None]:
+        offsets, cluster, _ = self.route_group(group)
+        return offsets, cluster
+
+    def route_group(self, group: str) -> tuple[OffsetStore, str | None, str | None]:
         project = self.project_of_group(group)
         if project is None:
-            return self.default_offsets, None
+            return self.default_offsets, None, None
         cluster = self._cluster(project)
         offsets: OffsetStore = cluster.backends.offsets
-        return offsets, cluster.name
+        return offsets, cluster.name, project
 
     def offsets_of_token(self, token: AckToken) -> tuple[OffsetStore, str | None]:
         if token.broker == self.default_store.broker:
@@ -150,6 +191,35 @@ class ClusterRouter:
         if cluster is None:
             return await operation()
         return await self.pool.guarded(cluster, operation)
+
+    async def declared(self, project: str | None, cluster: str | None) -> None:
+        """Return once `project` is declared on `cluster` for its current move there (at once
+        when it is); Unavailable when that cannot be done now."""
+        if project is not None and cluster is not None and not self.ready(project, cluster):
+            await self.make_ready(project, cluster)
+
+    async def call_for(
+        self, project: str | None, cluster: str | None, operation: Callable[[], Awaitable[T]]
+    ) -> T:
+        """`call`, once the project is declared on the cluster (see the module doc)."""
+        if cluster is None:
+            _reached.set(True)
+            return await operation()
+        if project is not None and not self.ready(project, cluster):
+            await self.make_ready(project, cluster)
+        _reached.set(True)
+        return await self.pool.guarded(cluster, operation)
+
+    async def call_topic(self, topic: str, call: Callable[[MessageStore], Awaitable[T]]) -> T:
+        """A data-path call on `topic`'s store (`latest_call_reached` tells whether it got there)."""
+        _reached.set(False)
+        store, cluster, project = self.route_topic(topic)
+        return await self.call_for(project, cluster, lambda: call(store))
+
+    async def call_group(self, group: str, call: Callable[[OffsetStore], Awaitable[T]]) -> T:
+        _reached.set(False)
+        offsets, cluster, project = self.route_group(group)
+        return await self.call_for(project, cluster, lambda: call(offsets))
 
     @property
     def routes_any(self) -> bool:

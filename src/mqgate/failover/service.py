@@ -26,11 +26,11 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from mqgate.core.failure_detection import ClusterState
 from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.failover.config import Assignment, SqlFailoverConfig, parse_clusters
-from mqgate.failover.declare import clean_up, project_topology, redeclare
+from mqgate.failover.declare import clean_up, consumer_backlog, project_topology, redeclare
 from mqgate.failover.drain import drain_backlog
 from mqgate.failover.pool import ClusterPool, ClusterSpec, ClusterStatus
-from mqgate.failover.replay import Replayer
-from mqgate.failover.routing import ClusterRouter
+from mqgate.failover.replay import NotSent, Replayer
+from mqgate.failover.routing import ClusterRouter, latest_call_reached
 from mqgate.failover.spool import QueueKey, Spool, SpoolRecord, SpoolStats
 from mqgate.failover.switch import ProjectClusters, SqlSwitchRecords, SwitchCoordinator, SwitchEvent
 from mqgate.model import StoredMessage
@@ -54,10 +54,19 @@ class FailoverMetrics:
         self.drained = Counter(
             "mqgate_drained_messages", "Backlog moved from a left cluster", ["project"], registry=r
         )
+        self.stranded = Gauge(
+            "mqgate_consumer_stranded_messages",
+            "A consumer's backlog on a cluster its project left, not drained yet (last measured)",
+            ["consumer", "cluster"],
+            registry=r,
+        )
 
 
 log = logging.getLogger("mqgate.failover")
 DRAIN_CLAIM_MS = 60_000  # a drain claim lapses after this (a gateway that died mid-drain)
+# A property of a message resent from the spool after a send that may have stored it already:
+# a consumer that has seen its id (unchanged) may drop it (docs/FAILOVER.md, "duplicates").
+POSSIBLE_DUPLICATE = "mq.possible_duplicate"
 _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder(StoredMessage)
 
@@ -76,6 +85,18 @@ class ProjectFailover:
     changed_ms: int
     spooled: int  # produces of the project waiting in this gateway's spool
     draining: list[str]  # clusters it left that still hold its consumers' backlog
+
+
+@dataclass(slots=True, frozen=True)
+class StrandedBacklog:
+    """A consumer's messages left on a cluster its project moved away from, not drained yet:
+    not in its lag (measured on the active cluster) until the drain moves them to its inbox."""
+
+    cluster: str
+    state: str  # the cluster's state now
+    messages: int | None  # None: never measured there
+    measured_ms: int  # when (0: never)
+    live: bool  # measured just now (the cluster answers); else the last figure from before
 
 
 class Failover:
@@ -109,6 +130,8 @@ class Failover:
             on_switch=self._switched,
         )
         router.active = self.coordinator.active
+        router.ready = self.declared_for
+        router.make_ready = self.declare_now
         # (project, cluster it left) -> when: to drain once that cluster is healthy again.
         self._left: dict[tuple[str, str], int] = {}
         self.instance = secrets.token_hex(8)  # this gateway, in drain claims
@@ -118,9 +141,17 @@ class Failover:
         self.on_resent = on_resent
         self._kick = asyncio.Event()
         self._sync_lock = asyncio.Lock()
-        self._declared: set[tuple[str, str]] = set()  # (project, cluster) declared there
+        # (project, cluster) -> the epoch of the switch record it was last declared there for;
+        # a later move there (a higher epoch) declares it again.
+        self._declared: dict[tuple[str, str], int] = {}
+        self._declaring: dict[tuple[str, str], asyncio.Task[None]] = {}  # under way, shared
         self._unbuilt: set[str] = set()  # clusters in the configuration this gateway cannot build
         self.metrics = FailoverMetrics(ctx.metrics.registry)
+        # (consumer, cluster) -> (its backlog there, when measured): measured on each project's
+        # clusters every `backlog_every_s`, so a cluster that fails leaves a figure behind.
+        self._backlogs: dict[tuple[str, str], tuple[int, int]] = {}
+        self.backlog_every_s = 5 * s.failover_check_s
+        self._next_measure = 0.0
         pool.listen(self._state_changed)
 
     # --- life cycle ----------------------------------------------------------------------
@@ -144,6 +175,10 @@ class Failover:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for declaring in list(self._declaring.values()):
+            declaring.cancel()
+            with contextlib.suppress(asyncio.CancelledError, MqgateError):
+                await declaring
         await self.coordinator.stop()
         await self.pool.stop()
         await self.spool.close()
@@ -160,6 +195,9 @@ class Failover:
                 await self.declare_pending()
                 await self.replay()
                 await self.drain_left()
+                if loop.time() >= self._next_measure:
+                    self._next_measure = loop.time() + self.backlog_every_s
+                    await self.measure_backlogs()
             except Exception as exc:  # the registry or a cluster is away: next round
                 self.ctx.health.fault("background", "failover", repr(exc))
                 log.warning("failover check failed after %.2fs: %r", loop.time() - started, exc)
@@ -207,7 +245,7 @@ class Failover:
                     self._unbuilt.add(spec.name)
                     self.ctx.health.degrade(f"cluster {spec.name}", exc.message)
         new = [p for p in config.projects if p not in self._assigned]
-        self._declared = {d for d in self._declared if d[0] in config.projects}
+        self._declared = {d: e for d, e in self._declared.items() if d[0] in config.projects}
         self._assigned = config.projects
         self.router.assign(self._assigned)
         self._show_states()
@@ -289,33 +327,79 @@ class Failover:
 
     # --- around a switch -----------------------------------------------------------------
 
+    def declared_for(self, project: str, cluster: str) -> bool:
+        """`project` is declared on `cluster` for its current move there (the data path's
+        question before each call to a cluster: two dictionary looks)."""
+        epoch = self._declared.get((project, cluster))
+        if epoch is None:
+            return False
+        rec = self.coordinator.record(project)
+        # A request pinned to the cluster the project just left goes on where it started.
+        return rec is None or rec.cluster != cluster or epoch >= rec.epoch
+
+    async def declare_now(self, project: str, cluster: str) -> None:
+        """Declare `project` on `cluster` now, for a call that found it not declared there: it
+        waits for the declaration under way (one per project and cluster) or starts it.
+        Unavailable when it cannot be done now (the cluster does not serve or does not answer,
+        or it is not the project's active cluster): 503 and a produce is spooled, not a 404."""
+        for _ in range(2):  # a second time when the record moved on while the first ran
+            rec = self.coordinator.record(project)
+            if rec is None or rec.cluster != cluster:
+                raise Unavailable(f"project {project} is not declared on {cluster}, not its active cluster")
+            if not self._serving(cluster):
+                state = self.pool.get(cluster).state.value
+                raise Unavailable(f"project {project} is not declared on cluster {cluster} ({state}) yet")
+            await self._declare(project, cluster, rec.epoch)
+            if self.declared_for(project, cluster):
+                return
+        raise Unavailable(f"project {project} is moving between clusters: try again")
+
+    async def _declare(self, project: str, cluster: str, epoch: int) -> None:
+        key = (project, cluster)
+        task = self._declaring.get(key)
+        if task is None:
+            task = asyncio.get_running_loop().create_task(
+                self._declare_once(project, cluster, epoch), name=f"declare-{project}-{cluster}"
+            )
+            self._declaring[key] = task
+
+            def done(t: asyncio.Task[None]) -> None:
+                if self._declaring.get(key) is t:
+                    del self._declaring[key]
+                if not t.cancelled():
+                    t.exception()  # retrieved: each caller that waited got it already
+
+            task.add_done_callback(done)
+        await asyncio.shield(task)  # a caller that gives up does not stop it for the others
+
+    async def _declare_once(self, project: str, cluster: str, epoch: int) -> None:
+        target = self.pool.get(cluster).backends
+        top = project_topology(self.ctx.registry.snapshot, project)
+        try:
+            declare = functools.partial(redeclare, top, target.store, target.offsets, now_ms())
+            await self.pool.guarded(cluster, declare)
+        except MqgateError as exc:
+            log.warning("declaring project %s on %s failed (next call or round): %s", project, cluster, exc)
+            raise Unavailable(f"project {project} could not be declared on {cluster} yet: {exc}") from exc
+        self._declared[project, cluster] = max(epoch, self._declared.get((project, cluster), 0))
+
     async def declare_pending(self) -> None:
-        """Declare each project on its active cluster, once per cluster it moves to; a cluster
-        that cannot be reached now gets it when it answers (the next round)."""
+        """Declare each project on its active cluster, once per move there; a cluster that
+        cannot be reached now gets it at its next call or round."""
         for project in self._assigned:
             rec = self.coordinator.record(project)
-            if rec is None or (project, rec.cluster) in self._declared:
+            if rec is None or self.declared_for(project, rec.cluster) or not self._serving(rec.cluster):
                 continue
-            cluster = self.pool.get(rec.cluster)
-            if not self._serving(rec.cluster):
-                continue
-            target = cluster.backends
-            top = project_topology(self.ctx.registry.snapshot, project)
-            try:
-                declare = functools.partial(redeclare, top, target.store, target.offsets, now_ms())
-                await self.pool.guarded(rec.cluster, declare)
-            except MqgateError as exc:
-                log.warning("declaring project %s on %s failed (next round): %s", project, rec.cluster, exc)
-                continue
-            self._declared.add((project, rec.cluster))
+            with contextlib.suppress(Unavailable):
+                await self._declare(project, rec.cluster, rec.epoch)
 
     async def _switched(self, event: SwitchEvent) -> None:
         self.history.append(event)
         self.metrics.switches.labels(event.project, event.after).inc()
-        self._declared.discard((event.project, event.after))
-        await self.declare_pending()
+        await self.declare_pending()  # calls that came first have forced it already
         if event.before is not None:
             self._left[event.project, event.before] = now_ms()
+            self._show_stranded(event.project, event.before)  # its last figures, until drained
         self._left.pop((event.project, event.after), None)
         if event.won and event.before is not None and self.on_event is not None:
             self.on_event(
@@ -346,15 +430,16 @@ class Failover:
     async def spool_produce(
         self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
     ) -> None:
-        """Keep the messages for a later send (each fsynced before this returns), all of them
-        or none (SpoolFull)."""
+        """Keep the messages for a later send (fsynced before this returns), all of them or
+        none (SpoolFull, or the write's error: nothing of the batch is sent later). `tried`:
+        the send that failed may have stored them; not so when it failed before it reached
+        the cluster (no active cluster within its lease, not declared there, not opened)."""
+        tried = tried and latest_call_reached()
         records = [
             (project, topic, str(q), m.msg_id, _ENCODE.encode(m)) for q, msgs in batches.items() for m in msgs
         ]
-        self.spool.check_room(records)
-        appends = [self.spool.append(*r, tried=tried) for r in records]
-        await asyncio.gather(*appends)  # started in order: each writes before its first wait
-        self.metrics.spooled.labels(project).inc(len(appends))
+        await self.spool.append_batch(records, tried=tried)
+        self.metrics.spooled.labels(project).inc(len(records))
 
     def _serving(self, cluster: str) -> bool:
         c = self.pool.get(cluster)
@@ -365,17 +450,35 @@ class Failover:
         project declared (a failing one would only fail the sends and stop the queues)."""
         for project in {k[0] for k in self.spool.queues()}:
             rec = self.coordinator.record(project)
-            if rec is not None and (project, rec.cluster) in self._declared and self._serving(rec.cluster):
+            if rec is not None and self.declared_for(project, rec.cluster) and self._serving(rec.cluster):
                 await self.replayer.replay(self._send, project)
 
     async def _send(self, key: QueueKey, batch: list[SpoolRecord]) -> None:
         project, topic, queue = key
-        cluster = self.coordinator.active(project)
-        if (project, cluster) not in self._declared:
-            raise Unavailable(f"project {project} is not declared on {cluster} yet")
+        try:
+            cluster = self.coordinator.active(project)  # past its lease: Unavailable
+        except MqgateError as exc:
+            raise NotSent(exc.message) from exc
+        if not self.declared_for(project, cluster):
+            raise NotSent(f"project {project} is not declared on {cluster} yet")
+        if not self.pool.get(cluster).opened:
+            raise NotSent(f"cluster {cluster} of project {project} is not reachable")
         store = self.pool.get(cluster).backends.store
         msgs = [_DECODE.decode(r.payload) for r in batch]
+        # Records tried before may be stored already (on this cluster or the one the project
+        # left): the copy sent now says so, and its id is kept for the drain into this cluster
+        # to skip the copy in the left cluster's topic.
+        repeats = [i for i, r in enumerate(batch) if self.spool.is_repeat(r.seq)]
+        for i in repeats:
+            m = msgs[i]
+            msgs[i] = msgspec.structs.replace(m, properties={**m.properties, POSSIBLE_DUPLICATE: "1"})
         first = await self.pool.guarded(cluster, lambda: store.append(topic, int(queue), msgs))
+        if repeats:
+            ids = [msgs[i].msg_id for i in repeats]
+            try:
+                await asyncio.to_thread(self.config.record_resent, project, cluster, ids, now_ms())
+            except Exception as exc:  # stored all the same: only the drain's dedup misses them
+                log.warning("project %s: %d resent ids not recorded: %r", project, len(ids), exc)
         self.ctx.store.wake(topic)
         if self.on_resent is not None:
             self.on_resent(topic, int(queue), msgs, first, cluster)
@@ -405,7 +508,7 @@ class Failover:
                 continue
             if source.state is not ClusterState.HEALTHY or not source.opened or not self._serving(active):
                 continue
-            if (project, active) not in self._declared:
+            if not self.declared_for(project, active):
                 continue  # the inboxes it drains into are made by the declaration
             t = now_ms()
             claimed = await asyncio.to_thread(
@@ -418,19 +521,109 @@ class Failover:
             finally:
                 await asyncio.to_thread(self.config.release_drain, project, cluster, self.instance)
             del self._left[project, cluster]
+            self._forget_backlogs(project, cluster)
             self.ctx.store.wake_all()  # the inboxes have news
 
     async def _drain(self, project: str, cluster: str, active: str, switched_ms: int) -> None:
         top = project_topology(self.ctx.registry.snapshot, project)
+        await self.pool.get(cluster).connections_ready()
         src = self.pool.get(cluster).backends
         dst = self.pool.get(active).backends.store
         t = now_ms()
+        resent = await asyncio.to_thread(self.config.resent_to, project, active)
         cleaned = await clean_up(top, src.store, src.offsets, now_ms=t, locked_before_ms=switched_ms)
-        report = await drain_backlog(top, src.store, src.offsets, dst, t)
+        report = await drain_backlog(top, src.store, src.offsets, dst, t, skip=resent)
         self.metrics.drained.labels(project).inc(report.total)
-        if report.total or cleaned.released:
+        if report.total or cleaned.released or report.skipped:
             log.warning(
                 "project %s: cluster %s drained (%d messages moved to %s, %d locks released, "
-                "%d possible duplicates)",
+                "%d possible duplicates, %d copies of messages resent from a spool skipped)",
                 project, cluster, report.total, active, len(cleaned.released), report.duplicates,
+                report.skipped,
             )  # fmt: skip
+        retention = [tp.retention_ms for tp in top.topics.values()]
+        if retention and min(retention) > 0:  # no copy of a message is kept longer than this
+            await asyncio.to_thread(self.config.forget_resent, project, t - max(retention))
+
+    # --- backlogs left on other clusters -------------------------------------------------
+
+    async def measure_backlogs(self) -> None:
+        """Measure each consumer's backlog on its project's active cluster and on the clusters
+        it left that answer (a round, every `backlog_every_s`): the last figure of a cluster
+        is what `stranded` shows once it has failed."""
+        for project in list(self._assigned):
+            rec = self.coordinator.record(project)
+            if rec is None:
+                continue
+            left = {c for p, c in self._left if p == project}
+            for cluster in sorted({rec.cluster} | left):
+                if cluster == rec.cluster and not self.declared_for(project, cluster):
+                    continue
+                with contextlib.suppress(MqgateError):
+                    await self._measure(project, cluster, None)
+
+    async def stranded(self, consumer: str) -> list[StrandedBacklog]:
+        """`consumer`'s backlog on each cluster its project left that is not drained yet:
+        measured now where the cluster answers, else the last figure measured there."""
+        project = self.router.project_of_group(consumer)
+        found: list[StrandedBacklog] = []
+        for p, cluster in sorted(self._left):
+            if p != project:
+                continue
+            try:
+                live = await self._measure(project, cluster, consumer)
+            except MqgateError:
+                live = False
+            messages, measured_ms = self._backlogs.get((consumer, cluster), (None, 0))
+            self._show_stranded(project, cluster, consumer)
+            if messages == 0:
+                continue
+            state = self.pool.get(cluster).state.value
+            found.append(StrandedBacklog(cluster, state, messages, measured_ms, live))
+        return found
+
+    async def _measure(self, project: str, cluster: str, consumer: str | None) -> bool:
+        """Measure the backlog of `consumer` (None: every consumer of the project) on `cluster`
+        if it answers; whether it did."""
+        c = self.pool.get(cluster)
+        if not c.opened or c.state is ClusterState.FAILED:
+            return False
+        top = project_topology(self.ctx.registry.snapshot, project)
+        names = list(top.consumers) if consumer is None else [consumer]
+        active = self.coordinator.record(project)
+        stranded = active is not None and active.cluster != cluster
+        b = c.backends
+        for name in names:
+            try:
+                count = await self.pool.guarded(
+                    cluster, functools.partial(consumer_backlog, top, name, b.store, b.offsets)
+                )
+            except NotFound:  # its topics were never made there: nothing of it is there
+                count = 0
+            self._backlogs[name, cluster] = (count, now_ms())
+            if stranded:
+                self._show_stranded(project, cluster, name)
+        return True
+
+    def _show_stranded(self, project: str, cluster: str, consumer: str | None = None) -> None:
+        """The gauge of what is stranded on `cluster` (a cluster `project` left), from the
+        last figures measured there."""
+        names = (
+            [consumer]
+            if consumer is not None
+            else project_topology(self.ctx.registry.snapshot, project).consumers
+        )
+        for name in names:
+            count = self._backlogs.get((name, cluster), (0, 0))[0]
+            if count:
+                self.metrics.stranded.labels(name, cluster).set(count)
+            else:
+                with contextlib.suppress(KeyError):
+                    self.metrics.stranded.remove(name, cluster)
+
+    def _forget_backlogs(self, project: str, cluster: str) -> None:
+        """`cluster` was drained for `project`: nothing of its consumers is stranded there."""
+        for name in project_topology(self.ctx.registry.snapshot, project).consumers:
+            self._backlogs.pop((name, cluster), None)
+            with contextlib.suppress(KeyError):
+                self.metrics.stranded.remove(name, cluster)

@@ -7,8 +7,10 @@ Files in the spool directory, every one a sequence of `durable.framing` records 
 - `marks.log`: `Mark`s: "try" (a resend of these seqs starts; not waited for) and "sent" (the
   active cluster acknowledged them; fsynced before `mark_sent` returns).
 
-`append` returns once its record is fsynced (group commit: appends that arrive together share
-one fsync). The bound `max_bytes` counts the segment files on disk; an append past it raises
+`append_batch` returns once its records are fsynced (group commit: appends that arrive
+together share one fsync); a batch is kept whole or refused whole (written in one piece, the
+bound checked with the write, cut back or marked never-to-send when the write or its fsync
+fails). The bound `max_bytes` counts the segment files on disk; an append past it raises
 `SpoolFull` (503 + Retry-After). A segment whose records are all sent is deleted.
 
 Order: records of one queue key `(project, topic, key)` are replayed oldest first, a queue at a
@@ -35,6 +37,7 @@ import itertools
 import os
 import time
 from collections import OrderedDict, deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
@@ -52,6 +55,7 @@ MARKS: Final = "marks.log"
 MARK_TRY: Final = 0
 MARK_SENT: Final = 1
 QueueKey = tuple[str, str, str]  # (project, topic, queue or order key)
+NewRecord = tuple[str, str, str, str, bytes]  # (project, topic, key, msg id, payload)
 
 
 class SpoolFull(Unavailable):
@@ -138,7 +142,7 @@ def scan(data: bytes) -> Scan:
     return found
 
 
-__all__ = ["MARKS", "QueueKey", "Spool", "SpoolFull", "SpoolRecord", "SpoolStats"]
+__all__ = ["MARKS", "NewRecord", "QueueKey", "Spool", "SpoolFull", "SpoolRecord", "SpoolStats"]
 
 
 class Spool:
@@ -166,6 +170,8 @@ class Spool:
         self._queues: dict[QueueKey, deque[Entry]] = {}
         self._entries: dict[int, Entry] = {}
         self._tried: set[int] = set()
+        self._repeats: set[int] = set()  # seqs whose current resend is not their first try
+        self._writing: dict[QueueKey, int] = {}  # batches written, not yet durable, per key
         self._next_seq = 1
         self._pending_bytes = 0
         self._started = False
@@ -234,7 +240,12 @@ class Spool:
 
     def _index(self, entry: Entry) -> None:
         self._entries[entry.seq] = entry
-        self._queues.setdefault(entry.key, deque()).append(entry)
+        queue = self._queues.setdefault(entry.key, deque())
+        if queue and queue[-1].seq > entry.seq:  # batches made durable out of seq order
+            at = next(i for i, e in enumerate(queue) if e.seq > entry.seq)
+            queue.insert(at, entry)
+        else:
+            queue.append(entry)
         self._segments[entry.segment].pending += 1
         self._pending_bytes += entry.end - entry.pos
 
@@ -295,53 +306,88 @@ class Spool:
     def _disk_bytes(self) -> int:
         return sum(s.size for s in self._segments.values())
 
-    def check_room(self, records: list[tuple[str, str, str, str, bytes]]) -> None:
-        """SpoolFull unless all of these (project, topic, key, msg id, payload) fit: a produce
-        is spooled whole or not at all."""
-        need = sum(
-            len(framing.frame(ENCODE(SpoolRecord(self._next_seq, p, t, k, m, 0, d)))) + 16
-            for p, t, k, m, d in records
-        )  # the spooled_ms of 0 is a digit or a few shorter than the real one: + 16
-        if self._disk_bytes() + need > self.max_bytes:
-            raise SpoolFull(
-                f"the producer spool is full ({self._disk_bytes()} of {self.max_bytes} bytes, "
-                f"{len(self._entries)} messages waiting for a cluster; {need} more asked): retry later"
-            )
-
     async def append(
         self, project: str, topic: str, key: str, msg_id: str, payload: bytes, *, tried: bool = False
     ) -> int:
-        """Spool one produce; its seq once it is on disk. SpoolFull at the bound, StorageError
-        or InsufficientStorage (disk full) when the write failed (nothing kept). `tried`: a
-        send of it to a cluster failed without telling whether it was stored (a time-out, a
-        connection lost mid-call), so its resend is a possible duplicate."""
-        seq = self._next_seq
+        """Spool one produce; its seq once it is on disk (`append_batch` of one)."""
+        return (await self.append_batch([(project, topic, key, msg_id, payload)], tried=tried))[0]
+
+    async def append_batch(self, records: Sequence[NewRecord], *, tried: bool = False) -> list[int]:
+        """Spool these produces (project, topic, key, msg id, payload), all or none; their seqs
+        once they are on disk. SpoolFull when they do not all fit under the bound (checked
+        with the write, nothing in between), StorageError or InsufficientStorage (disk full)
+        when the write failed: then nothing of the batch is kept (a write that fails part-way
+        is cut back; records whose fsync failed are marked never to be sent). `tried`: a send
+        of them to a cluster failed without telling whether they were stored (a time-out, a
+        connection lost mid-call), so their resend is a possible duplicate.
+
+        The records are written in one piece, in one segment, and are replayed or counted as
+        pending only once durable; `has_pending` sees them from the write on (order)."""
+        if not records:
+            return []
+        assert self._active is not None, "open() the spool first"
         spooled_ms = int(time.time() * 1000)
-        data = framing.frame(ENCODE(SpoolRecord(seq, project, topic, key, msg_id, spooled_ms, payload)))
-        if self._disk_bytes() + len(data) > self.max_bytes:
+        first = self._next_seq
+        frames = [
+            framing.frame(ENCODE(SpoolRecord(first + i, p, t, k, m, spooled_ms, d)))
+            for i, (p, t, k, m, d) in enumerate(records)
+        ]
+        size = sum(map(len, frames))
+        if self._disk_bytes() + size > self.max_bytes:
             raise SpoolFull(
                 f"the producer spool is full ({self._disk_bytes()} of {self.max_bytes} bytes, "
-                f"{len(self._entries)} messages waiting for a cluster): retry later"
+                f"{len(self._entries)} messages waiting for a cluster; {size} more asked): retry later"
             )
-        assert self._active is not None, "open() the spool first"
-        if self._active.size > 0 and self._active.size + len(data) > self.segment_bytes:
-            self._roll()
-        active = self._active
-        seg = next(reversed(self._segments.values()))
-        pos = active.size
         try:
-            active.append(data)
+            if self._active.size > 0 and self._active.size + size > self.segment_bytes:
+                self._roll()  # a batch is not split across segments
+            active = self._active
+            seg = next(reversed(self._segments.values()))
+            pos = active.size
+            active.append(b"".join(frames))  # cut back if it fails part-way
         except OSError as exc:
             raise _write_error(exc, "spooling a produce") from exc
-        self._next_seq = seq + 1
+        seqs = list(range(first, first + len(records)))
+        self._next_seq = first + len(records)
         seg.size = active.size
-        self._index(Entry(seq, (project, topic, key), msg_id, spooled_ms, seg.first_seq, pos, active.size))
-        self.spooled_total += 1
-        if tried:
-            self.begin([seq])  # the mark rides the same fsync
-            self._dirty.append(self._marks.fd if self._marks is not None else active.fd)
-        await self._durable(active)
-        return seq
+        seg.pending += len(seqs)  # the segment is kept while they wait for their fsync
+        entries = []
+        for seq, (p, t, k, m, _), frame in zip(seqs, records, frames, strict=True):
+            entries.append(Entry(seq, (p, t, k), m, spooled_ms, seg.first_seq, pos, pos + len(frame)))
+            pos += len(frame)
+        keys = {e.key for e in entries}
+        for qk in keys:
+            self._writing[qk] = self._writing.get(qk, 0) + 1
+        try:
+            if tried:
+                self.begin(seqs)  # the mark rides the same fsync
+                self._dirty.append(self._marks.fd if self._marks is not None else active.fd)
+            await self._durable(active)
+        except BaseException:
+            self._refused(seqs, seg)
+            raise
+        finally:
+            for qk in keys:
+                self._writing[qk] -= 1
+                if not self._writing[qk]:
+                    del self._writing[qk]
+        seg.pending -= len(seqs)  # counted again by _index
+        for entry in entries:
+            self._index(entry)
+        self.spooled_total += len(seqs)
+        return seqs
+
+    def _refused(self, seqs: list[int], seg: Segment) -> None:
+        """Records written whose fsync failed: the produce is refused, so they must never be
+        sent, now or after a restart (a "sent" mark, best effort)."""
+        seg.pending -= len(seqs)
+        self._tried.difference_update(seqs)
+        if self._marks is not None:
+            with contextlib.suppress(OSError):
+                self._marks.append(framing.frame(ENCODE(Mark(MARK_SENT, seqs))))
+                self._marks.sync()
+        with contextlib.suppress(OSError):
+            self._drop_if_done(seg)
 
     def _roll(self) -> None:
         """Start a new active segment; the old one is fsynced and closed (its records stay)."""
@@ -360,8 +406,10 @@ class Spool:
     # --- reading and marking -------------------------------------------------------------
 
     def has_pending(self, project: str, topic: str, key: str) -> bool:
-        """Spooled records of this queue wait: a new produce for it goes to the spool too."""
-        return bool(self._queues.get((project, topic, key)))
+        """Spooled records of this queue wait (or are being written): a new produce for it
+        goes to the spool too."""
+        k = (project, topic, key)
+        return bool(self._queues.get(k)) or k in self._writing
 
     def pending(self, project: str) -> int:
         """Records of `project` not yet resent."""
@@ -390,15 +438,30 @@ class Spool:
             fd = self._readers[segment] = os.open(self._segments[segment].path, os.O_RDONLY)
         return fd
 
-    def begin(self, seqs: list[int]) -> None:
+    def begin(self, seqs: list[int]) -> list[int]:
         """A resend of these records starts: a record tried before may be stored already (a
-        failed send that did not tell, or a crash): its resend is a possible duplicate."""
+        failed send that did not tell, or a crash): its resend is a possible duplicate. Those
+        seqs (`is_repeat` until they are marked sent)."""
         again = [s for s in seqs if s in self._tried]
         self.possible_duplicates += len(again)
+        self._repeats.update(again)
         self._tried.update(seqs)
         if self._marks is not None:
             with contextlib.suppress(OSError):  # only the duplicate count depends on it
                 self._marks.append(framing.frame(ENCODE(Mark(MARK_TRY, seqs))))
+        return again
+
+    def untry(self, seqs: list[int], again: list[int]) -> None:
+        """The resend `begin(seqs)` (which found `again` tried before) reached no cluster:
+        take it back. Its "try" mark stays in the file: after a restart they count as
+        possible duplicates (an overcount, never an undercount)."""
+        self.possible_duplicates -= len(again)
+        self._repeats.difference_update(again)
+        self._tried.difference_update(set(seqs) - set(again))
+
+    def is_repeat(self, seq: int) -> bool:
+        """The resend of this record under way may store it a second time (see `begin`)."""
+        return seq in self._repeats
 
     async def mark_sent(self, seqs: list[int]) -> None:
         """The active cluster acknowledged these records: durably never resend them."""
@@ -416,6 +479,7 @@ class Spool:
             if entry is None:
                 continue
             self._tried.discard(seq)
+            self._repeats.discard(seq)
             queue = self._queues[entry.key]
             with contextlib.suppress(ValueError):
                 queue.remove(entry)  # the head, in replay order: O(1)
