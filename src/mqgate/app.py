@@ -216,7 +216,7 @@ def build_site(settings: Settings) -> Built:
     routes = [
         *DataRoutes(gateway).routes(),
         *LogRoutes(gateway).routes(),
-        *AdminRoutes(gateway, limits).routes(),
+        *AdminRoutes(gateway, limits, failover.stranded).routes(),
         *DeadLetterRoutes(gateway).routes(),
         *ProjectRoutes(platform).routes(),
         *AlertRoutes(alerts).routes(),
@@ -245,7 +245,13 @@ def build_site(settings: Settings) -> Built:
             metrics.child(metrics.errors, route, str(status)).inc()
 
     api = WebApp(
-        ApiDoor(guard, limits, max_body_bytes=settings.max_request_bytes), routes, observe=observe
+        ApiDoor(guard, limits, max_body_bytes=settings.max_request_bytes),
+        routes,
+        observe=observe,
+        role_limits={
+            "admin": settings.max_concurrent_admin_requests,
+            "reader": settings.max_concurrent_read_requests,
+        },
     )
     console = build_console(platform, settings, sql.engine)
     site = Site(

@@ -97,5 +97,13 @@ class InsufficientStorage(MqgateError):
     retry_after_s = 5.0
 
 
+class TooManyRequests(MqgateError):
+    """More requests of a kind at once than the gateway takes (a role's budget)."""
+
+    http_status = 429
+    code = "too_many_requests"
+    retry_after_s = 1.0
+
+
 class CorruptRecord(MqgateError):
     code = "corrupt_record"

@@ -54,6 +54,12 @@ class Settings:
     # from one of them has its client address taken from X-Forwarded-For (the rightmost address
     # none of them holds), for the sign-in limit per address. Empty: trust none, use the peer.
     console_trusted_proxies: str = ""
+    # The most requests of a role in progress at once (0: no limit); one more is answered 429
+    # with Retry-After: admin calls, log reads (the reader role), and the console's pages. The
+    # data path (produce, pull, ack) is bounded by its body and answer limits instead.
+    max_concurrent_admin_requests: int = 32
+    max_concurrent_read_requests: int = 32
+    console_max_concurrent_requests: int = 32
     # The console's sign-in limit: failed sign-ins allowed per user name (known or not) and per
     # client address within a window, after which that name or address waits out the window.
     console_signin_failures_per_user: int = 5
@@ -253,6 +259,13 @@ def load_settings(
     ):
         if getattr(settings, name) <= 0:
             raise BadRequest(f"{name} must be positive", field=name)
+    for name in (
+        "max_concurrent_admin_requests",
+        "max_concurrent_read_requests",
+        "console_max_concurrent_requests",
+    ):
+        if getattr(settings, name) < 0:
+            raise BadRequest(f"{name} must be 0 (no limit) or more", field=name)
     if settings.disk_free_floor_bytes < 0:
         raise BadRequest("disk_free_floor_bytes must be 0 (off) or more", field="disk_free_floor_bytes")
     if not 1 <= settings.workers <= MAX_WORKERS:

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 from prometheus_client import generate_latest
 
+from mqgate.api.limits import SettingsLimits
+from mqgate.api.routes_admin import AdminRoutes
+from mqgate.api.shapes import NamedIn
+from mqgate.web.request import Request
 from tests.conftest import run_bounded
 from tests.failover.conftest import FailoverRedis
 from tests.failover.harness import InProcess, in_process
@@ -49,6 +54,15 @@ def test_the_backlog_left_on_a_failed_cluster_is_shown_as_stranded_not_as_no_lag
             assert (on_p.cluster, on_p.state, on_p.messages, on_p.live) == ("p", "failed", 10, False)
             assert on_p.measured_ms > 0
             assert gauge(h, "p") == 10
+            # ... and in the consumer's progress as the API answers it
+            routes = AdminRoutes(h.gateway, SettingsLimits(h.gateway.ctx.settings), h.failover.stranded)
+            answer = await routes.progress(Request("GET", "/", {}, "", input=NamedIn(name="orders-c")))
+            shown = msgspec.to_builtins(answer.result)
+            assert (shown["lag"], shown["stranded"][0]["cluster"], shown["stranded"][0]["messages"]) == (
+                0,
+                "p",
+                10,
+            )
 
             primary.start()
             await h.rejoin("p")  # back, not drained yet: measured there now

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from mqgate.app import build_site, prepare
-from mqgate.errors import MqgateError
+from mqgate.errors import MqgateError, TooManyRequests, Unauthorized
 from mqgate.settings import load_settings
 from mqgate.web.app import Headers, WebApp
 from mqgate.web.request import Request
@@ -45,10 +45,15 @@ class _Door:
         return [(b"content-type", response.content_type)], response.body or str(response.result).encode()
 
 
-def call(
-    app: Any, method: str, path: str, body: bytes = b"", headers: Headers = ()
-) -> tuple[int, dict[bytes, bytes], bytes, int]:
+Answer = tuple[int, dict[bytes, bytes], bytes, int]
+
+
+def call(app: Any, method: str, path: str, body: bytes = b"", headers: Headers = ()) -> Answer:
     """One request through an ASGI app: (status, headers, body, body messages the app read)."""
+    return asyncio.run(acall(app, method, path, body, headers))
+
+
+async def acall(app: Any, method: str, path: str, body: bytes = b"", headers: Headers = ()) -> Answer:
     sent: list[dict[str, Any]] = []
     reads = 0
 
@@ -69,7 +74,7 @@ def call(
         "client": ("127.0.0.1", 5000),
         "scheme": "http",
     }
-    asyncio.run(app(scope, receive, send))
+    await app(scope, receive, send)
     start, done = sent
     return start["status"], dict(start["headers"]), done["body"], reads
 
@@ -119,3 +124,53 @@ def test_the_site_sends_home_to_the_console_and_the_rest_to_the_api(built: Any) 
     assert (status, headers[b"location"]) == (303, b"/console/")
     status, _, body, _ = call(built.site, "POST", "/admin/topics", b"{}")
     assert status == 401 and b'"field":"Authorization"' in body
+
+
+class _Picky(_Door):
+    """Only a request with a credential header is admitted."""
+
+    async def admit(self, route: Route, request: Request) -> None:
+        if b"x-credential" not in request.headers:
+            raise Unauthorized("no credential", field="x-credential")
+
+
+def test_a_role_has_a_budget_of_requests_in_progress_counted_after_the_credential() -> None:
+    """No role can take the process down: past its budget a request is 429 at once (nothing
+    read), and a request without a credential neither counts nor is kept waiting."""
+    release = asyncio.Event()
+
+    async def slow(request: Request) -> Response:
+        await release.wait()
+        return Response("done")
+
+    app = WebApp(_Picky(), [Route("POST", "/slow", slow, "anyone")], role_limits={"anyone": 2})
+    ok = [(b"x-credential", b"1")]
+
+    async def scenario() -> list[tuple[int, bytes]]:  # (status, body) of each
+        held = [asyncio.create_task(acall(app, "POST", "/slow", b"x", ok)) for _ in range(2)]
+        await asyncio.sleep(0)  # both are in their handler, waiting
+        while app._busy["anyone"] < 2:
+            await asyncio.sleep(0)
+        refused = await acall(app, "POST", "/slow", b"x", ok)
+        anonymous = await acall(app, "POST", "/slow", b"x")
+        release.set()
+        done = await asyncio.gather(*held)
+        after = await acall(app, "POST", "/slow", b"x", ok)
+        return [(r[0], r[2]) for r in (refused, anonymous, *done, after)] + [(refused[3], b"reads")]
+
+    refused, anonymous, first, second, after, reads = asyncio.run(scenario())
+    assert refused == (429, b"2 anyone requests are in progress, the most at once: try again")
+    assert reads == (0, b"reads")  # refused before its body was read
+    assert anonymous[0] == 401
+    assert first == second == after == (200, b"done")
+
+
+def test_the_gateways_doors_take_their_budgets_from_the_settings(tmp_path: Path) -> None:
+    settings = load_settings(env={}, data_dir=tmp_path, admin_token="t" * 32, max_concurrent_admin_requests=3,
+                             max_concurrent_read_requests=0, console_max_concurrent_requests=5)  # fmt: skip
+    prepare(settings)
+    built = build_site(settings)
+    assert built.api.role_limits == {"admin": 3}
+    assert built.console.role_limits == {"signed_in": 5, "fragment": 5}
+    answer = built.api.door.failed(Request("GET", "/", {}, ""), TooManyRequests("busy", field="role"))
+    assert (answer.status, dict(answer.headers)[b"retry-after"]) == (429, b"1")

@@ -181,6 +181,17 @@ class QueueProgressOut(Output, kw_only=True):
     dead_lettered: int
 
 
+class StrandedOut(Output, kw_only=True):
+    """Messages of the consumer left on a cluster its project moved away from, not drained yet
+    (not in `lag` until the drain moves them to its inbox): docs/FAILOVER.md."""
+
+    cluster: str
+    state: str  # the cluster's state now
+    messages: int | None  # None: never measured there
+    measured_ms: int  # when (0: never)
+    live: bool  # measured just now; else the last figure from before the cluster failed
+
+
 class ProgressOut(Output, kw_only=True):
     consumer: str
     topic: str
@@ -191,6 +202,7 @@ class ProgressOut(Output, kw_only=True):
     lag: int
     dead_lettered: int
     queues: list[QueueProgressOut]
+    stranded: list[StrandedOut] = []
 
 
 class ClampedOut(Output, kw_only=True):

@@ -23,11 +23,11 @@ from mqgate.web.route import Route
 _REF: Final = "#/components/schemas/{name}"
 _ROLE_STATUSES: Final = {
     "none": (),
-    "admin": (401, 403),
+    "admin": (401, 403, 429),  # 429: more admin calls at once than max_concurrent_admin_requests
     "producer": (401, 403, 404),
     "consumer": (401, 403, 404),
     "token": (401, 403, 404),
-    "reader": (401, 403, 404),
+    "reader": (401, 403, 404, 429),  # 429: over max_concurrent_read_requests
 }
 # What any route may answer: a bad parameter or header (400), a method its path does not have
 # (405), headers too slow or too large (408, 431: refused before a route is chosen), a fault of

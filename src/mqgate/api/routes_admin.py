@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 import msgspec
@@ -43,9 +44,15 @@ def out(value: Any, shape: type[a.Output]) -> Any:
 
 
 class AdminRoutes:
-    def __init__(self, gateway: Gateway, limits: SettingsLimits) -> None:
+    def __init__(
+        self,
+        gateway: Gateway,
+        limits: SettingsLimits,
+        stranded: Callable[[str], Awaitable[Sequence[object]]] | None = None,
+    ) -> None:
         self.gw = gateway
         self.limits = limits
+        self.stranded = stranded  # a consumer's backlog on clusters its project left (failover)
 
     async def create_topic(self, req: Request) -> Response:
         inp: s.TopicIn = req.input
@@ -157,7 +164,10 @@ class AdminRoutes:
         ]
 
     async def progress(self, req: Request) -> Response:
-        return Response(out(await self.gw.operations.progress(req.input.name), a.ProgressOut))
+        progress: a.ProgressOut = out(await self.gw.operations.progress(req.input.name), a.ProgressOut)
+        if self.stranded is not None:
+            progress.stranded = [out(s, a.StrandedOut) for s in await self.stranded(req.input.name)]
+        return Response(progress)
 
     async def reset(self, req: Request) -> Response:
         inp: s.ResetIn = req.input

@@ -118,7 +118,7 @@ class HopOut(Output, kw_only=True):
 
 class GroupStateOut(Output, kw_only=True):
     consumer: str
-    state: str  # consumed | not_consumed | in_delivery | in_retry | dead_lettered | unknown
+    state: str  # consumed | not_consumed | in_delivery | in_retry | dead_lettered | redriven | unknown
     committed: int | None = None
 
 

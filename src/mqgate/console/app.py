@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import math
 import mimetypes
 import time
 from collections.abc import Callable
@@ -210,7 +211,7 @@ class ConsoleDoor:
         if isinstance(error, SignInFirst):
             return redirect(c.url("/signin?next=") + c.url(request.path))
         try:
-            return c.page(
+            answer = c.page(
                 request,
                 "error.html",
                 error.http_status,
@@ -218,6 +219,9 @@ class ConsoleDoor:
                 message=error.message,
                 field=error.field,
             )
+            if error.retry_after_s is not None:
+                answer.headers.append((b"retry-after", str(math.ceil(error.retry_after_s)).encode()))
+            return answer
         except Exception:  # the error page itself failed: plain text
             log.exception("console error page")
             return page(error.message.encode(), error.http_status, b"text/plain; charset=utf-8")
@@ -325,4 +329,5 @@ def build_console(
         missing="no page",
         trusted_proxies=console.trusted_proxies,
         timing_header=True,  # the page's server time, for benchmarks
+        role_limits=dict.fromkeys(("signed_in", "fragment"), settings.console_max_concurrent_requests),
     )

@@ -295,7 +295,9 @@ class Consuming:
         if self.observers.batch_hop:
             request_id = encode_token(token, self.ctx.secret)
             for batch_hop in self.observers.batch_hop:
-                batch_hop(c, slot, msgs, "released", 1, request_id=request_id)
+                # A batch from a topic queue is on its first lease (a second goes to the retry
+                # queue); its messages may have had deliveries before, through the retry queue.
+                batch_hop(c, slot, msgs, "released", attempts(msgs, 1), request_id=request_id)
         await self.redelivery.later(c, token.client_id, lease, msgs, 1)
 
     async def extend(self, c: ConsumerRecord, token: AckToken, seconds: float) -> None:

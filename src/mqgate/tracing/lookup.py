@@ -22,6 +22,7 @@ NOT_CONSUMED = "not_consumed"
 IN_DELIVERY = "in_delivery"
 IN_RETRY = "in_retry"
 DEAD_LETTERED = "dead_lettered"
+REDRIVEN = "redriven"  # redriven from the dead letters to the consumer's inbox, not delivered yet
 UNKNOWN = "unknown"  # no queue and offset were recorded for it (a route policy keeps neither)
 
 
@@ -97,6 +98,13 @@ class TraceLookup:
                 entry = table[index] if index < len(table) else None
             committed = entry.committed if entry is not None else None
             mine = [h for h in path.hops if h.consumer == c.name]
+            redrives = [i for i, h in enumerate(mine) if h.hop == "redriven"]
+            if redrives:  # what happened before the last redrive is over: its copy's hops tell
+                mine = mine[redrives[-1] :]
+                if mine[-1].hop in ("redriven", "delivered"):
+                    state = REDRIVEN if mine[-1].hop == "redriven" else IN_DELIVERY
+                    out.append(GroupState(c.name, state, committed))
+                    continue
             if any(h.hop == "dead_lettered" for h in mine):
                 out.append(GroupState(c.name, DEAD_LETTERED, committed))
                 continue

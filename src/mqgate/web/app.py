@@ -14,7 +14,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
-from mqgate.errors import MqgateError
+from mqgate.errors import MqgateError, TooManyRequests
 from mqgate.web.asgi import ASGIApp, Receive, Scope, Send, headers_of, read_body
 from mqgate.web.request import Networks, Request, client_address
 from mqgate.web.response import Response, redirect
@@ -60,7 +60,10 @@ class WebApp:
         trusted_proxies: Networks = (),
         observe: Callable[[str, float, int], None] | None = None,
         timing_header: bool = False,
+        role_limits: dict[str, int] | None = None,
     ) -> None:
+        """`role_limits`: the most requests of a role in progress at once (0: no limit); one
+        more is answered 429 with Retry-After, so no role can take the process down."""
         unknown = sorted({f"{r.method} {r.path}: {r.role}" for r in routes if r.role not in door.roles})
         if unknown:
             raise ValueError(f"routes with a role the door does not know: {', '.join(unknown)}")
@@ -70,6 +73,8 @@ class WebApp:
         self.trusted_proxies = trusted_proxies
         self.observe = observe
         self.timing_header = timing_header  # Server-Timing: the server's time, for benchmarks
+        self.role_limits = {role: n for role, n in (role_limits or {}).items() if n > 0}
+        self._busy = dict.fromkeys(self.role_limits, 0)
 
     def request_of(self, scope: Scope) -> Request:
         client = scope.get("client")
@@ -97,12 +102,21 @@ class WebApp:
             route, request.params = self.router.match(request.method, request.path)
             route_name = route.path
             await door.admit(route, request)
-            body = b""
-            if route.body != "none":
-                body = await read_body(receive, request.headers, door.max_body_bytes)
-            door.decode(route, request, body)
-            await door.authorize(route, request)
-            response = await route.handler(request)
+            limit = self.role_limits.get(route.role)
+            if limit is None:
+                response = await self._serve(route, request, receive)
+            else:  # after the credential: nobody without one can use up a role's budget
+                busy = self._busy[route.role]
+                if busy >= limit:
+                    raise TooManyRequests(
+                        f"{busy} {route.role} requests are in progress, the most at once: try again",
+                        field="role",
+                    )
+                self._busy[route.role] = busy + 1
+                try:
+                    response = await self._serve(route, request, receive)
+                finally:
+                    self._busy[route.role] -= 1
         except MqgateError as exc:
             response = door.failed(request, exc)
         except Exception:
@@ -116,6 +130,15 @@ class WebApp:
         await send({"type": "http.response.body", "body": body_bytes})
         if self.observe is not None:
             self.observe(route_name, seconds, response.status)
+
+    async def _serve(self, route: Route, request: Request, receive: Receive) -> Response:
+        door = self.door
+        body = b""
+        if route.body != "none":
+            body = await read_body(receive, request.headers, door.max_body_bytes)
+        door.decode(route, request, body)
+        await door.authorize(route, request)
+        return await route.handler(request)
 
 
 class Site:

@@ -21,7 +21,13 @@ MODES: Final = ("project", "route", "queue", "service")
 LEVELS: Final = ("info", "error", "debug")
 SERVICE_CHOICES: Final = 300  # producer and consumer names offered while typing (any may be typed)
 # Consumer states a reader should notice first.
-STATE_CLASS: Final = {"dead_lettered": "bad", "in_retry": "warn", "in_delivery": "warn", "consumed": "ok"}
+STATE_CLASS: Final = {
+    "dead_lettered": "bad",
+    "in_retry": "warn",
+    "redriven": "warn",
+    "in_delivery": "warn",
+    "consumed": "ok",
+}
 
 
 class TracePages:
