@@ -52,11 +52,13 @@ TWO_DESTINATIONS = 0.3  # fraction of messages sent to both topics
 OWN_WINDOW = 0.5  # of those, the fraction whose second destination has a window of its own
 PRODUCE_ALLOWANCE_S = 8.0  # starts begin this long after the test starts, once all is produced
 SPREAD_MS = 60_000  # starts are spread evenly over this long
-MIN_LEAD_MS = 1_000  # and are at least this far ahead of the produce (so all are held)
+MIN_LEAD_MS = 5_000  # and are at least this far ahead of the produce (so all are held, on a busy machine too)
 LONG_TTL_MS = (20_000, 60_000)
 SHORT_TTL_MS = (1_000, 3_000)
 SHORT = 0.15  # fraction of destinations with a short window
 KILLS = 5
+MIN_KILLS = 2  # a machine so busy that restarts eat the schedule still gets this many
+MIN_KILL_EVERY_S = 4.0  # a busy machine's kills come closer together, no closer than this
 KILL_EVERY_S = 10.0  # kills at about 5, 15, 25, 35, 45 s after the first start
 # Down this long before the restart (which takes a second more), so short windows pass meanwhile.
 DOWN_S = (0.5, 2.5)
@@ -70,7 +72,7 @@ LATE_TOLERANCE_MS = 1_000.0
 # A window that held this much uptime must have been delivered; a shorter overlap may have been
 # eaten by the restart (process start, recovery, the backlog that came due meanwhile).
 UPTIME_GRACE_MS = 1_500
-TEST_BUDGET_S = 115.0
+TEST_BUDGET_S = 150.0
 
 
 def now_ms() -> float:
@@ -427,7 +429,7 @@ def percentile(values: list[float], p: float) -> float:
 # --- the test -------------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(240)
 def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
     t0 = time.monotonic()
     deadline = t0 + TEST_BUDGET_S
@@ -454,16 +456,34 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
             for t in threads:
                 t.start()
             expected = produce_all(server, ptoken, rng, int(now_ms() + PRODUCE_ALLOWANCE_S * 1000))
-            produced_s = time.monotonic() - t0
-            assert produced_s < 30, f"producing took {produced_s:.1f} s"
-            first_kill = max(time.monotonic(), t0 + PRODUCE_ALLOWANCE_S) + 5
+            # On a busy machine producing takes longer than its allowance (36 s seen beside two
+            # CPU hogs): the kills then come closer together, still all while messages come due,
+            # and the test's time budget starts again from here.
+            produced = time.monotonic()
+            late_s = max(0.0, produced - t0 - PRODUCE_ALLOWANCE_S)
+            run.deadline += late_s
+            deadline += late_s
+            first_kill = max(produced, t0 + PRODUCE_ALLOWANCE_S) + 5
             last_start = max(w.start_ms for w in expected.values())
+            left_s = (last_start - now_ms()) / 1000 - 5
+            every_s = min(KILL_EVERY_S, left_s / KILLS)
+            assert every_s >= MIN_KILL_EVERY_S, (
+                f"producing took {produced - t0:.1f} s: too little of the schedule is left for {KILLS} kills"
+            )
 
+            kills = 0
             for kill in range(KILLS):
-                at = first_kill + kill * KILL_EVERY_S + rng.uniform(0, 4)
+                at = first_kill + kill * every_s + rng.uniform(0, every_s * 0.4)
+                # Slow restarts (a busy machine) leave less of the schedule: the kills left share
+                # it, and when none is left the run goes on with the kills it made.
+                share_s = (last_start - now_ms()) / 1000 / (KILLS - kill)
+                at = min(at, time.monotonic() + share_s / 2)
                 time.sleep(max(0.0, at - time.monotonic()))
-                assert now_ms() < last_start, "the kills must land while messages come due"
+                if now_ms() >= last_start - 500:
+                    break
                 gw.kill_and_restart(kill + 1, rng.uniform(*DOWN_S))
+                kills += 1
+            assert kills >= MIN_KILLS, f"only {kills} kills landed while messages came due"
 
             # Wait for the rest to come due and every destination that must arrive to arrive.
             def all_arrived() -> bool:
@@ -471,7 +491,11 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
                     return False
                 with run.lock:
                     got = {(d.msg_id, d.topic) for d in run.deliveries}
-                return required(expected, gw, now_ms()) <= got
+                now = now_ms()
+                # A destination whose window closed can no longer arrive in it (expired: the checks
+                # below tell expired from lost): waiting longer for it tells nothing.
+                waiting = required(expected, gw, now) - got
+                return all(expected[k].deadline_ms + LATE_TOLERANCE_MS < now for k in waiting)
 
             # On a timeout the checks below say what is missing.
             poll(all_arrived, run.deadline, 0.5)
@@ -485,7 +509,7 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
         until = now_ms()
         assert not any(t.is_alive() for t in threads), "a consumer thread hung"
         assert not run.problems, (run.problems[:10], server_errors(gw.server))
-        assert len(gw.ups) == KILLS
+        assert len(gw.ups) == kills
         assert run.connection_errors > 0, "the consumers never saw an outage"
         live_at_restarts = gw.live_at_restarts()
         assert all(n > 0 for n in live_at_restarts), f"nothing was held at a kill: {live_at_restarts}"
@@ -520,7 +544,8 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
         assert not early, f"{len(early)} deliveries before their start, e.g. {early[:5]}"
         assert not late, f"{len(late)} deliveries after their deadline, e.g. {late[:5]}"
         # --- dead letters: expired messages only, each after its deadline --------------------
-        dead = [(t, m) for t in (TOPIC_A, TOPIC_B) for m in read_dead_letters(gw.server, f"{t}-c", deadline)]
+        reading = max(deadline, time.monotonic() + 30)  # its own time, whatever the load took
+        dead = [(t, m) for t in (TOPIC_A, TOPIC_B) for m in read_dead_letters(gw.server, f"{t}-c", reading)]
         for topic, m in dead:
             key = (m["messageId"], topic)
             assert key in expected, f"dead letter of no destination: {key}"
@@ -534,19 +559,20 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
         # scheduler when it came due after its deadline. One that is neither is lost, and fails.
         must = required(expected, gw, until)
         missing = sorted(must - got.keys())
-        lost = [k for k in missing if k not in dead_keys]
-        assert len(lost) <= gw.expired_held, describe_missing(lost, len(must), expected, gw, until)
+        lost = [k for k in missing if k not in dead_keys]  # unless the scheduler expired them: below
+        lost_story = describe_missing(lost, len(must), expected, gw, until)
         assert len(must) > 0.8 * len(expected), (len(must), len(expected))
         never = set(expected) - got.keys()
         assert never, "no window passed while the server was down: deadlines were not put to the test"
 
         # --- the log, once everything was delivered: after a kill and restart, the mark alone --
-        gw.kill_and_restart(KILLS + 1)
+        gw.kill_and_restart(kills + 1)
         final = log_records(gw.log_path.read_bytes())
         assert len(final) == 1 and final[0][0] == "h", f"the log still holds {len(final) - 1} messages"
-        assert check_compacted(*gw.logs[-1], KILLS + 1) == 0
+        assert check_compacted(*gw.logs[-1], kills + 1) == 0
         # The others never delivered expired in the scheduler: at most as many as it counted up to
         # each kill (a destination may count twice: expired, settle lost to a kill, expired again).
+        assert len(lost) <= gw.expired_held, lost_story  # (counted over every run, the last included)
         assert len(never - dead_keys) <= gw.expired_held, (
             f"{len(never - dead_keys)} destinations never delivered nor dead-lettered, but the scheduler "
             f"expired only {gw.expired_held}"
@@ -566,6 +592,6 @@ def test_kill9_while_scheduled_messages_come_due(tmp_path: Path) -> None:
         f"{len(dead)} dead letters; first delivery after start p50 {percentile(firsts, 0.5):.0f} ms, "
         f"p99 {percentile(firsts, 0.99):.0f} ms, max {max(firsts):.0f} ms; live at restarts "
         f"{live_at_restarts}; restarts {[round(s, 2) for s in gw.restart_s]} s; "
-        f"{run.connection_errors} connection errors; total {total:.1f} s"
+        f"{kills} kills, {run.connection_errors} connection errors; total {total:.1f} s"
     )
-    assert total < 120
+    assert total < TEST_BUDGET_S + 10 + late_s
