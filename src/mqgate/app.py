@@ -27,7 +27,7 @@ from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
 from mqgate.api.routes_log import LogRoutes
 from mqgate.api.routes_projects import ProjectRoutes
-from mqgate.backends import backends_for
+from mqgate.backends import Backends, backends_for
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
 from mqgate.errors import StorageError
@@ -150,13 +150,23 @@ class Built:
     platform: Platform
 
 
-def build_site(settings: Settings) -> Built:
-    """The ASGI app of one gateway process, with its parts (for tests and tools)."""
-    protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
+@dataclass(slots=True, frozen=True)
+class Core:
+    """What the data path stands on: the registry database, the backends, the cluster pool and
+    the router every store call goes through, and the context that holds them."""
+
+    sql: SqlRegistry
+    backends: Backends
+    pool: ClusterPool
+    router: ClusterRouter
+    ctx: Context
+
+
+def build_core(settings: Settings) -> Core:
+    """The parts below the data path (the in-process failover tests build on them too)."""
     Path(settings.data_dir).mkdir(parents=True, exist_ok=True)
     sql = open_registry(settings)
     secret = token_secret_for(settings, sql)
-    admin_token = admin_token_for(settings, sql)
     metrics = Metrics()
     health = Health(metrics.registry)
     backends = backends_for(settings, health)
@@ -180,6 +190,16 @@ def build_site(settings: Settings) -> Built:
         secret,
         health,
     )
+    return Core(sql, backends, pool, router, ctx)
+
+
+def build_site(settings: Settings) -> Built:
+    """The ASGI app of one gateway process, with its parts (for tests and tools)."""
+    protocol.configure(settings.header_timeout_s, settings.max_header_count, settings.max_header_bytes)
+    core = build_core(settings)
+    sql, backends, pool, router, ctx = core.sql, core.backends, core.pool, core.router, core.ctx
+    metrics = ctx.metrics
+    admin_token = admin_token_for(settings, sql)
     # Features reach the data path through its observers; the data path knows none of them.
     observers = Observers()
     topology = Topology(ctx)

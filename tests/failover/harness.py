@@ -20,21 +20,14 @@ from pathlib import Path
 from typing import Any
 
 from mqgate.api.shapes import MessageIn
-from mqgate.app import open_registry, token_secret_for
-from mqgate.backends import backends_for
+from mqgate.app import build_core
 from mqgate.core.failure_detection import ClusterState, Outcome
 from mqgate.core.tokens import decode_token
 from mqgate.failover.pool import ClusterPool, ClusterSpec
-from mqgate.failover.routed import RoutedOffsets, RoutedStore
-from mqgate.failover.routing import ClusterRouter
 from mqgate.failover.service import Failover
-from mqgate.health import Health
-from mqgate.metrics import Metrics
 from mqgate.model import Receipt, decode_stored
 from mqgate.projects.service import Projects
-from mqgate.registry.cache import RegistryCache
 from mqgate.services.consume import PullResult
-from mqgate.services.context import Context
 from mqgate.services.gateway import Gateway
 from mqgate.services.observers import Observers
 from mqgate.services.topology import Topology
@@ -135,23 +128,8 @@ async def in_process(
 ) -> AsyncIterator[InProcess]:
     """Project `shop` on clusters p (primary) and b (backup): topic `orders` (4 queues),
     producer `orders-p`, cluster-mode consumer `orders-c`; active on p, declared there."""
-    settings = settings_for(data, **overrides)
-    data.mkdir(parents=True, exist_ok=True)
-    sql = open_registry(settings)
-    secret = token_secret_for(settings, sql)
-    metrics = Metrics()
-    health = Health(metrics.registry)
-    backends = backends_for(settings, health)
-    registry = RegistryCache(sql, settings.registry_refresh_s, backends.notices)
-    pool = ClusterPool(
-        settings,
-        settings.detection_rules(),
-        probe_interval_s=settings.failover_probe_interval_s,
-        probe_timeout_s=settings.failover_probe_timeout_s,
-    )
-    router = ClusterRouter(backends.store, backends.offsets, pool, lambda: registry.snapshot)
-    routed = (RoutedStore(router), RoutedOffsets(router))
-    ctx = Context(settings, *routed, backends.scheduler, registry, metrics, secret, health)
+    core = build_core(settings_for(data, **overrides))  # as a gateway's, below its features
+    sql, backends, pool, router, ctx = core.sql, core.backends, core.pool, core.router, core.ctx
     observers = Observers()
     topology = Topology(ctx)
     projects = Projects(ctx, topology)
