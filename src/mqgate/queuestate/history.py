@@ -6,8 +6,15 @@ keyed by what it describes and its interval's start; writing a row whose key exi
 (areas, covered times and counts summed, maxima kept), so a partial interval flushed on stop
 and the rest written after a restart, or the rows of several gateways, become one row.
 
+A queue or consumer row may stand for a steady run of intervals (`intervals` > 1, see
+queuestate/rows.py; the recorder writes one while nothing changes, at most `MAX_RUN_MS` long).
+The queries give single intervals back (`split_run`), so what they answer is as before; they
+read from `MAX_RUN_MS` before the window's start to find a run reaching into it. Tables made
+before runs get their `intervals` column in `create_schema` (every row there is one interval).
+
 Calls are synchronous; the recorder runs them in a worker thread. Rows older than the retention
-(default 7 days) are deleted by `prune`, which says how many it deleted.
+(default 7 days) are deleted by `prune`, which says how many it deleted (a run once its last
+interval began before the retention's cutoff).
 """
 
 from __future__ import annotations
@@ -15,14 +22,22 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Final, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
 from mqgate.errors import BadRequest, Unavailable
-from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval, Rollup
+from mqgate.queuestate.rows import (
+    MAX_RUN_MS,
+    ConsumerInterval,
+    ProduceInterval,
+    ProjectWindow,
+    QueueInterval,
+    Rollup,
+    split_run,
+)
 from mqgate.queuestate.tables import make_tables
 from mqgate.sqlschema import create_all_shared, sqlite_wal, upsert_insert
 
@@ -36,13 +51,15 @@ _Row = TypeVar("_Row", QueueInterval, ConsumerInterval)
 ADD: Final = "add"
 LARGER: Final = "larger"  # the larger, NULL meaning unknown
 LATEST: Final = "latest"  # the incoming value unless NULL
+# A run's row grows (its span and count the larger, its sums added to) as the run goes on.
 _MERGE_QUEUE: Final = {
-    "interval_ms": LATEST, "max_length": LARGER, "length_area": ADD, "covered_ms": ADD,
-    "samples": ADD, "length_limit": LATEST, "dropped": ADD,
+    "interval_ms": LARGER, "max_length": LARGER, "length_area": ADD, "covered_ms": ADD,
+    "samples": ADD, "length_limit": LATEST, "dropped": ADD, "intervals": LARGER,
 }  # fmt: skip
 _MERGE_CONSUMER: Final = {
-    "interval_ms": LATEST, "max_backlog": LARGER, "backlog_area": ADD, "covered_ms": ADD,
+    "interval_ms": LARGER, "max_backlog": LARGER, "backlog_area": ADD, "covered_ms": ADD,
     "samples": ADD, "pulls": ADD, "delivered": ADD, "acks": ADD, "acked": ADD, "last_pull_ms": LARGER,
+    "intervals": LARGER,
 }  # fmt: skip
 _MERGE_PRODUCE: Final = {"interval_ms": LATEST, "produced": ADD}
 _MERGE_ERROR: Final = {"count": ADD}
@@ -105,6 +122,26 @@ class QueueStateHistory:
 
     def create_schema(self) -> None:
         self._run(lambda: create_all_shared(self._meta, self.engine))
+        self._run(self._add_run_columns)
+
+    def _add_run_columns(self) -> None:
+        """Tables made before steady runs lack `intervals`: add it (every old row is one
+        interval). Several gateways may start at once: one adds it, the others find it."""
+        for table in (self.queues, self.consumers):
+            for attempt in range(2):
+                have = {c["name"] for c in sa.inspect(self.engine).get_columns(table.name)}
+                if "intervals" in have:
+                    break
+                try:
+                    with self.engine.begin() as conn:
+                        conn.execute(
+                            sa.text(
+                                f'ALTER TABLE "{table.name}" ADD COLUMN intervals BIGINT NOT NULL DEFAULT 1'
+                            )
+                        )
+                except SQLAlchemyError:
+                    if attempt:
+                        raise
 
     def drop_schema(self) -> None:
         """Remove this history's tables (tests, or a deployment turning the feature off)."""
@@ -165,14 +202,22 @@ class QueueStateHistory:
         return sa.func.coalesce(new, old)
 
     def prune(self, now_ms: int) -> PruneCounts:
-        """Delete the rows whose interval started before now − retention."""
+        """Delete the rows whose interval started before now − retention (a run: its last)."""
         cutoff = now_ms - self.retention_ms
 
         def job() -> PruneCounts:
             with self.engine.begin() as conn:
+                ended = [
+                    (t, t.c.start_ms + t.c.interval_ms - t.c.interval_ms / t.c.intervals < cutoff)
+                    for t in (self.queues, self.consumers)
+                ]
                 deleted = [
+                    int(conn.execute(sa.delete(t).where(t.c.start_ms < cutoff, run_ended)).rowcount)
+                    for t, run_ended in ended
+                ]
+                deleted += [
                     int(conn.execute(sa.delete(t).where(t.c.start_ms < cutoff)).rowcount)
-                    for t in (self.queues, self.consumers, self.produce, self.errors)
+                    for t in (self.produce, self.errors)
                 ]
             return PruneCounts(*deleted)
 
@@ -206,10 +251,33 @@ class QueueStateHistory:
         t = self.queues
         query = (
             sa.select(t)
-            .where(self._where(t, project, since_ms, until_ms, topic=topic, queue=queue))
+            .where(self._where(t, project, _lookback(since_ms), until_ms, topic=topic, queue=queue))
             .order_by(t.c.topic, t.c.queue, t.c.start_ms)
         )
-        return self._rows(query, QueueInterval)
+        return _single(self._rows(query, QueueInterval), _QUEUE_KEY, _MERGE_QUEUE, since_ms, until_ms)
+
+    def newest_queue_intervals(
+        self, project: str, *, topic: str | None, queue: int | None, since_ms: int, limit: int
+    ) -> tuple[list[QueueInterval], bool]:
+        """A project's newest single queue intervals starting at or after `since_ms` (of a
+        topic, a queue), at most `limit`, newest first; and whether there are more. The database
+        picks the newest rows (index on project and time); a steady run is given as its
+        intervals, one that began before `since_ms` too (rows from `MAX_RUN_MS` before it)."""
+        t = self.queues
+        where = [t.c.project == project, t.c.start_ms >= since_ms - MAX_RUN_MS]
+        where += [t.c.topic == topic] if topic is not None else []
+        where += [t.c.queue == queue] if queue is not None else []
+        query = (
+            sa.select(t).where(*where).order_by(t.c.start_ms.desc(), t.c.topic, t.c.queue).limit(limit + 1)
+        )
+        rows = self._rows(query, QueueInterval)
+        found = sorted(
+            (i for row in rows for i in split_run(row) if i.start_ms >= since_ms),
+            key=lambda i: (-i.start_ms, i.topic, i.queue),
+        )
+        # Each row is one interval or more: limit + 1 rows hold at least limit + 1 of them,
+        # unless some began before `since_ms`; the newest are among them either way.
+        return found[:limit], len(found) > limit or len(rows) > limit
 
     def consumer_history(
         self,
@@ -222,9 +290,11 @@ class QueueStateHistory:
         until_ms: int | None = None,
     ) -> list[ConsumerInterval]:
         t = self.consumers
-        where = self._where(t, project, since_ms, until_ms, consumer=consumer, topic=topic, queue=queue)
+        since = _lookback(since_ms)
+        where = self._where(t, project, since, until_ms, consumer=consumer, topic=topic, queue=queue)
         query = sa.select(t).where(where).order_by(t.c.consumer, t.c.topic, t.c.queue, t.c.start_ms)
-        return self._rows(query, ConsumerInterval)
+        found = self._rows(query, ConsumerInterval)
+        return _single(found, _CONSUMER_KEY, _MERGE_CONSUMER, since_ms, until_ms)
 
     def produce_history(
         self,
@@ -291,6 +361,38 @@ class QueueStateHistory:
 
         result: list[_Row] = self._run(job)
         return result
+
+
+def _lookback(since_ms: int | None) -> int | None:
+    return None if since_ms is None else since_ms - MAX_RUN_MS
+
+
+def _single(
+    rows: list[_Row], key: tuple[str, ...], merge: dict[str, str], since_ms: int | None, until_ms: int | None
+) -> list[_Row]:
+    """`rows` (in key and time order) as single intervals starting in [since_ms, until_ms):
+    runs split, and the pieces of two gateways' runs of one interval merged as the database
+    merges rows."""
+    out: list[_Row] = []
+    at: dict[tuple[Any, ...], int] = {}  # where a key and start went in `out`
+    for row in rows:
+        for piece in split_run(row):
+            if (since_ms is not None and piece.start_ms < since_ms) or (
+                until_ms is not None and piece.start_ms >= until_ms
+            ):
+                continue
+            k = tuple(getattr(piece, name) for name in key)
+            i = at.get(k)
+            if i is None:
+                at[k] = len(out)
+                out.append(piece)
+                continue
+            have = asdict(out[i])
+            for name, how in merge.items():
+                have[name] = _combine(how, have[name], getattr(piece, name))
+            out[i] = type(piece)(**have)
+    out.sort(key=lambda r: tuple(getattr(r, name) for name in key))  # sorted already but for overlaps
+    return out
 
 
 def _as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:

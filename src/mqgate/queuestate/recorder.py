@@ -13,6 +13,13 @@ A write that fails (database down) keeps its rows and retries at the next flush;
 A kill -9 loses what was not yet flushed: the open interval and at most `flush_every_s` of
 closed ones (`partial_flush=True` also writes the open intervals at every flush, bounding the
 loss to `flush_every_s` at the cost of one upsert per active key per flush).
+
+Steady runs (queuestate/runs.py, issue 27): an interval row equal to its key's previous one
+(an idle queue) is not written as a row of its own but extends the key's run, written on when
+the run ends, before a reader looks (`flush()`, which the queries call), on stop and at least
+every `persist_every_s`: an idle gateway's history grows by what changed, not by a row per
+queue per interval. A kill -9 may lose up to `persist_every_s` of a run that went on (its
+first row is written when it begins). With `partial_flush` every row is written as it comes.
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from typing import Final
 
 from mqgate.queuestate.history import PruneCounts, QueueStateHistory
 from mqgate.queuestate.rows import Rollup
+from mqgate.queuestate.runs import DEFAULT_PERSIST_EVERY_MS, SteadyRuns
 from mqgate.queuestate.sampler import QueueStateSampler
 
 log = logging.getLogger("mqgate.queuestate")
@@ -66,6 +74,7 @@ class QueueStateRecorder:
         max_pending_rows: int = DEFAULT_MAX_PENDING_ROWS,
         clock: Callable[[], int] = wall_ms,
         on_error: Callable[[str], None] | None = None,
+        persist_every_s: float = DEFAULT_PERSIST_EVERY_MS / 1000,
     ) -> None:
         self.sampler = sampler
         self.history = history
@@ -77,6 +86,7 @@ class QueueStateRecorder:
         self.clock = clock
         self.on_error = on_error  # e.g. the gateway's Health.fault, to show it in /healthz
         self.stats = RecorderStats()
+        self.runs = None if partial_flush else SteadyRuns(int(persist_every_s * 1000))
         self._pending = Rollup()
         self._flush_lock = asyncio.Lock()
         self._stopping = asyncio.Event()
@@ -104,12 +114,19 @@ class QueueStateRecorder:
         self._tasks = []
         await self.flush(final=True)
 
-    async def flush(self, *, final: bool = False) -> int:
-        """Roll up and write; the rows written (0 when the write failed: they stay pending)."""
+    async def flush(self, *, final: bool = False, everything: bool = True) -> int:
+        """Roll up and write; the rows written (0 when the write failed: they stay pending).
+        `everything`: the steady runs' intervals too (a reader is about to look); the flush
+        loop leaves them to their run's end or `persist_every_s`."""
         async with self._flush_lock:
-            for _ in self.sampler.sweep(self.clock(), final=final or self.partial_flush):
+            now = self.clock()
+            for _ in self.sampler.sweep(now, final=final or self.partial_flush):
                 await asyncio.sleep(0)  # let requests in between chunks of keys
-            self._pending.extend(self.sampler.take_closed())
+            closed = self.sampler.take_closed()
+            if self.runs is not None:
+                closed = self.runs.fold(closed, now)
+                closed.extend(self.runs.take(now, everything=everything or final))
+            self._pending.extend(closed)
             if not len(self._pending):
                 return 0
             batch, self._pending = self._pending, Rollup()
@@ -173,7 +190,7 @@ class QueueStateRecorder:
     async def _flush_loop(self) -> None:
         while not await self._pause(self.flush_every_s):
             try:
-                await self.flush()
+                await self.flush(everything=False)
             except Exception as exc:  # a bug must not end the loop: say so and go on
                 self._failed(f"queue state flush loop: {exc!r}")
 

@@ -5,16 +5,24 @@ Occupancy is kept as an area (length × milliseconds) and the time it covers rat
 average, so two rows of the same key and interval (a partial one flushed on stop and the rest
 written after a restart, or two gateways sampling the same queue) merge exactly: sum the areas,
 sum the covered times, take the larger maximum.
+
+A row may stand for a steady run (issue 27): `intervals` consecutive intervals whose state did
+not change (an idle queue, a consumer with a constant backlog). Its `interval_ms` is then the
+run's whole span and its sums cover all of them; `split_run` gives the single intervals back.
+So an idle gateway's history grows by what changed, not by one row per queue per interval.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Final
+from dataclasses import dataclass, field, replace
+from typing import Final, TypeVar
 
 # The queue of a pull that delivered nothing: the gateway chose no queue, but the pull still
 # shows the consumer is alive, so it is counted on this pseudo-queue of the topic.
 NO_QUEUE: Final = -1
+# The longest steady run one row stands for (the recorder starts a new row after it); the
+# history's queries look back this far before their window for a run reaching into it.
+MAX_RUN_MS: Final = 3_600_000
 
 
 def _average(area: int, covered_ms: int) -> float | None:
@@ -36,6 +44,7 @@ class QueueInterval:
     samples: int
     length_limit: int | None  # the queue's length limit when the caller knows one
     dropped: int  # messages removed by retention before any consumer group read them
+    intervals: int = 1  # >1: a steady run of that many intervals (`split_run`)
 
     @property
     def avg_length(self) -> float | None:
@@ -68,6 +77,7 @@ class ConsumerInterval:
     acks: int  # ack calls
     acked: int  # messages settled by those acks
     last_pull_ms: int | None
+    intervals: int = 1  # >1: a steady run of that many intervals (`split_run`)
 
     @property
     def avg_backlog(self) -> float | None:
@@ -126,3 +136,30 @@ class ProjectWindow:
     queues: list[QueueInterval]
     consumers: list[ConsumerInterval]
     produce: list[ProduceInterval]
+
+
+_Run = TypeVar("_Run", QueueInterval, ConsumerInterval)
+
+# The sums of a row, spread over the intervals of a run.
+_QUEUE_SUMS: Final = ("length_area", "covered_ms", "samples", "dropped")
+_CONSUMER_SUMS: Final = ("backlog_area", "covered_ms", "samples", "pulls", "delivered", "acks", "acked")
+
+
+def split_run(row: _Run) -> list[_Run]:
+    """The single intervals of a steady run (the row itself when it is one interval): each
+    the run's maximum, and an equal share of its sums (the last takes what does not divide),
+    so that every interval has the run's average; a last pull is moved back by whole
+    intervals (the run pulled alike in each)."""
+    k = row.intervals
+    if k <= 1:
+        return [row]
+    step = row.interval_ms // k
+    names = _QUEUE_SUMS if isinstance(row, QueueInterval) else _CONSUMER_SUMS
+    out: list[_Run] = []
+    for i in range(k):
+        shares = {n: getattr(row, n) // k + (getattr(row, n) % k if i == k - 1 else 0) for n in names}
+        piece = replace(row, start_ms=row.start_ms + i * step, interval_ms=step, intervals=1, **shares)
+        if isinstance(piece, ConsumerInterval) and piece.last_pull_ms is not None:
+            piece = replace(piece, last_pull_ms=piece.last_pull_ms - (k - 1 - i) * step)
+        out.append(piece)
+    return out

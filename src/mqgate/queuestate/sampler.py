@@ -35,9 +35,10 @@ HOLD_SAMPLE_PERIODS: Final = 2.0
 class _Slot:
     """One key's current interval: a time-weighted gauge plus counters."""
 
-    __slots__ = ("area", "covered", "cursor", "end", "last", "last_ms", "peak", "samples", "start")
+    __slots__ = ("area", "covered", "cursor", "end", "epoch", "last", "last_ms", "peak", "samples", "start")
 
     def __init__(self, start: int, interval_ms: int) -> None:
+        self.epoch = 0  # the sampler's full round this key was last sampled in (`confirm`)
         self.start = start
         self.end = start + interval_ms
         self.cursor = start  # the time up to which the held value has been accounted
@@ -95,6 +96,14 @@ class _Slot:
         if self.last is not None and self.last_ms + hold_ms <= self.cursor:
             self.last = None
         self.peak = self.last
+
+
+def _resample(slot: _Slot, now_ms: int, hold_ms: int) -> None:
+    """The held value sampled again at `now_ms`, not counted as a sample."""
+    if slot.last is not None:
+        samples = slot.samples
+        slot.sample(slot.last, now_ms, hold_ms)
+        slot.samples = samples
 
 
 class _QueueSlot(_Slot):
@@ -159,6 +168,54 @@ class QueueStateSampler:
         self._produce: dict[ProduceKey, _ProduceSlot] = {}
         self._closed = Rollup()
         self._next_boundary = 0  # before it, no slot can have an interval to close
+        self._epoch = 0  # full rounds begun (`begin_full_round`)
+        self._confirmed_ms: int | None = None  # the latest `confirm` of an unbroken chain
+
+    # -- confirmation (a prober that reads only what changed) ----------------------------------
+
+    def begin_full_round(self) -> None:
+        """A round that samples every key begins: keys it does not sample (gone) are no longer
+        confirmed; their value holds from their last confirmation, for at most a hold."""
+        for slot in self._slots():
+            self._fresh(slot)
+        self._epoch += 1
+
+    def confirm(self, now_ms: int) -> None:
+        """Every key sampled since the latest full round still has its value at `now_ms`."""
+        if self._confirmed_ms is not None and now_ms - self._confirmed_ms > self.hold_ms:
+            # The prober stalled: the chain of confirmations breaks. What it held stops at its
+            # hold; from now on the values hold again, as if sampled (not counted) now.
+            for qkey, qslot in list(self._queues.items()):
+                if self._stale(qslot, now_ms):
+                    if now_ms >= qslot.end:
+                        self._advance_queue(qkey, qslot, now_ms)
+                    _resample(qslot, now_ms, self.hold_ms)
+            for ckey, cslot in list(self._consumers.items()):
+                if self._stale(cslot, now_ms):
+                    if now_ms >= cslot.end:
+                        self._advance_consumer(ckey, cslot, now_ms)
+                    _resample(cslot, now_ms, self.hold_ms)
+        if self._confirmed_ms is None or now_ms > self._confirmed_ms:
+            self._confirmed_ms = now_ms
+
+    def _slots(self) -> Iterator[_Slot]:
+        yield from self._queues.values()
+        yield from self._consumers.values()
+
+    def _fresh(self, slot: _Slot) -> None:
+        """Bring the slot's last sample time up to the latest confirmation that covers it."""
+        confirmed = self._confirmed_ms
+        if (
+            confirmed is not None
+            and slot.epoch == self._epoch
+            and slot.last is not None
+            and confirmed > slot.last_ms
+        ):
+            slot.last_ms = confirmed
+
+    def _stale(self, slot: _Slot, now_ms: int) -> bool:
+        self._fresh(slot)
+        return slot.epoch == self._epoch and slot.last is not None and now_ms > slot.last_ms
 
     def bucket(self, now_ms: int) -> int:
         return now_ms - now_ms % self.interval_ms
@@ -174,9 +231,12 @@ class QueueStateSampler:
         slot = self._queues.get(key)
         if slot is None:
             slot = self._queues[key] = _QueueSlot(self.bucket(now_ms), self.interval_ms)
-        elif now_ms >= slot.end:
-            self._advance_queue(key, slot, now_ms)
+        else:
+            self._fresh(slot)
+            if now_ms >= slot.end:
+                self._advance_queue(key, slot, now_ms)
         slot.sample(length, now_ms, self.hold_ms)
+        slot.epoch = self._epoch
         if limit is not None:
             slot.limit = limit
 
@@ -186,15 +246,19 @@ class QueueStateSampler:
         slot = self._queues.get(key)
         if slot is None:
             slot = self._queues[key] = _QueueSlot(self.bucket(now_ms), self.interval_ms)
-        elif now_ms >= slot.end:
-            self._advance_queue(key, slot, now_ms)
+        else:
+            self._fresh(slot)
+            if now_ms >= slot.end:
+                self._advance_queue(key, slot, now_ms)
         slot.dropped += messages
 
     def observe_backlog(
         self, project: str, consumer: str, topic: str, queue: int, backlog: int, now_ms: int
     ) -> None:
         """A sample of a group's backlog on a queue (newest offset − committed offset)."""
-        self._consumer_slot(project, consumer, topic, queue, now_ms).sample(backlog, now_ms, self.hold_ms)
+        slot = self._consumer_slot(project, consumer, topic, queue, now_ms)
+        slot.sample(backlog, now_ms, self.hold_ms)
+        slot.epoch = self._epoch
 
     def count_pull(
         self, project: str, consumer: str, topic: str, queue: int, delivered: int, now_ms: int
@@ -238,8 +302,10 @@ class QueueStateSampler:
         slot = self._consumers.get(key)
         if slot is None:
             slot = self._consumers[key] = _ConsumerSlot(self.bucket(now_ms), self.interval_ms)
-        elif now_ms >= slot.end:
-            self._advance_consumer(key, slot, now_ms)
+        else:
+            self._fresh(slot)
+            if now_ms >= slot.end:
+                self._advance_consumer(key, slot, now_ms)
         return slot
 
     # -- roll-up ------------------------------------------------------------------------------
@@ -260,6 +326,7 @@ class QueueStateSampler:
             return
         done = 0
         for qkey, qslot in list(self._queues.items()):
+            self._fresh(qslot)
             if now_ms >= qslot.end:
                 self._advance_queue(qkey, qslot, now_ms)
             if final:
@@ -274,6 +341,7 @@ class QueueStateSampler:
                 done = 0
                 yield
         for ckey, cslot in list(self._consumers.items()):
+            self._fresh(cslot)
             if now_ms >= cslot.end:
                 self._advance_consumer(ckey, cslot, now_ms)
             if final:

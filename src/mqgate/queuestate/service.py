@@ -1,15 +1,26 @@
 """Per-project queue state over time and the project health answer (SPEC P1).
 
-Queue lengths and consumer backlogs are sampled every `queue_state_sample_s` (one store read per
-topic and one table read per cluster consumer); pulls, acks and produces are counted on the
-request path (a dict update each). Intervals are rolled up and written to the history
-(mqgate.queuestate) and the health rules (mqgate.queuestate.diagnosis) read them back.
+Queue lengths and consumer backlogs are sampled every `queue_state_sample_s`; pulls, acks and
+produces are counted on the request path (a dict update each). Intervals are rolled up and
+written to the history (mqgate.queuestate) and the health rules (mqgate.queuestate.diagnosis)
+read them back.
+
+A probe reads what may have changed (issue 27: it read every topic's bounds and every cluster
+consumer's offsets every 5 s, however idle the gateway): the topics this gateway produced to,
+delivered due messages to or had acks on since the last probe, and their cluster consumers; every
+other queue is confirmed unchanged (`QueueStateSampler.confirm`, O(1)). A full probe of every
+topic and consumer comes every `FULL_PROBE_EVERY_S`, and at the first probe after the registry
+changed: what moves without this gateway's hooks (retention, a commit by offset, a reset, a
+dead letter) is seen within it. On a store other gateways write too (Redis), whose produces no
+hook here hears, every probe is full, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
+from typing import Final
 
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_CLUSTER, MessageInput, QueueBounds
@@ -25,6 +36,16 @@ from mqgate.services.gateway import Feature
 from mqgate.services.observers import Observer
 
 log = logging.getLogger(__name__)
+
+FULL_PROBE_EVERY_S: Final = 60.0
+
+
+@dataclass(slots=True)
+class ProbeCounts:
+    rounds: int = 0
+    full_rounds: int = 0
+    topics_read: int = 0  # store bounds read
+    tables_read: int = 0  # consumer offset tables read
 
 
 class QueueState(Feature, Observer):
@@ -46,6 +67,12 @@ class QueueState(Feature, Observer):
             probe=self._probe,
             on_error=lambda detail: ctx.health.fault("queue_state", "history", detail),
         )
+        self.full_probe_every_ms = int(FULL_PROBE_EVERY_S * 1000)
+        self.probes = ProbeCounts()
+        self._dirty: set[str] = set()  # topics whose queues or backlogs may have moved
+        self._last_full_ms: int | None = None
+        self._probed_version = -1  # the registry version of the last full probe
+        self._cluster_consumers: dict[str, list[ConsumerRecord]] = {}  # by topic, of that version
 
     async def start(self) -> None:
         await self.recorder.start()
@@ -56,7 +83,13 @@ class QueueState(Feature, Observer):
     # --- the data path's hooks (services/observers.py) ----------------------------------
 
     def produced(self, topic: TopicRecord, count: int) -> None:
+        self._dirty.add(topic.name)
         self.sampler.count_produce(topic.project, topic.name, True, None, now_ms(), count)
+
+    def came_due(
+        self, target: str, topic: str, by_queue: dict[int, list[tuple[int, bytes]]], firsts: dict[int, int]
+    ) -> None:
+        self._dirty.add(topic)
 
     def produce_failed(
         self, producer: ProducerRecord, topic: TopicRecord, messages: list[MessageInput], exc: MqgateError
@@ -70,6 +103,7 @@ class QueueState(Feature, Observer):
             self.sampler.count_pull(t.project, c.name, c.topic, served, count, now_ms())
 
     def acked(self, c: ConsumerRecord, queue: int, count: int) -> None:
+        self._dirty.add(c.topic)
         t = self.ctx.registry.topic(c.topic)
         if t is not None:
             self.sampler.count_ack(t.project, c.name, c.topic, queue, count, now_ms())
@@ -78,20 +112,46 @@ class QueueState(Feature, Observer):
 
     async def _probe(self, now: int) -> None:
         snap = self.ctx.registry.snapshot
-        bounds: dict[str, list[QueueBounds]] = {}
-        for t in list(snap.topics.values()):
-            if t.name.startswith(INTERNAL_PREFIXES):
+        shared = self.ctx.settings.uses_redis  # other gateways' produces are heard by no hook here
+        full = (
+            shared
+            or self._last_full_ms is None
+            or now - self._last_full_ms >= self.full_probe_every_ms
+            or snap.version != self._probed_version
+        )
+        self.probes.rounds += 1
+        if full:
+            self.probes.full_rounds += 1
+            self._dirty = set()
+            self._last_full_ms = now
+            if snap.version != self._probed_version:
+                self._probed_version = snap.version
+                self._cluster_consumers = {}
+                for c in snap.consumers.values():
+                    if c.mode == MODE_CLUSTER:
+                        self._cluster_consumers.setdefault(c.topic, []).append(c)
+            self.sampler.begin_full_round()
+            names = [n for n in snap.topics if not n.startswith(INTERNAL_PREFIXES)]
+        else:
+            names, self._dirty = sorted(self._dirty), set()
+        for name in names:
+            t = snap.topics.get(name)
+            if t is None or t.name.startswith(INTERNAL_PREFIXES):
                 continue
-            found = bounds[t.name] = await self.ctx.store.bounds(t.name)
+            self.probes.topics_read += 1
+            found = await self.ctx.store.bounds(t.name)
             for b in found:
                 self.sampler.observe_queue(t.project, t.name, b.queue, b.max - b.min, now)
-        for c in list(snap.consumers.values()):
-            home = snap.topics.get(c.topic)
-            if c.mode != MODE_CLUSTER or home is None or home.name not in bounds:
-                continue
+            await self._probe_consumers(t, found, now)
+        if not shared:
+            self.sampler.confirm(now)  # what was not read did not move
+
+    async def _probe_consumers(self, home: TopicRecord, bounds: list[QueueBounds], now: int) -> None:
+        for c in self._cluster_consumers.get(home.name, ()):
+            self.probes.tables_read += 1
             table = await self.ctx.offsets.table(c.name, "") or []
             grid = home.grid
-            for b in bounds[home.name]:
+            for b in bounds:
                 index = grid.table_index(b.queue)
                 committed = table[index].committed if index < len(table) else b.min
                 backlog = max(b.max - max(committed, b.min), 0)

@@ -21,6 +21,9 @@ def make_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table,
         sa.Column("samples", sa.BigInteger, nullable=False),
         sa.Column("length_limit", sa.BigInteger, nullable=True),
         sa.Column("dropped", sa.BigInteger, nullable=False),
+        # A steady run of this many intervals (queuestate/rows.py): added to older tables by
+        # QueueStateHistory.create_schema.
+        sa.Column("intervals", sa.BigInteger, nullable=False, server_default="1"),
         sa.Index(prefix + "queues_time", "project", "start_ms"),
         sa.Index(prefix + "queues_age", "start_ms"),
     )
@@ -42,6 +45,7 @@ def make_tables(prefix: str) -> tuple[sa.MetaData, sa.Table, sa.Table, sa.Table,
         sa.Column("acks", sa.BigInteger, nullable=False),
         sa.Column("acked", sa.BigInteger, nullable=False),
         sa.Column("last_pull_ms", sa.BigInteger, nullable=True),
+        sa.Column("intervals", sa.BigInteger, nullable=False, server_default="1"),
         sa.Index(prefix + "consumers_time", "project", "start_ms"),
         sa.Index(prefix + "consumers_age", "start_ms"),
     )

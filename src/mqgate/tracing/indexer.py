@@ -1,11 +1,21 @@
 """The trace indexer: reads the trace topics from the store and feeds the query index.
 
-Each round reads every queue of every known trace topic from the position the index holds,
-decodes the events and writes them with the new positions in one transaction (in a worker
-thread). A record that does not decode is counted and skipped, and its offset is passed, so
-one bad record neither stops indexing nor comes back. Lag (store max − indexed position, and
-how long since the index last caught up) is kept for metrics and for queries that must say a
-path may be incomplete.
+Each round reads the trace topics that changed since the last one (the dirty set) from the
+positions the index holds, decodes the events and writes them with the new positions in one
+transaction (in a worker thread). A record that does not decode is counted and skipped, and its
+offset is passed, so one bad record neither stops indexing nor comes back. Lag (store max −
+indexed position, and how long since the index last caught up) is kept for metrics and for
+queries that must say a path may be incomplete; it is kept up to date as positions and bounds
+move, so reading it costs nothing per topic.
+
+Idle work is proportional to what changed, not to how many trace topics exist (issue 27: one
+per project, thousands): while the indexer runs, each topic has a watcher waiting on the
+store's wake-ups for it (`wait_for_data`: this gateway's writes and, on a shared store, the
+other gateways'), which marks it dirty when it is written; a round looks at the dirty topics
+only. A watcher's wait also ends after `watch_s` (an hour by default), marking its topic dirty
+as well: a safety net against a wake-up lost, which spreads one look at every topic over that
+time. An indexer that is not running (`step` called by hand) has no watchers: its rounds and
+`lag_now` look at every topic, as nothing tells it which changed.
 """
 
 from __future__ import annotations
@@ -34,13 +44,14 @@ class IndexerCounters:
     stale: int = 0  # batches another indexer wrote first (positions reloaded, nothing lost)
     failures: int = 0  # rounds that failed on the store or the index (retried)
     rounds: int = 0
+    visited: int = 0  # topics rounds looked at (the store's bounds read): what idle costs
 
 
 @dataclass(slots=True, frozen=True)
 class Lag:
     events: int  # stored trace events not yet indexed, over the topics (as last seen)
     time_ms: int  # how long since the index last held every stored event (0 when it does)
-    per_topic: dict[str, int] = field(default_factory=dict)
+    per_topic: dict[str, int] = field(default_factory=dict)  # the topics that lag, only
 
     @property
     def caught_up(self) -> bool:
@@ -65,6 +76,7 @@ class TraceIndexer:
         on_failure: Callable[[str], None] | None = None,
         on_recovery: Callable[[], None] | None = None,
         clock_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+        watch_s: float = 3600.0,
     ) -> None:
         self.store = store
         self.index = index
@@ -90,8 +102,13 @@ class TraceIndexer:
         self.clock_ms = clock_ms
         self.counters = IndexerCounters()
         self._topics: set[str] = set()
+        self._dirty: set[str] = set()  # topics to look at in the next round
+        self._watchers: dict[str, asyncio.Task[None]] = {}  # while running: one per topic
+        self.watch_s = watch_s  # a watcher's longest wait: then it marks its topic anyway
         self._positions: dict[Position, int] | None = None
         self._store_max: dict[Position, int] = {}
+        self._lag: dict[Position, int] = {}  # positions behind their store max, by how much
+        self._lag_total = 0
         self._caught_up_ms = clock_ms()
         self._last_discovery = 0.0
         self._task: asyncio.Task[None] | None = None
@@ -107,7 +124,25 @@ class TraceIndexer:
             raise ValueError(f"{topic} is not a trace topic")
         if topic not in self._topics:
             self._topics.add(topic)
-            self._poke.set()
+            self.mark(topic)
+            if self._task is not None:
+                self._watch(topic)
+
+    def remove_topic(self, topic: str) -> None:
+        """Stop indexing `topic` (deleted with its project); what the index holds stays."""
+        self._topics.discard(topic)
+        self._dirty.discard(topic)
+        watcher = self._watchers.pop(topic, None)
+        if watcher is not None:
+            watcher.cancel()
+        for where in [w for w in self._store_max if w[0] == topic]:
+            del self._store_max[where]
+            self._lag_total -= self._lag.pop(where, 0)
+
+    def mark(self, topic: str) -> None:
+        """`topic` was written (or may have been): the next round looks at it."""
+        self._dirty.add(topic)
+        self._poke.set()
 
     async def on_new_topic(self, topic: str) -> None:
         """For `TraceRecorder(on_new_topic=...)`: a topic it created is indexed at once."""
@@ -122,13 +157,50 @@ class TraceIndexer:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self._run(), name="trace-indexer")
+            for topic in sorted(self._topics):
+                self._watch(topic)
 
     async def close(self) -> None:
+        tasks = list(self._watchers.values())
+        self._watchers = {}
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            tasks.append(self._task)
             self._task = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    @property
+    def watching(self) -> bool:
+        """Whether watchers tell the rounds which topics changed (the indexer runs)."""
+        return self._task is not None
+
+    def _watch(self, topic: str) -> None:
+        if topic not in self._watchers:
+            loop = asyncio.get_running_loop()
+            self._watchers[topic] = loop.create_task(self._watcher(topic), name=f"trace-watch:{topic}")
+
+    async def _watcher(self, topic: str) -> None:
+        """Mark `topic` dirty whenever the store says it was written (and after `watch_s`
+        without a word). The mark is made after the wake-up and before the next wait, and a
+        round reads the bounds after the mark: a write in between is never missed."""
+        failures = 0
+        while True:
+            try:
+                await self.store.wait_for_data(topic, self.watch_s)
+                failures = 0
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # not in the store (yet, or any more), or the store is away
+                failures += 1
+                self.mark(topic)
+                wait_s = min(60.0, 0.1 * 2**failures)
+                log.debug("trace topic %s cannot be watched (%r): next try in %.1f s", topic, exc, wait_s)
+                await asyncio.sleep(wait_s)
+                continue
+            self.mark(topic)
 
     def poke(self) -> None:
         """New events were written (by this gateway): look now rather than after the wait."""
@@ -168,24 +240,11 @@ class TraceIndexer:
                 await asyncio.sleep(wait_s)
 
     async def _wait_for_events(self) -> None:
-        """Until a trace topic is written (here or, for a shared store, on another gateway),
-        poked, or `idle_wait_s` passed."""
-        waits: list[asyncio.Future[object]] = [asyncio.ensure_future(self._poke.wait())]
-        waits += [
-            asyncio.ensure_future(self.store.wait_for_data(t, self.idle_wait_s))
-            for t in sorted(self._topics)
-            if self.store.has_topic(t)
-        ]
-        try:
-            # A write between the last read and the waiters' registration would wake no one:
-            # once they are registered, look at the bounds again.
-            await asyncio.sleep(0)
-            if (await self.lag_now()).events == 0:
-                await asyncio.wait(waits, timeout=self.idle_wait_s, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            for waiting in waits:
-                waiting.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
+        """Until a trace topic is written (its watcher marks it), poked, or `idle_wait_s`
+        passed. Nothing here looks at the topics: that is what made an idle gateway with
+        thousands of them busy."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._poke.wait(), self.idle_wait_s)
         self._poke.clear()
 
     async def _prune_if_due(self) -> None:
@@ -202,24 +261,43 @@ class TraceIndexer:
         ):
             pass  # a chunk at a time, yielding to new events between chunks
 
+    def _take_todo(self) -> set[str]:
+        """The topics this round looks at: the dirty ones, or every one with no watchers."""
+        if self.watching:
+            todo, self._dirty = self._dirty & self._topics, set()
+        else:
+            todo, self._dirty = set(self._topics), set()
+        return todo
+
     async def step(self) -> int:
-        """One round: index what is there, up to `batch_events`; return how many records were
-        passed (indexed or skipped as malformed)."""
+        """One round: index what is there in the topics that changed, up to `batch_events`;
+        return how many records were passed (indexed or skipped as malformed)."""
         self.counters.rounds += 1
         await self._discover()
         if self._positions is None:
             self._positions = await asyncio.to_thread(self.index.positions)
+            self._recount_lag()
+        todo = self._take_todo()
+        try:
+            return await self._round(todo, self._positions)
+        except BaseException:
+            self._dirty |= todo  # nothing of the round was written: look at them again
+            raise
+
+    async def _round(self, todo: set[str], positions: dict[Position, int]) -> int:
         raws: list[bytes] = []
         moves: dict[Position, PositionMove] = {}
+        more: set[str] = set()  # topics with records left after this round
         passed = skipped = 0
         self._full = False
-        for topic in sorted(self._topics):
+        for topic in sorted(todo):
             if not self.store.has_topic(topic):
                 continue
+            self.counters.visited += 1
             for bounds in await self.store.bounds(topic):
                 where = (topic, bounds.queue)
-                self._store_max[where] = bounds.max
-                known = self._positions.get(where)
+                self._set_max(where, bounds.max)
+                known = positions.get(where)
                 start = known or 0
                 if start < bounds.min:  # retention dropped them before they were indexed
                     skipped += bounds.min - start
@@ -227,7 +305,9 @@ class TraceIndexer:
                     moves[where] = PositionMove(known, start)
                 room = self.batch_events - len(raws)
                 if start >= bounds.max or room <= 0:
-                    self._full |= start < bounds.max
+                    if start < bounds.max:
+                        self._full = True
+                        more.add(topic)
                     continue
                 records = await self.store.read_raw(topic, bounds.queue, start, room)
                 if not records:
@@ -236,6 +316,8 @@ class TraceIndexer:
                 raws += [raw for _, raw in records]
                 passed += len(records)
                 moves[where] = PositionMove(known, records[-1][0] + 1)
+                if records[-1][0] + 1 < bounds.max:
+                    more.add(topic)
         if not moves:
             self._note_lag()
             return 0
@@ -248,9 +330,12 @@ class TraceIndexer:
         except StalePositions:
             self.counters.stale += 1
             self._positions = None  # reload: another indexer did this part
+            self._dirty |= todo
             return 0
         for where, move in moves.items():
-            self._positions[where] = move.new
+            positions[where] = move.new
+            self._relag(where)
+        self._dirty |= more
         self.counters.indexed += written.held
         self.counters.malformed += written.malformed
         self.counters.skipped_by_retention += skipped
@@ -264,7 +349,7 @@ class TraceIndexer:
         try:
             for topic in await self.discover():
                 if is_trace_topic(topic):
-                    self._topics.add(topic)
+                    self.add_topic(topic)
         except MqgateError as exc:
             log.warning("trace topic discovery failed: %r", exc)
 
@@ -279,34 +364,57 @@ class TraceIndexer:
     # --- lag ----------------------------------------------------------------------------------
 
     def _note_lag(self) -> None:
-        if self._lag_events() == 0:
+        if self._lag_total == 0:
             self._caught_up_ms = self.clock_ms()
 
-    def _lag_events(self, topic: str | None = None) -> int:
+    def _set_max(self, where: Position, high: int) -> None:
+        if where[0] in self._topics:  # not one removed meanwhile
+            self._store_max[where] = high
+            self._relag(where)
+
+    def _relag(self, where: Position) -> None:
+        """Keep the lag of `where` (and the total) as its bound or position moved."""
         positions = self._positions or {}
-        return sum(
-            max(0, high - positions.get(where, 0))
-            for where, high in self._store_max.items()
-            if topic is None or where[0] == topic
-        )
+        behind = max(0, self._store_max.get(where, 0) - positions.get(where, 0))
+        before = self._lag.pop(where, 0)
+        if behind:
+            self._lag[where] = behind
+        self._lag_total += behind - before
+
+    def _recount_lag(self) -> None:
+        self._lag, self._lag_total = {}, 0
+        for where in self._store_max:
+            self._relag(where)
 
     def lag(self) -> Lag:
-        """The lag as of the last round (cheap: for metrics)."""
-        per_topic = {t: self._lag_events(t) for t in sorted(self._topics)}
-        events = sum(per_topic.values())
+        """The lag as of the last round (cheap: for metrics; per topic, the lagging ones)."""
+        per_topic: dict[str, int] = {}
+        for (topic, _), behind in self._lag.items():
+            per_topic[topic] = per_topic.get(topic, 0) + behind
+        events = self._lag_total
         time_ms = 0 if events == 0 else max(0, self.clock_ms() - self._caught_up_ms)
         return Lag(events, time_ms, per_topic)
 
     async def lag_now(self, topic: str | None = None) -> Lag:
-        """The lag against the store's bounds now (for a query about to answer)."""
-        for t in [topic] if topic is not None else sorted(self._topics):
-            if t is not None and self.store.has_topic(t):
+        """The lag against the store's bounds now (for a query about to answer): of the
+        topics that may have moved since they were last looked at (the dirty ones while the
+        watchers run; every one without them), and of `topic` if given."""
+        if topic is not None:
+            looks = [topic]
+        elif self.watching:
+            looks = sorted(self._dirty & self._topics)
+        else:
+            looks = sorted(self._topics)
+        for t in looks:
+            if self.store.has_topic(t):
                 for bounds in await self.store.bounds(t):
-                    self._store_max[(t, bounds.queue)] = bounds.max
+                    self._set_max((t, bounds.queue), bounds.max)
         if self._positions is None:
             self._positions = await asyncio.to_thread(self.index.positions)
+            self._recount_lag()
         lag = self.lag()
+        self._dirty |= lag.per_topic.keys() & set(looks)  # behind: the next round looks at them
         if topic is not None:
-            events = lag.per_topic.get(topic, self._lag_events(topic))
-            return Lag(events, lag.time_ms if events else 0, {topic: events})
+            events = lag.per_topic.get(topic, 0)
+            return Lag(events, lag.time_ms if events else 0, {topic: events} if events else {})
         return lag

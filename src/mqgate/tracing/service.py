@@ -59,6 +59,7 @@ log = logging.getLogger(__name__)
 
 FLUSH_INTERVAL_MS: Final = 50
 INDEX_CONDITION: Final = "trace_index"  # its faults and degraded condition in /healthz
+DISCOVER_EVERY_S: Final = 60.0
 
 
 def policy_of(rec: PolicyRecord) -> TracePolicy:
@@ -91,6 +92,9 @@ class Tracing(Feature):
             ctx.store,
             self.index,
             discover=self._trace_topics,
+            # New trace topics come through registry_changed; the look at every registered
+            # topic is only the safety net.
+            discover_every_s=DISCOVER_EVERY_S,
             max_age_ms=int(settings.trace_retention_s * 1000),
             max_events=settings.trace_max_events,
             on_failure=self._index_failed,
@@ -151,6 +155,12 @@ class Tracing(Feature):
     async def registry_changed(self, changed: Snapshot, removed: Removed) -> None:
         if changed.policies or removed.policies:
             self.policies_changed(self.ctx.registry.snapshot.policies.values())
+        for name in changed.topics:
+            if name.startswith(TRACE_TOPIC_PREFIX):
+                self.indexer.add_topic(name)  # known ones: nothing
+        for name in removed.topics:
+            if name.startswith(TRACE_TOPIC_PREFIX):
+                self.indexer.remove_topic(name)
 
     # --- matching -------------------------------------------------------------------------
 

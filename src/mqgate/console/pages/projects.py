@@ -48,21 +48,13 @@ async def newest_intervals(
 ) -> tuple[list[QueueInterval], bool]:
     """A project's newest queue-state rows since `since_ms` (of a topic, a queue), at most
     `limit`, newest first; and whether there are more. The database picks them (index on
-    project and time): a project of hundreds of queues has tens of thousands an hour."""
+    project and time): a project of hundreds of queues has tens of thousands an hour; a steady
+    run is shown as its intervals."""
     qs = c.platform.queue_state
     await qs.recorder.flush()  # closed intervals this gateway still holds
-    t = qs.history.queues
-    where = [t.c.project == project, t.c.start_ms >= since_ms]
-    where += [t.c.topic == topic] if topic is not None else []
-    where += [t.c.queue == queue] if queue is not None else []
-    query = sa.select(t).where(*where).order_by(t.c.start_ms.desc(), t.c.topic, t.c.queue).limit(limit + 1)
-
-    def read() -> list[QueueInterval]:
-        with qs.history.engine.connect() as conn:
-            return [QueueInterval(**r._asdict()) for r in conn.execute(query)]
-
-    rows = await asyncio.to_thread(read)
-    return rows[:limit], len(rows) > limit
+    return await asyncio.to_thread(
+        qs.history.newest_queue_intervals, project, topic=topic, queue=queue, since_ms=since_ms, limit=limit
+    )
 
 
 async def project_health(c: Console, project: str) -> ProjectHealth:
