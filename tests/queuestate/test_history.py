@@ -3,8 +3,6 @@ of the same key, queries by project / topic / queue / consumer / time, retention
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -14,27 +12,11 @@ from mqgate.queuestate.diagnosis import diagnose
 from mqgate.queuestate.history import QueueStateHistory, history_url
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, QueueInterval, Rollup
 from mqgate.queuestate.sampler import QueueStateSampler
-from tests.conftest import require_service
+from tests.queuestate.conftest import PG_URL
 
 IV = 60_000
 B = 1_700_000_040_000
 DAY_MS = 24 * 3600 * 1000
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def history(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStateHistory]:
-    if request.param == "sqlite":
-        h = QueueStateHistory(tmp_path / "queue-state.db")
-    else:
-        require_service("127.0.0.1", 5432, "PostgreSQL")
-        # The shared `test` database, tables under a prefix of this run's own, dropped after.
-        h = QueueStateHistory(PG_URL, table_prefix=f"qs_{uuid.uuid4().hex[:10]}_")
-    h.create_schema()
-    h.create_schema()  # idempotent
-    yield h
-    h.drop_schema()
-    h.dispose()
 
 
 def sampled_rollup() -> Rollup:

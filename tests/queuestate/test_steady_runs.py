@@ -6,11 +6,8 @@ single intervals, as before; tables made before runs get their column."""
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
 import sqlalchemy as sa
 
 from mqgate.queuestate.diagnosis import diagnose
@@ -19,13 +16,11 @@ from mqgate.queuestate.recorder import QueueStateRecorder
 from mqgate.queuestate.rows import ConsumerInterval, QueueInterval, Rollup, split_run
 from mqgate.queuestate.sampler import QueueStateSampler
 from mqgate.queuestate.tables import make_tables
-from tests.conftest import require_service
 
 IV = 60_000
 B = 1_700_000_040_000
 QUEUES = 200
 INTERVALS = 10
-PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
 
 class Clock:
@@ -34,19 +29,6 @@ class Clock:
 
     def __call__(self) -> int:
         return self.now_ms
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def history(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStateHistory]:
-    if request.param == "sqlite":
-        h = QueueStateHistory(tmp_path / "queue-state.db")
-    else:
-        require_service("127.0.0.1", 5432, "PostgreSQL")
-        h = QueueStateHistory(PG_URL, table_prefix=f"qs_{uuid.uuid4().hex[:10]}_")
-    h.create_schema()
-    yield h
-    h.drop_schema()
-    h.dispose()
 
 
 def row_counts(h: QueueStateHistory) -> tuple[int, int]:
