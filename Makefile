@@ -23,9 +23,9 @@ SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA
 PYTEST_ARGS ?=
 # `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
 # [tool.coverage.run]); `make test-fast` leaves coverage out. Run whole, `make test` fails under
-# COVERAGE_FLOOR, which is to be a full quiet run's total (test process only), rounded down, minus
-# one: not measured yet, so it holds nothing back today. With PYTEST_ARGS: coverage, no floor.
-COVERAGE_FLOOR := 1
+# COVERAGE_FLOOR: a whole run's total (test process only; 77.85 % on a clean clone at 60c8ad5,
+# 2026-11-28) rounded down, minus one. With PYTEST_ARGS: coverage, no floor.
+COVERAGE_FLOOR := 76
 COVERAGE_ARGS = --cov --cov-report=term:skip-covered $(if $(PYTEST_ARGS),,--cov-fail-under=$(COVERAGE_FLOOR))
 
 .PHONY: install install-gateway run test test-fast lint bench lock vendor clean browser
