@@ -41,6 +41,9 @@ class DeliveredOut(ReadMessageOut, kw_only=True):
     """A message as a pull delivers it."""
 
     reconsume_times: int
+    # When the gateway took the batch (epoch ms, its clock): a message is handed out only if its
+    # deadline had not passed at this time.
+    pop_time: int
 
 
 class PullOut(Output, kw_only=True):
@@ -114,6 +117,7 @@ class DeletedOut(Output, kw_only=True):
 
 class TopicsOut(Output, kw_only=True):
     topics: list[TopicOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class ProducerOut(Output, kw_only=True):
@@ -152,6 +156,7 @@ class ProducerListedOut(Output, kw_only=True):
 
 class ProducersOut(Output, kw_only=True):
     producers: list[ProducerListedOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class TokenOut(Output, kw_only=True):
@@ -161,6 +166,7 @@ class TokenOut(Output, kw_only=True):
 
 class ConsumersOut(Output, kw_only=True):
     consumers: list[ConsumerOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class QueueProgressOut(Output, kw_only=True):
@@ -203,6 +209,7 @@ class ProgressOut(Output, kw_only=True):
     dead_lettered: int
     queues: list[QueueProgressOut]
     stranded: list[StrandedOut] = []
+    next: str | None = None  # the cursor of the next page of `queues`; absent on the last
 
 
 class ClampedOut(Output, kw_only=True):

@@ -26,7 +26,7 @@ def found_body(result: PullResult, broker: str) -> bytes:
     assert result.messages is not None and result.request_id is not None
     source = b',"source":' + msgspec.json.encode(result.source) if result.source else b""
     head = b',"broker":' + msgspec.json.encode(broker) + source + b',"queue":%d,"offset":' % result.queue
-    tail = b',"reconsumeTimes":%d}' % result.reconsume_times
+    tail = b',"reconsumeTimes":%d,"popTime":%d}' % (result.reconsume_times, result.pop_time_ms)
     items = b",".join([payload[:-1] + head + b"%d" % offset + tail for offset, payload in result.messages])
     ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
     return b'{"status":200,"message":"ok","result":{"status":"FOUND","requestId":"%b"%b,"msgList":[%b]}}' % (

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.budget import within_budget
 from mqgate.core.layout import Layout
 from mqgate.core.scheduling import is_expired
 from mqgate.core.tokens import AckToken, decode_token, encode_token
@@ -47,6 +48,8 @@ class PullResult:
     source: str | None = None  # the store topic, when not the consumer's topic (retry, inbox)
     messages: list[tuple[int, bytes]] | None = None  # (offset, stored JSON object)
     reconsume_times: int = 0
+    # When the gateway took the batch (epoch ms): the time its deadlines were checked against.
+    pop_time_ms: int = 0
     ack: str | None = None  # outcome of the ack carried by the pull, if any
     retry_after_s: float = 0.0
 
@@ -121,7 +124,7 @@ class Consuming:
             if lease is not None:
                 found = await self._serve(c, layout, table_client, lease)
                 if found is not None:
-                    offset_end, msgs, reconsumed = found
+                    offset_end, msgs, reconsumed, popped_ms = found
                     if limited and granted > len(msgs):
                         await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted - len(msgs))
                     token = AckToken(
@@ -148,6 +151,7 @@ class Consuming:
                         source=slot.topic if slot.topic != c.topic else None,
                         messages=msgs,
                         reconsume_times=reconsumed,
+                        pop_time_ms=popped_ms,
                         ack=ack_outcome,
                     )
                 continue  # the lease was settled without delivering (dead letters, redelivery)
@@ -169,8 +173,9 @@ class Consuming:
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease
-    ) -> tuple[int, list[tuple[int, bytes]], int] | None:
-        """What a lease delivers: (end offset, messages, reconsume count), or None when the
+    ) -> tuple[int, list[tuple[int, bytes]], int, int] | None:
+        """What a lease delivers: (end offset, messages, reconsume count, the time its deadlines
+        were checked against), or None when the
         batch went elsewhere instead (dead letters; redelivery with backoff, SPEC S5; all expired)."""
         store = self.ctx.store
         slot = layout.slot(lease.queue)
@@ -218,7 +223,7 @@ class Consuming:
                     c, client, lease, expired, DLQ_REASON_EXPIRED, lease.attempts - 1
                 )
             reconsumed += max((deliveries(m) for _, m in decoded), default=0)
-        return end, live, reconsumed
+        return end, live, reconsumed, now
 
     def _table_client(self, c: ConsumerRecord, client_id: str | None) -> str:
         if c.mode == MODE_CLUSTER:
@@ -312,9 +317,4 @@ def raise_refusal(refusal: AckRefusal | None, what: str) -> None:
 def fitting(records: list[tuple[int, bytes]], budget: int) -> list[tuple[int, bytes]]:
     """The first records whose bytes stay within an answer's budget (`max_answer_bytes`), at
     least one: a pull of many large messages answers what fits and the next pull goes on."""
-    size = 0
-    for i, (_, record) in enumerate(records):
-        size += len(record)
-        if size > budget:
-            return records[: max(i, 1)]
-    return records
+    return within_budget(records, budget, lambda r: len(r[1]))[0]
