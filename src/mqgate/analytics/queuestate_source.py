@@ -6,7 +6,8 @@ Two sources, both giving `ProjectWindow`s (the rows mqgate.queuestate.diagnosis 
   `<data_dir>/queue-state.sqlite`, or the registry's PostgreSQL when it has one), read with
   the gateway's own `QueueStateHistory`. Every row kind is there: queue, consumer and produce
   intervals, so every health rule can be judged.
-- `GatewaySource`: the gateway's API, `GET /admin/projects/{name}/queues`. It answers queue
+- `GatewaySource`: the gateway's API, `GET /admin/projects/{name}/queues`, every page of it
+  (`Client.project_queues` follows the answers' `next` cursor). It answers queue
   intervals only (max length, average length, dropped; no length limit), so only the
   `queue_full` rule by dropped messages can be judged from it: consumer faults and store
   faults need the consumer and produce intervals, which no route gives. `complete` is False
@@ -17,7 +18,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import sqlalchemy as sa
 
@@ -107,17 +107,11 @@ class GatewaySource:
         return {"kind": "gateway", "url": self.client.url, "missing": self.missing}
 
     def projects(self) -> list[str]:
-        listed = self.client.call("GET", "/admin/projects", what="listing projects")
+        listed = self.client.projects()  # every page
         return sorted(str(p["name"]) for p in listed.get("projects", []))
 
     def window(self, project: str, since_ms: int | None, until_ms: int | None) -> ProjectWindow:
-        params = {k: v for k, v in (("since", since_ms), ("until", until_ms)) if v is not None}
-        answer = self.client.call(
-            "GET",
-            f"/admin/projects/{quote(project, safe='')}/queues",
-            params=params,
-            what=f"queue state of project {project}",
-        )
+        answer = self.client.project_queues(project, since=since_ms, until=until_ms)  # every page
         return ProjectWindow(
             project,
             since_ms if since_ms is not None else 0,

@@ -3,21 +3,26 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.limits import SettingsLimits
+from mqgate.api.paging import KeyInt, KeyText, Paging
 from mqgate.errors import BadRequest
 from mqgate.names import INTERNAL_PREFIXES
-from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
+from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, TopicRecord
 from mqgate.services.gateway import Gateway
 from mqgate.services.topology import REVOKED
 from mqgate.web.request import Request
 from mqgate.web.response import Response
 from mqgate.web.route import Route
+
+# A row of a consumer's progress: its clientId ("" for a cluster consumer) and its position
+# among that client's rows.
+_PROGRESS_KEY: Final = (KeyText, KeyInt)
 
 
 def topic_out(t: TopicRecord) -> a.TopicOut:
@@ -38,6 +43,12 @@ def consumer_out(c: ConsumerRecord) -> a.ConsumerOut:
     )
 
 
+def producer_out(p: ProducerRecord) -> a.ProducerListedOut:
+    return a.ProducerListedOut(
+        name=p.name, topic=p.topic, destinations=p.allowed(), token_revoked=p.token_hash == REVOKED
+    )
+
+
 def out(value: Any, shape: type[a.Output]) -> Any:
     """A service's answer (a dataclass) as its wire shape."""
     return msgspec.convert(value, shape, from_attributes=True)
@@ -53,6 +64,7 @@ class AdminRoutes:
         self.gw = gateway
         self.limits = limits
         self.stranded = stranded  # a consumer's backlog on clusters its project left (failover)
+        self.paging = Paging(gateway.ctx.settings.max_answer_bytes)
 
     async def create_topic(self, req: Request) -> Response:
         inp: s.TopicIn = req.input
@@ -97,7 +109,8 @@ class AdminRoutes:
 
     async def list_topics(self, req: Request) -> Response:
         topics = self.gw.ctx.registry.snapshot.topics.values()
-        return Response(a.TopicsOut(topics=[topic_out(t) for t in topics]))
+        found, nxt = self.paging.listing(req.input, "topics", topics, lambda t: (t.name,), topic_out)
+        return Response(a.TopicsOut(topics=found, next=nxt))
 
     async def register_producer(self, req: Request) -> Response:
         inp: s.ProducerIn = req.input
@@ -123,17 +136,14 @@ class AdminRoutes:
         )
 
     async def list_consumers(self, req: Request) -> Response:
-        consumers = [consumer_out(c) for c in self.gw.ctx.registry.snapshot.consumers.values()]
-        return Response(a.ConsumersOut(consumers=consumers))
+        consumers = self.gw.ctx.registry.snapshot.consumers.values()
+        found, nxt = self.paging.listing(req.input, "consumers", consumers, lambda c: (c.name,), consumer_out)
+        return Response(a.ConsumersOut(consumers=found, next=nxt))
 
     async def list_producers(self, req: Request) -> Response:
-        producers = [
-            a.ProducerListedOut(
-                name=p.name, topic=p.topic, destinations=p.allowed(), token_revoked=p.token_hash == REVOKED
-            )
-            for p in self.gw.ctx.registry.snapshot.producers.values()
-        ]
-        return Response(a.ProducersOut(producers=producers))
+        producers = self.gw.ctx.registry.snapshot.producers.values()
+        found, nxt = self.paging.listing(req.input, "producers", producers, lambda p: (p.name,), producer_out)
+        return Response(a.ProducersOut(producers=found, next=nxt))
 
     async def change_consumer(self, req: Request) -> Response:
         inp: s.ConsumerSettingsIn = req.input
@@ -164,9 +174,20 @@ class AdminRoutes:
         ]
 
     async def progress(self, req: Request) -> Response:
-        progress: a.ProgressOut = out(await self.gw.operations.progress(req.input.name), a.ProgressOut)
+        """A consumer's progress, its `queues` paged: a broadcast consumer has a row per clientId
+        and queue. In clientId order, each client's queues in the order progress gives them;
+        the totals (`lag`, `deadLettered`) are over every row."""
+        inp: s.ProgressIn = req.input
+        progress: a.ProgressOut = out(await self.gw.operations.progress(inp.name), a.ProgressOut)
+        by_client: dict[str, list[a.QueueProgressOut]] = {}
+        for q in progress.queues:
+            by_client.setdefault(q.client_id or "", []).append(q)
+        rows = [((client, i), q) for client, qs in by_client.items() for i, q in enumerate(qs)]
+        progress.queues, progress.next = self.paging.listing(
+            inp, "progress", rows, lambda r: r[0], lambda r: r[1], _PROGRESS_KEY
+        )
         if self.stranded is not None:
-            progress.stranded = [out(s, a.StrandedOut) for s in await self.stranded(req.input.name)]
+            progress.stranded = [out(s, a.StrandedOut) for s in await self.stranded(inp.name)]
         return Response(progress)
 
     async def reset(self, req: Request) -> Response:
@@ -218,8 +239,8 @@ class AdminRoutes:
                 "/admin/topics",
                 self.list_topics,
                 "admin",
-                "List topics",
-                None,
+                "List topics (paged)",
+                s.PageIn,
                 a.TopicsOut,
                 body="none",
             ),
@@ -302,8 +323,8 @@ class AdminRoutes:
                 "/admin/consumers",
                 self.list_consumers,
                 "admin",
-                "List consumers",
-                None,
+                "List consumers (paged)",
+                s.PageIn,
                 a.ConsumersOut,
                 body="none",
             ),
@@ -312,8 +333,8 @@ class AdminRoutes:
                 "/admin/producers",
                 self.list_producers,
                 "admin",
-                "List producers",
-                None,
+                "List producers (paged)",
+                s.PageIn,
                 a.ProducersOut,
                 body="none",
             ),
@@ -332,8 +353,8 @@ class AdminRoutes:
                 consumer + "/progress",
                 self.progress,
                 "admin",
-                "Per-queue progress, lag, locks and dead letters of a consumer (SPEC G9)",
-                s.NamedIn,
+                "Per-queue progress, lag, locks and dead letters of a consumer (SPEC G9; queues paged)",
+                s.ProgressIn,
                 a.ProgressOut,
                 (404,),
                 body="none",

@@ -1,10 +1,14 @@
-"""`GET /admin/alerts`: the alerts active now (SPEC G9; mqgate.alerts.service)."""
+"""`GET /admin/alerts`: the alerts active now (SPEC G9; mqgate.alerts.service), paged."""
 
 from __future__ import annotations
+
+import asyncio
 
 from mqgate.alerts.rules import LAG
 from mqgate.alerts.service import ActiveAlert, Alerts
 from mqgate.api import answers as a
+from mqgate.api.paging import Paging
+from mqgate.api.shapes import PageIn
 from mqgate.web.request import Request
 from mqgate.web.response import Response
 from mqgate.web.route import Route
@@ -35,6 +39,8 @@ class AlertsAnswer(a.Output, kw_only=True):
     active: list[ActiveAlertOut]  # every active alert, each kind
     checked: int  # epoch ms of the check this answer comes from
     webhook: WebhookOut
+    # The cursor of the next page (of `active`, and of `alerts` among them); absent on the last.
+    next: str | None = None
 
 
 def active_out(x: ActiveAlert) -> ActiveAlertOut:
@@ -49,20 +55,35 @@ def lag_out(x: ActiveAlert) -> a.AlertOut:
     return a.AlertOut(consumer=x.consumer, topic=x.topic, lag=x.value, threshold=x.threshold)
 
 
+def _both(x: ActiveAlert) -> tuple[ActiveAlertOut, a.AlertOut | None]:
+    """An alert as `active` lists it and, a backlog alert, as `alerts` does (a page's bytes
+    count both)."""
+    return active_out(x), lag_out(x) if x.kind == LAG else None
+
+
 class AlertRoutes:
     def __init__(self, alerts: Alerts) -> None:
         self.alerts = alerts
+        self.paging = Paging(alerts.gateway.ctx.settings.max_answer_bytes)
 
     async def active(self, req: Request) -> Response:
-        found = await self.alerts.check()  # now, not as of the last periodic check
+        """The active alerts by key, paged: a first page checks the rules now (not as of the
+        last periodic check); a page after it reads the active alerts as recorded (every
+        gateway's, in the shared table), so it may come from another gateway than the first."""
+        inp: PageIn = req.input
+        if inp.cursor is None:
+            found = await self.alerts.check()
+        else:
+            found = await asyncio.to_thread(self.alerts.table.active)
+        page, nxt = self.paging.listing(inp, "alerts", found, lambda x: (x.key,), _both)
         hook = self.alerts.webhook
-        backlog = [x for x in found if x.kind == LAG]
         return Response(
             AlertsAnswer(
-                alerts=[lag_out(x) for x in backlog],
-                active=[active_out(x) for x in found],
+                alerts=[lag for _, lag in page if lag is not None],
+                active=[x for x, _ in page],
                 checked=self.alerts.checked_ms,
                 webhook=WebhookOut(configured=hook is not None, waiting=hook.queue.qsize() if hook else 0),
+                next=nxt,
             )
         )
 
@@ -73,8 +94,8 @@ class AlertRoutes:
                 "/admin/alerts",
                 self.active,
                 "admin",
-                "Active alerts: backlog over threshold, dead letters growing",
-                None,
+                "Active alerts: backlog over threshold, dead letters growing (paged)",
+                PageIn,
                 AlertsAnswer,
                 body="none",
             )

@@ -7,8 +7,9 @@ from typing import Annotated
 from msgspec import Meta
 
 from mqgate.api import answers as a
+from mqgate.api.paging import Paging
 from mqgate.api.routes_admin import out
-from mqgate.api.shapes import Input, Name
+from mqgate.api.shapes import Input, Name, PageIn
 from mqgate.failover.pool import ClusterSpec
 from mqgate.failover.service import Failover
 from mqgate.web.request import Request
@@ -56,6 +57,7 @@ class ClusterOut(a.Output, kw_only=True):
 
 class ClustersOut(a.Output, kw_only=True):
     clusters: list[ClusterOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class ProjectFailoverOut(a.Output, kw_only=True):
@@ -87,6 +89,7 @@ class SpoolOut(a.Output, kw_only=True):
 class ClusterRoutes:
     def __init__(self, failover: Failover) -> None:
         self.failover = failover
+        self.paging = Paging(failover.ctx.settings.max_answer_bytes)
 
     async def add(self, req: Request) -> Response:
         inp: ClusterIn = req.input
@@ -94,7 +97,10 @@ class ClusterRoutes:
         return Response(out(status, ClusterOut))
 
     async def listing(self, req: Request) -> Response:
-        return Response(ClustersOut(clusters=[out(s, ClusterOut) for s in self.failover.clusters()]))
+        found, nxt = self.paging.listing(
+            req.input, "clusters", self.failover.clusters(), lambda c: (c.name,), lambda c: out(c, ClusterOut)
+        )
+        return Response(ClustersOut(clusters=found, next=nxt))
 
     async def show(self, req: Request) -> Response:
         return Response(out(self.failover.cluster(req.input.name), ClusterOut))
@@ -123,8 +129,8 @@ class ClusterRoutes:
         return [
             Route("POST", "/admin/clusters", self.add, "admin", "Add a store cluster to a pool (SPEC P8)",
                   ClusterIn, ClusterOut, (409,)),
-            Route("GET", "/admin/clusters", self.listing, "admin", "Clusters with their health",
-                  None, ClustersOut, body="none"),
+            Route("GET", "/admin/clusters", self.listing, "admin", "Clusters with their health (paged)",
+                  PageIn, ClustersOut, body="none"),
             Route("GET", cluster, self.show, "admin", "One cluster's health", ClusterNameIn, ClusterOut,
                   (404,), body="none"),
             Route("DELETE", cluster, self.delete, "admin", "Remove a cluster no project uses",

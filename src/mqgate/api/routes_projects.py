@@ -3,22 +3,34 @@
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterator
+from typing import Final
+
 import msgspec
 
 from mqgate.api import answers as a
 from mqgate.api import shapes_projects as sp
+from mqgate.api.paging import KeyInt, KeyText, Paging
 from mqgate.api.routes_admin import out
+from mqgate.api.shapes import PageIn
 from mqgate.platform import Platform
 from mqgate.registry.records import PolicyRecord, ProjectRecord
 from mqgate.web.request import Request
 from mqgate.web.response import Response
 from mqgate.web.route import Route
 
+# The key of a queue interval in its list: topic, queue, start.
+_INTERVAL_KEY: Final = (KeyText, KeyInt, KeyInt)
+_ROUTER_KEY: Final = (KeyText, KeyInt)  # topic, queue
+_POLICY_KEY: Final = (KeyInt, KeyText)  # created, id: the order policies are listed in
+
 
 class ProjectRoutes:
     def __init__(self, platform: Platform) -> None:
         self.platform = platform
         self.gw = platform.gateway
+        self.paging = Paging(self.gw.ctx.settings.max_answer_bytes)
 
     def _project_out(self, rec: ProjectRecord) -> sp.ProjectOut:
         topics = sorted(t.name for t in self.platform.projects.topics_of(rec.name))
@@ -29,8 +41,10 @@ class ProjectRoutes:
         return Response(self._project_out(await self.platform.projects.create(inp.name, inp.description)))
 
     async def listing(self, req: Request) -> Response:
-        recs = sorted(self.gw.ctx.registry.snapshot.projects.values(), key=lambda p: p.name)
-        return Response(sp.ProjectsOut(projects=[self._project_out(p) for p in recs]))
+        inp: PageIn = req.input
+        recs = self.gw.ctx.registry.snapshot.projects.values()
+        found, nxt = self.paging.listing(inp, "projects", recs, lambda p: (p.name,), self._project_out)
+        return Response(sp.ProjectsOut(projects=found, next=nxt))
 
     async def show(self, req: Request) -> Response:
         return Response(self._project_out(await self.platform.projects.project(req.input.name)))
@@ -44,33 +58,50 @@ class ProjectRoutes:
         return Response(out(await self.platform.queue_state.health(project.name), sp.ProjectHealthOut))
 
     async def queues(self, req: Request) -> Response:
+        """A page of the project's queue intervals, in (topic, queue, start) order: a steady
+        run of the history is its single intervals, and a page may end inside one (the cursor
+        names the interval, not the row)."""
         inp: sp.ProjectQueuesIn = req.input
         project = await self.platform.projects.project(inp.name)
-        rows = await self.platform.queue_state.queues(
-            project.name, inp.topic, inp.queue, inp.since, inp.until
+        after = self.paging.after(inp, "queues", _INTERVAL_KEY)
+        rows, more = await self.platform.queue_state.queue_page(
+            project.name, inp.topic, inp.queue, inp.since, inp.until, after=after, limit=inp.limit
         )
-        return Response(
-            sp.QueueHistoryOut(project=project.name, intervals=[out(r, sp.QueueIntervalOut) for r in rows])
-        )
+        keyed = (((r.topic, r.queue, r.start_ms), out(r, sp.QueueIntervalOut)) for r in rows)
+        found, nxt = self.paging.page(inp, "queues", keyed, more=more)
+        return Response(sp.QueueHistoryOut(project=project.name, intervals=found, next=nxt))
 
     async def routers(self, req: Request) -> Response:
         """Every queue of every topic, by project or topic (SPEC P5 routers): from the registry,
-        so each exists once, from the registration of its topic on."""
+        so each exists once, from the registration of its topic on. In (topic, queue) order,
+        made only as far as the page goes."""
         inp: sp.RoutersIn = req.input
         if inp.project is not None:
             await self.platform.projects.project(inp.project)
-        found = []
-        for t in sorted(self.gw.ctx.registry.snapshot.topics.values(), key=lambda t: t.name):
-            if (inp.project is not None and t.project != inp.project) or (inp.topic not in (None, t.name)):
-                continue
-            for q in range(t.store_queues):
-                lane = t.grid.lane_of(q)
-                found.append(
-                    sp.RouterOut(
-                        id=f"{t.project}/{t.name}/{q}", project=t.project, topic=t.name, queue=q, lane=lane
-                    )
-                )
-        return Response(sp.RoutersOut(routers=found))
+        after = self.paging.after(inp, "routers", _ROUTER_KEY)
+        topics = sorted(
+            (
+                t
+                for t in self.gw.ctx.registry.snapshot.topics.values()
+                if (inp.project is None or t.project == inp.project) and inp.topic in (None, t.name)
+            ),
+            key=lambda t: t.name,
+        )
+        if after is not None:
+            topics = topics[bisect.bisect_left(topics, after[0], key=lambda t: t.name) :]
+
+        def keyed() -> Iterator[tuple[tuple[str, int], sp.RouterOut]]:
+            for t in topics:
+                first = after[1] + 1 if after is not None and t.name == after[0] else 0
+                for q in range(max(first, 0), t.store_queues):
+                    router = sp.RouterOut(
+                        id=f"{t.project}/{t.name}/{q}", project=t.project, topic=t.name, queue=q,
+                        lane=t.grid.lane_of(q),
+                    )  # fmt: skip
+                    yield (t.name, q), router
+
+        found, nxt = self.paging.page(inp, "routers", keyed())
+        return Response(sp.RoutersOut(routers=found, next=nxt))
 
     async def add_policy(self, req: Request) -> Response:
         inp: sp.PolicyIn = req.input
@@ -80,7 +111,12 @@ class ProjectRoutes:
         return Response(_policy_out(rec))
 
     async def policies(self, req: Request) -> Response:
-        return Response(sp.PoliciesOut(policies=[_policy_out(p) for p in self.platform.projects.policies()]))
+        inp: PageIn = req.input
+        found, nxt = self.paging.listing(
+            inp, "policies", self.platform.projects.policies(), lambda p: (p.created_ms, p.id), _policy_out,
+            _POLICY_KEY,
+        )  # fmt: skip
+        return Response(sp.PoliciesOut(policies=found, next=nxt))
 
     async def delete_policy(self, req: Request) -> Response:
         await self.platform.projects.delete_policy(req.input.id)
@@ -112,8 +148,8 @@ class ProjectRoutes:
         return [
             Route("POST", "/admin/projects", self.create, "admin", "Create a project (SPEC P1)",
                   sp.ProjectIn, sp.ProjectOut, (409, 507)),
-            Route("GET", "/admin/projects", self.listing, "admin", "List projects with their topics",
-                  None, sp.ProjectsOut, body="none"),
+            Route("GET", "/admin/projects", self.listing, "admin", "List projects with their topics (paged)",
+                  PageIn, sp.ProjectsOut, body="none"),
             Route("GET", project, self.show, "admin", "Show a project", sp.ProjectNameIn, sp.ProjectOut,
                   (404,), body="none"),
             Route("DELETE", project, self.delete, "admin", "Delete an empty project", sp.ProjectNameIn,
@@ -122,15 +158,15 @@ class ProjectRoutes:
                   "Project health: a queue fault told from a consumer fault (SPEC P1)", sp.ProjectNameIn,
                   sp.ProjectHealthOut, (404,), body="none"),
             Route("GET", project + "/queues", self.queues, "admin",
-                  "Queue state over time: max length and average occupancy per interval (SPEC P1)",
+                  "Queue state over time: max length and average occupancy per interval (SPEC P1; paged)",
                   sp.ProjectQueuesIn, sp.QueueHistoryOut, (404,), body="none"),
             Route("GET", "/admin/routers", self.routers, "admin",
-                  "Every queue of every topic, by project or topic (SPEC P5 routers)", sp.RoutersIn,
+                  "Every queue of every topic, by project or topic (SPEC P5 routers; paged)", sp.RoutersIn,
                   sp.RoutersOut, (404,), body="none"),
             Route("POST", "/admin/trace-policies", self.add_policy, "admin",
                   "Add a trace policy (SPEC P2-P4)", sp.PolicyIn, sp.PolicyOut, (404,)),
-            Route("GET", "/admin/trace-policies", self.policies, "admin", "List trace policies", None,
-                  sp.PoliciesOut, body="none"),
+            Route("GET", "/admin/trace-policies", self.policies, "admin", "List trace policies (paged)",
+                  PageIn, sp.PoliciesOut, body="none"),
             Route("DELETE", "/admin/trace-policies/{id}", self.delete_policy, "admin",
                   "Delete a trace policy", sp.PolicyIdIn, a.DeletedOut, (404,), body="none"),
             Route("GET", "/admin/traces", self.traces, "admin",

@@ -30,6 +30,11 @@ MAX_DELAY_MS: Final = 365 * DAY_MS  # how far ahead a message may be scheduled
 MAX_TTL_MS: Final = 10 * 365 * DAY_MS
 MAX_EPOCH_MS: Final = 2**47 - 1
 MAX_OFFSET: Final = 2**62
+# A page of an admin list (docs/PROTOCOL.md, "Paging"): at most this many items, and never
+# more bytes than `max_answer_bytes` (at least one item); `next` is where the next page starts.
+MAX_PAGE_ITEMS: Final = 10_000
+DEFAULT_PAGE_ITEMS: Final = 1000
+MAX_CURSOR_CHARS: Final = 2048
 NAME_PATTERN: Final = r"^(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
 # A topic name, or one of the gateway's own topics (a consumer's `%DLQ%…`, a project's `%TRACE%…`).
 TOPIC_PATTERN: Final = "^(" + "|".join(INTERNAL_PREFIXES) + r")?(?!\.{1,2}$)[A-Za-z0-9._-]{1,128}$"
@@ -55,6 +60,32 @@ Offset = Annotated[int, Meta(ge=0, le=MAX_OFFSET)]
 
 class Input(msgspec.Struct, forbid_unknown_fields=True, rename="camel", kw_only=True, frozen=True):
     """Base of every request shape: unknown fields are refused, wire names are camelCase."""
+
+
+class PageIn(Input, kw_only=True, frozen=True):
+    """A page of a list: at most `limit` items after `cursor` (the `next` of the previous page),
+    stopping before `max_answer_bytes` (at least one item). The base of every list's shape."""
+
+    limit: Annotated[
+        int,
+        Meta(
+            ge=1,
+            le=MAX_PAGE_ITEMS,
+            description="items in this page at most; it also stops at the answer's byte budget",
+        ),
+    ] = DEFAULT_PAGE_ITEMS
+    cursor: (
+        Annotated[
+            str,
+            Meta(
+                min_length=1,
+                max_length=MAX_CURSOR_CHARS,
+                description="the previous page's `next`, with the same other parameters; "
+                "none: the first page",
+            ),
+        ]
+        | None
+    ) = None
 
 
 def _one_timing(deliver_at: int | None, delay_ms: int | None) -> None:
@@ -209,6 +240,13 @@ class ConsumerIn(Input, kw_only=True, frozen=True):
 
 
 class NamedIn(Input, kw_only=True, frozen=True):
+    name: Name
+
+
+class ProgressIn(PageIn, kw_only=True, frozen=True):
+    """A consumer's progress; its `queues` are paged (a broadcast consumer has a row per
+    clientId and queue)."""
+
     name: Name
 
 

@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 from msgspec import Meta
 
 from mqgate.api.answers import Output
-from mqgate.api.shapes import EpochMs, Input, Name, TopicName
+from mqgate.api.shapes import EpochMs, Input, Name, PageIn, TopicName
 
 Description = Annotated[str, Meta(max_length=1000)]
 LookupValue = Annotated[str, Meta(min_length=1, max_length=512)]
@@ -22,7 +22,7 @@ class ProjectNameIn(Input, kw_only=True, frozen=True):
     name: Name
 
 
-class ProjectQueuesIn(Input, kw_only=True, frozen=True):
+class ProjectQueuesIn(PageIn, kw_only=True, frozen=True):
     name: Name
     topic: TopicName | None = None
     queue: Annotated[int, Meta(ge=0)] | None = None
@@ -43,7 +43,7 @@ class PolicyIdIn(Input, kw_only=True, frozen=True):
     id: Annotated[str, Meta(pattern=r"^[A-Za-z0-9_]{1,64}$")]
 
 
-class RoutersIn(Input, kw_only=True, frozen=True):
+class RoutersIn(PageIn, kw_only=True, frozen=True):
     project: Name | None = None
     topic: TopicName | None = None
 
@@ -64,6 +64,7 @@ class ProjectOut(Output, kw_only=True):
 
 class ProjectsOut(Output, kw_only=True):
     projects: list[ProjectOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class PolicyOut(Output, kw_only=True):
@@ -78,6 +79,7 @@ class PolicyOut(Output, kw_only=True):
 
 class PoliciesOut(Output, kw_only=True):
     policies: list[PolicyOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class ResourceOut(Output, kw_only=True):
@@ -177,6 +179,7 @@ class QueueIntervalOut(Output, kw_only=True):
 class QueueHistoryOut(Output, kw_only=True):
     project: str
     intervals: list[QueueIntervalOut]
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class RouterOut(Output, kw_only=True):
@@ -191,3 +194,4 @@ class RouterOut(Output, kw_only=True):
 
 class RoutersOut(Output, kw_only=True):
     routers: list[RouterOut]
+    next: str | None = None  # the cursor of the next page; absent on the last

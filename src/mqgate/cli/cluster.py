@@ -31,7 +31,7 @@ def add_parser(commands: Any) -> None:
     )
     admin_command(
         actions.add_parser("list", help="clusters and their health"),
-        lambda c, a: c.call("GET", "/admin/clusters"),
+        lambda c, a: c.clusters(),
         lambda r: table(r["clusters"], CLUSTER_COLUMNS, "no clusters"),
     )
     show = actions.add_parser("show", help="one cluster's health")

@@ -25,7 +25,7 @@ def add_parser(commands: Any) -> None:
     )
     admin_command(
         actions.add_parser("list", help="list projects and their topics"),
-        lambda c, a: c.call("GET", "/admin/projects"),
+        lambda c, a: c.projects(),
         lambda r: table(
             [{**p, "topics": ",".join(p["topics"])} for p in r["projects"]],
             ("name", "description", "topics"),
@@ -70,7 +70,7 @@ def add_trace_parser(commands: Any) -> None:
     )
     admin_command(
         actions.add_parser("policies", help="list trace policies"),
-        lambda c, a: c.call("GET", "/admin/trace-policies"),
+        lambda c, a: c.trace_policies(),
         lambda r: table(r["policies"], POLICY_COLUMNS, "no policies"),
     )
     remove = actions.add_parser("remove", help="delete a trace policy")

@@ -11,8 +11,12 @@ from urllib.parse import quote
 import msgspec
 
 from mqgate.client.transport import Transport
+from mqgate.errors import MqgateError
 
 TIMEOUT_S: Final = 60.0
+# The most items a page of an admin list holds (the gateway's MAX_PAGE_ITEMS); a page also stops
+# at the gateway's answer budget, and `listing` follows the pages to the last.
+PAGE_LIMIT: Final = 10_000
 # The gateway takes at most 1,000 messages and 4 MiB of message text per batch produce, and
 # 5 MiB per request body; a batch is cut before its encoded messages pass this.
 PRODUCE_MAX_MESSAGES: Final = 1000
@@ -124,6 +128,29 @@ class Client:
         data = self.request(method, path, params=params, body=content, what=what)
         return msgspec.json.decode(data).get("result") if data else None
 
+    def listing(
+        self,
+        path: str,
+        *lists: str,
+        params: Mapping[str, Any] | None = None,
+        what: str | None = None,
+    ) -> Any:
+        """A paged answer whole (docs/PROTOCOL.md, "Paging"): the first page's `result`, with
+        the `lists` of every later page appended, following each page's `next` to the last
+        (without `next` then)."""
+        query = {**(params or {}), "limit": PAGE_LIMIT}
+        result = self.call("GET", path, params=query, what=what)
+        cursor = result.pop("next", None)
+        while cursor:
+            page = self.call("GET", path, params={**query, "cursor": cursor}, what=what)
+            for name in lists:
+                result[name].extend(page.get(name, []))
+            after = page.get("next")
+            if after == cursor:  # a gateway that does not go on would be asked forever
+                raise MqgateError(f"{what or path}: the next page's cursor did not move", field="cursor")
+            cursor = after
+        return result
+
     # --- administration (admin token) ---------------------------------------------------
 
     def create_topic(
@@ -145,7 +172,37 @@ class Client:
         return self.call("POST", "/admin/topics", _compact(body), what=f"creating topic {name}")
 
     def topics(self) -> Any:
-        return self.call("GET", "/admin/topics", what="listing topics")
+        return self.listing("/admin/topics", "topics", what="listing topics")
+
+    def consumers(self) -> Any:
+        return self.listing("/admin/consumers", "consumers", what="listing consumers")
+
+    def projects(self) -> Any:
+        return self.listing("/admin/projects", "projects", what="listing projects")
+
+    def project_queues(
+        self,
+        project: str,
+        *,
+        topic: str | None = None,
+        queue: int | None = None,
+        since: int | None = None,
+        until: int | None = None,
+    ) -> Any:
+        """The project's queue state intervals (SPEC P1), every page of them."""
+        params = _compact({"topic": topic, "queue": queue, "since": since, "until": until})
+        path = f"/admin/projects/{_path_part(project)}/queues"
+        return self.listing(path, "intervals", params=params, what=f"queue state of project {project}")
+
+    def routers(self, *, project: str | None = None, topic: str | None = None) -> Any:
+        params = _compact({"project": project, "topic": topic})
+        return self.listing("/admin/routers", "routers", params=params, what="listing routers")
+
+    def trace_policies(self) -> Any:
+        return self.listing("/admin/trace-policies", "policies", what="listing trace policies")
+
+    def clusters(self) -> Any:
+        return self.listing("/admin/clusters", "clusters", what="listing clusters")
 
     def register_producer(self, name: str, topic: str) -> Any:
         body = {"name": name, "topic": topic}
@@ -173,7 +230,7 @@ class Client:
 
     def progress(self, consumer: str) -> Any:
         path = f"/admin/consumers/{_path_part(consumer)}/progress"
-        return self.call("GET", path, what=f"progress of consumer {consumer}")
+        return self.listing(path, "queues", what=f"progress of consumer {consumer}")
 
     def reset_consumer(
         self,
@@ -201,7 +258,7 @@ class Client:
         return self._consumer_action(consumer, "alert", {"backlog": backlog})
 
     def alerts(self) -> Any:
-        return self.call("GET", "/admin/alerts", what="listing alerts")
+        return self.listing("/admin/alerts", "alerts", "active", what="listing alerts")
 
     def dead_letters(self, consumer: str) -> Any:
         """The consumer's dead-letter topic: its offsets, redrive position and copies so far."""
@@ -236,7 +293,7 @@ class Client:
         return self._consumer_action(consumer, "dead-letters/redrive", _compact(body))
 
     def producers(self) -> Any:
-        return self.call("GET", "/admin/producers", what="listing producers")
+        return self.listing("/admin/producers", "producers", what="listing producers")
 
     def change_consumer(
         self, consumer: str, *, lock_timeout_s: float | None = None, max_attempts: int | None = None

@@ -9,8 +9,11 @@ and the rest written after a restart, or the rows of several gateways, become on
 A queue or consumer row may stand for a steady run of intervals (`intervals` > 1, see
 queuestate/rows.py; the recorder writes one while nothing changes, at most `MAX_RUN_MS` long).
 The queries give single intervals back (`split_run`), so what they answer is as before; they
-read from `MAX_RUN_MS` before the window's start to find a run reaching into it. Tables made
-before runs get their `intervals` column in `create_schema` (every row there is one interval).
+read from `MAX_RUN_MS` before the window's start to find a run reaching into it. `queue_page`
+gives them a page at a time (the API's `GET /admin/projects/{name}/queues`): after an interval's
+key, reading the rows as a stream from `MAX_RUN_MS` before it and only as far as the page goes.
+Tables made before runs get their `intervals` column in `create_schema` (every row there is one
+interval).
 
 Calls are synchronous; the recorder runs them in a worker thread. Rows older than the retention
 (default 7 days) are deleted by `prune`, which says how many it deleted (a run once its last
@@ -19,9 +22,11 @@ interval began before the retention's cutoff).
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Final, TypeVar
 
@@ -46,6 +51,8 @@ DEFAULT_TABLE_PREFIX: Final = "mqgate_qstate_"
 _PREFIX_RE: Final = re.compile(r"[a-z_][a-z0-9_]{0,39}")
 
 _Row = TypeVar("_Row", QueueInterval, ConsumerInterval)
+# Rows a paged query fetches at a time (it stops reading once its page is full).
+_STREAM_ROWS: Final = 500
 
 # How a column of an incoming row combines with the stored row of the same key.
 ADD: Final = "add"
@@ -256,6 +263,49 @@ class QueueStateHistory:
         )
         return _single(self._rows(query, QueueInterval), _QUEUE_KEY, _MERGE_QUEUE, since_ms, until_ms)
 
+    def queue_page(
+        self,
+        project: str,
+        *,
+        topic: str | None = None,
+        queue: int | None = None,
+        since_ms: int | None = None,
+        until_ms: int | None = None,
+        after: tuple[str, int, int] | None = None,
+        limit: int,
+    ) -> tuple[list[QueueInterval], bool]:
+        """A page of `queue_history`: at most `limit` single intervals after the one keyed
+        `after` (topic, queue, start), in its order; and whether more follow. The rows are
+        read as a stream from `after`'s run lookback on (a run that began up to `MAX_RUN_MS`
+        before it may hold intervals after it) and only as far as the page needs: a page costs
+        its own intervals, not the history's."""
+        t = self.queues
+        query = sa.select(t).where(
+            self._where(t, project, _lookback(since_ms), until_ms, topic=topic, queue=queue)
+        )
+        past = None
+        if after is not None:
+            a_topic, a_queue, a_start = after
+            query = query.where(
+                sa.tuple_(t.c.topic, t.c.queue, t.c.start_ms)
+                >= sa.tuple_(sa.literal(a_topic), sa.literal(a_queue), sa.literal(a_start - MAX_RUN_MS))
+            )
+            past = (project, a_topic, a_queue, a_start)
+        query = query.order_by(t.c.topic, t.c.queue, t.c.start_ms)
+
+        def job() -> list[QueueInterval]:
+            with self.engine.connect() as conn:
+                result = conn.execution_options(yield_per=_STREAM_ROWS).execute(query)
+                try:
+                    rows = (QueueInterval(**r._asdict()) for r in result)
+                    found = _singles(rows, _QUEUE_KEY, _MERGE_QUEUE, since_ms, until_ms, past)
+                    return list(itertools.islice(found, limit + 1))
+                finally:
+                    result.close()
+
+        found: list[QueueInterval] = self._run(job)
+        return found[:limit], len(found) > limit
+
     def newest_queue_intervals(
         self, project: str, *, topic: str | None, queue: int | None, since_ms: int, limit: int
     ) -> tuple[list[QueueInterval], bool]:
@@ -373,26 +423,47 @@ def _single(
     """`rows` (in key and time order) as single intervals starting in [since_ms, until_ms):
     runs split, and the pieces of two gateways' runs of one interval merged as the database
     merges rows."""
-    out: list[_Row] = []
-    at: dict[tuple[Any, ...], int] = {}  # where a key and start went in `out`
+    return list(_singles(rows, key, merge, since_ms, until_ms))
+
+
+def _singles(
+    rows: Iterable[_Row],
+    key: tuple[str, ...],
+    merge: dict[str, str],
+    since_ms: int | None,
+    until_ms: int | None,
+    after: tuple[Any, ...] | None = None,
+) -> Iterator[_Row]:
+    """`_single` as rows come (a stream in key and time order), in key order, each interval
+    once it is whole; those keyed `after` or before are left out. A row's intervals start at or
+    after the row's own key, so once a row keyed k comes, no later row adds to an interval keyed
+    before k: those are given then (a run's intervals reach past the rows after it when two
+    gateways' runs of one queue overlap)."""
+    pending: dict[tuple[Any, ...], _Row] = {}  # intervals a later row may still add to
+    order: list[tuple[Any, ...]] = []  # their keys, a heap
     for row in rows:
+        at = tuple(getattr(row, name) for name in key)
+        while order and order[0] < at:
+            yield pending.pop(heapq.heappop(order))
         for piece in split_run(row):
             if (since_ms is not None and piece.start_ms < since_ms) or (
                 until_ms is not None and piece.start_ms >= until_ms
             ):
                 continue
             k = tuple(getattr(piece, name) for name in key)
-            i = at.get(k)
-            if i is None:
-                at[k] = len(out)
-                out.append(piece)
+            if after is not None and k <= after:
                 continue
-            have = asdict(out[i])
+            have = pending.get(k)
+            if have is None:
+                pending[k] = piece
+                heapq.heappush(order, k)
+                continue
+            fields = asdict(have)
             for name, how in merge.items():
-                have[name] = _combine(how, have[name], getattr(piece, name))
-            out[i] = type(piece)(**have)
-    out.sort(key=lambda r: tuple(getattr(r, name) for name in key))  # sorted already but for overlaps
-    return out
+                fields[name] = _combine(how, fields[name], getattr(piece, name))
+            pending[k] = type(piece)(**fields)
+    while order:
+        yield pending.pop(heapq.heappop(order))
 
 
 def _as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:

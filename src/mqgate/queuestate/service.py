@@ -169,17 +169,30 @@ class QueueState(Feature, Observer):
         paused = [c.name for c in self.ctx.registry.snapshot.consumers.values() if c.paused]
         return diagnose(window, now, self.thresholds, paused)
 
-    async def queues(
-        self, project: str, topic: str | None, queue: int | None, since_ms: int | None, until_ms: int | None
-    ) -> list[QueueInterval]:
+    async def queue_page(
+        self,
+        project: str,
+        topic: str | None,
+        queue: int | None,
+        since_ms: int | None,
+        until_ms: int | None,
+        *,
+        after: tuple[str, int, int] | None,
+        limit: int,
+    ) -> tuple[list[QueueInterval], bool]:
+        """A page of a project's queue intervals (of a topic, a queue) starting in [since_ms,
+        until_ms): at most `limit` after the one keyed `after` (topic, queue, start), and
+        whether more follow (`QueueStateHistory.queue_page`)."""
         await self.recorder.flush()
         return await asyncio.to_thread(
-            self.history.queue_history,
+            self.history.queue_page,
             project,
             topic=topic,
             queue=queue,
             since_ms=since_ms,
             until_ms=until_ms,
+            after=after,
+            limit=limit,
         )
 
     async def consumers(
