@@ -3,6 +3,7 @@ gateway's own, and each failover cluster's (failover/pool.py)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,9 @@ class Backends:
     stop: Callable[[], Awaitable[None]]
     # How registry changes reach the other gateways at once (None: one gateway, or refresh only).
     notices: Notices | None = None
+    # Closes the idle pooled connections the backends share (a server restarted since they
+    # were opened left them dead); None: the backends keep none (embedded).
+    close_idle_connections: Callable[[], Awaitable[None]] | None = None
 
 
 def backends_for(settings: Settings, health: Health | None = None) -> Backends:
@@ -54,6 +58,7 @@ def backends_for(settings: Settings, health: Health | None = None) -> Backends:
             nothing,
             client.aclose,
             RedisRegistryNotices(client, settings.redis_prefix),
+            functools.partial(redisio.close_idle_connections, client),
         )
     health = health or Health()
     committer = GroupCommitter(settings.fsync_interval_ms, health)

@@ -92,7 +92,11 @@ class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     """Where one destination of a message went: "stored" at a queue and offset, "scheduled"
     (held until `deliver_at`, then stored), or "spooled" (kept on the gateway's disk while the
     project's clusters cannot take it, then stored; SPEC P8, E7). The produce answers encode it
-    as is."""
+    as is.
+
+    `possible_duplicate` (only ever on a spooled receipt): the send that failed before it was
+    spooled may have stored it already, so it may be delivered twice (with the same id);
+    omitted when false."""
 
     msg_id: str
     broker: str
@@ -102,6 +106,7 @@ class Receipt(msgspec.Struct, frozen=True, omit_defaults=True, rename="camel"):
     destination: str | None = None  # set when the producer named destinations
     deliver_at: int | None = None
     deadline: int | None = None
+    possible_duplicate: bool = False
 
 
 class QueueBounds(msgspec.Struct, frozen=True):

@@ -130,6 +130,19 @@ def connect(url: str, **options: Any) -> RedisClient:
     return aioredis.Redis.from_url(url, **timeouts, **options)
 
 
+async def close_idle_connections(client: RedisClient) -> None:
+    """Close the idle connections of `client`'s pool (a Redis Cluster client: each node's);
+    connections in use are left to the call holding them (a dead one fails that call and is
+    dropped). The next call opens a fresh one."""
+    if isinstance(client, RedisCluster):
+        for node in client.get_nodes():
+            closed = node.disconnect_free_connections()
+            if asyncio.iscoroutine(closed):
+                await closed
+        return
+    await client.connection_pool.disconnect(inuse_connections=False)
+
+
 def subscriber(client: RedisClient, **options: Any) -> tuple[PubSub, aioredis.Redis | None]:
     """A pub/sub connection for `client`, and the extra client to close after it (or None).
 

@@ -65,13 +65,14 @@ def test_batches_spooled_at_once_near_the_bound_are_kept_or_refused_whole(
                 return_exceptions=True,
             )
             kept = pending_ids(spool)
+            # A batch kept answers its records' `tried` (False here); a refused one, SpoolFull.
             for b, outcome in zip(batches, outcomes, strict=True):
-                if outcome is None:
+                if outcome is False:
                     assert ids(b) <= kept
                 else:
                     assert isinstance(outcome, SpoolFull), outcome
                     assert not ids(b) & kept, f"{len(ids(b) & kept)} of a refused batch kept"
-            assert sum(o is None for o in outcomes) == 2  # two fit, the third does not
+            assert sum(o is False for o in outcomes) == 2  # two fit, the third does not
             assert spool.stats().pending == len(kept) == 80
 
     run_bounded(go(), 120)

@@ -177,15 +177,15 @@ class Cluster:
     def close_idle_connections(self) -> None:
         """Close the data path's idle pooled connections (see the module doc), in a task that
         `connections_ready` waits for. Embedded clusters have none."""
-        client = _data_client(self.backends)
-        if client is None:
+        close = self.backends.close_idle_connections
+        if close is None:
             return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:  # observed outside the event loop: no connection was used there
             return
         self._closing_idle = loop.create_task(
-            _close_idle(client, self._closing_idle), name=f"close-idle-{self.name}"
+            _close_idle(close, self._closing_idle), name=f"close-idle-{self.name}"
         )
 
     @property
@@ -252,28 +252,14 @@ class Cluster:
         )
 
 
-def _data_client(backends: Backends) -> Any:
-    """The Redis client behind a cluster's backends (its store's), or None (embedded)."""
-    return getattr(backends.store, "_client", None)
-
-
-async def _close_idle(client: Any, before: asyncio.Task[None] | None) -> None:
-    """Close the idle connections of a redis-py client's pool(s), after the closing `before`:
-    in use ones are left to the call holding them (a dead one fails that call and is dropped
-    by redis-py)."""
+async def _close_idle(close: Callable[[], Awaitable[None]], before: asyncio.Task[None] | None) -> None:
+    """Close the backends' idle pooled connections (`Backends.close_idle_connections`), after
+    the closing `before`: in use ones are left to the call holding them."""
     if before is not None:
         with contextlib.suppress(Exception):
             await before
     try:
-        pool = getattr(client, "connection_pool", None)
-        if pool is not None:
-            await pool.disconnect(inuse_connections=False)
-            return
-        get_nodes = getattr(client, "get_nodes", None)  # a Redis Cluster client: one pool per node
-        for node in get_nodes() if get_nodes is not None else []:
-            closed = node.disconnect_free_connections()
-            if asyncio.iscoroutine(closed):
-                await closed
+        await close()
     except Exception as exc:  # a connection that fails to close is gone as well
         log.debug("closing idle connections: %r", exc)
 

@@ -429,17 +429,20 @@ class Failover:
 
     async def spool_produce(
         self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
-    ) -> None:
+    ) -> bool:
         """Keep the messages for a later send (fsynced before this returns), all of them or
         none (SpoolFull, or the write's error: nothing of the batch is sent later). `tried`:
         the send that failed may have stored them; not so when it failed before it reached
-        the cluster (no active cluster within its lease, not declared there, not opened)."""
+        the cluster (no active cluster within its lease, not declared there, not opened).
+        Returns the records' `tried`: whether they are possible duplicates (their receipts
+        say so; their resend is counted and marked)."""
         tried = tried and latest_call_reached()
         records = [
             (project, topic, str(q), m.msg_id, _ENCODE.encode(m)) for q, msgs in batches.items() for m in msgs
         ]
         await self.spool.append_batch(records, tried=tried)
         self.metrics.spooled.labels(project).inc(len(records))
+        return tried
 
     def _serving(self, cluster: str) -> bool:
         c = self.pool.get(cluster)

@@ -7,6 +7,7 @@ import contextlib
 import itertools
 import logging
 import zlib
+from dataclasses import dataclass
 from typing import Final, Protocol
 
 import msgspec
@@ -53,7 +54,18 @@ class SpoolSink(Protocol):
 
     async def spool_produce(
         self, project: str, topic: str, batches: dict[int, list[StoredMessage]], tried: bool
-    ) -> None: ...
+    ) -> bool:
+        """Keep the messages for a later send. `tried`: a send of them failed (it may have
+        stored them, unless the sink knows it failed before it got anywhere). Whether they may
+        have been stored already: their receipts say so."""
+        ...
+
+
+@dataclass(slots=True, frozen=True)
+class Spooled:
+    """A produce kept in the spool; `possible_duplicate`: its failed send may have stored it."""
+
+    possible_duplicate: bool
 
 
 class Producing:
@@ -141,8 +153,12 @@ class Producing:
         )
         if project is not None:
             placed_firsts = await self._append_or_spool(project, topic, by_queue, ts)
-            if placed_firsts is None:
-                return [Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None) for q, i in placed]
+            if isinstance(placed_firsts, Spooled):
+                maybe = placed_firsts.possible_duplicate
+                return [
+                    Receipt(by_queue[q][i].msg_id, "spool", SPOOLED, q, None, possible_duplicate=maybe)
+                    for q, i in placed
+                ]
             firsts = placed_firsts
             for stored in observers.stored:
                 await stored(producer, topic, by_queue, firsts, ts, context, own_context)
@@ -164,16 +180,16 @@ class Producing:
 
     async def _append_or_spool(
         self, project: str, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]], ts: int
-    ) -> dict[int, int] | None:
-        """Append to the project's active cluster; when it cannot take them (or earlier
-        produces of these queues wait in the spool, whose order they must keep), keep them in
-        the spool instead: None."""
+    ) -> dict[int, int] | Spooled:
+        """Append to the project's active cluster (each queue's first offset); when it cannot
+        take them (or earlier produces of these queues wait in the spool, whose order they must
+        keep), keep them in the spool instead."""
         assert self.failover is not None
         if self.failover.must_spool(project, topic.name, list(by_queue)):
-            await self.failover.spool_produce(project, topic.name, by_queue, tried=False)
+            maybe = await self.failover.spool_produce(project, topic.name, by_queue, tried=False)
             for spooled in self.observers.spooled:
                 spooled(topic, by_queue, ts, "behind earlier spooled produces of its queue")
-            return None
+            return Spooled(maybe)
         try:
             return await self.ctx.store.append_many(topic.name, by_queue)
         except MqgateError as exc:
@@ -181,11 +197,12 @@ class Producing:
                 raise
             count = sum(map(len, by_queue.values()))
             log.warning("project %s: spooling %d messages of %s: %s", project, count, topic.name, exc.message)
-            # It may have reached the cluster before failing: its resend is counted.
-            await self.failover.spool_produce(project, topic.name, by_queue, tried=True)
+            # It may have reached the cluster before failing: its resend is counted, and its
+            # receipts say so (unless the sink knows it failed before it got there).
+            maybe = await self.failover.spool_produce(project, topic.name, by_queue, tried=True)
             for spooled in self.observers.spooled:
                 spooled(topic, by_queue, ts, exc.message)
-            return None
+            return Spooled(maybe)
 
     async def _produce_with_qos(
         self,
