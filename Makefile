@@ -21,6 +21,11 @@ flag = $(if $(and $(filter command line,$(origin $(1))),$($(1))),$(2) $($(1)))
 SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA_DIR,--data-dir)
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
+# Both run the suite in TEST_WORKERS processes (pytest-xdist; 0: in this one). Most of its time is
+# spent waiting on the gateways, Redis and Spark it starts, so more processes than cores help;
+# tests/conftest.py keeps a module's tests in one process and the Spark suites in one.
+TEST_WORKERS ?= 3
+XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
 # [tool.coverage.run]); `make test-fast` leaves coverage out. Run whole, `make test` fails under
 # COVERAGE_FLOOR: a whole run's total (test process only; 77.85 % on a clean clone at 60c8ad5,
@@ -55,7 +60,7 @@ run: install-gateway
 test: install browser
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/pytest $(COVERAGE_ARGS) $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) $(COVERAGE_ARGS) $(PYTEST_ARGS)
 
 # The console's browser tests drive Debian's Chromium (Playwright's own browser download cannot
 # work here). Installed when missing and we may (root with apt-get); otherwise those tests say
@@ -72,7 +77,7 @@ browser:
 test-fast: install
 	$(BIN)/ruff check src tests benchmarks examples
 	$(BIN)/mypy
-	$(BIN)/pytest -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/pytest $(XDIST) -m "not slow" $(PYTEST_ARGS)
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

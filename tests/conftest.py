@@ -351,3 +351,42 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     srv = RedisServer(tmp_path / "redis").start()
     yield srv
     srv.stop()
+
+
+
+# Suites that run Spark (a JVM each, with its Python workers): one process runs them one after
+# another, as a serial run does, so two or three JVMs never compete for the machine's cores.
+_SPARK_DIRS = ("tests/spark/", "tests/analytics/", "tests/pipeline/")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """How `make test` spreads the suite over processes (pytest-xdist, `--dist loadscope`): a
+    module's tests stay in one process, in their order, so its module-scoped gateway starts
+    once; the Spark suites share one process. (xdist's own `loadgroup` cannot be used: it marks
+    groups by rewriting node ids, which pytest 9.2 ignores, pytest-xdist#1386.)"""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::")[0]
+            return "spark" if module.startswith(_SPARK_DIRS) else module
+
+    return ByModule(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Spark suites first, then the modules with slow tests, so a parallel run does not end
+    waiting on one of them. Only the order of modules changes, never the order within one."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def rank(tests: list[pytest.Item]) -> int:
+        if tests[0].nodeid.startswith(_SPARK_DIRS):
+            return 0
+        return 1 if any(t.get_closest_marker("slow") for t in tests) else 2
+
+    items[:] = [item for module in sorted(modules.values(), key=rank) for item in module]
