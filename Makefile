@@ -21,10 +21,11 @@ flag = $(if $(and $(filter command line,$(origin $(1))),$($(1))),$(2) $($(1)))
 SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA_DIR,--data-dir)
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
-# Both run the suite in TEST_WORKERS processes (pytest-xdist; 0: in this one). Most of its time is
-# spent waiting on the gateways, Redis and Spark it starts, so more processes than cores help;
-# tests/conftest.py keeps a module's tests in one process and the Spark suites in one.
-TEST_WORKERS ?= 3
+# Both can run the suite in TEST_WORKERS processes (pytest-xdist; 0, the default: in this one):
+# tests/conftest.py keeps a module's tests in one process and the Spark suites in one. Not yet
+# the default: on this 2-core machine, three processes beside other work load it so far (load
+# 11-14) that the timing tests of the crash, failover and browser suites fail (2026-11-28).
+TEST_WORKERS ?= 0
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
 # [tool.coverage.run]); `make test-fast` leaves coverage out. Run whole, `make test` fails under
