@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.routes_admin import AdminRoutes
-from mqgate.api.shapes import NamedIn
+from mqgate.api.shapes import ProgressIn
 from mqgate.web.request import Request
 from tests.conftest import run_bounded
 from tests.failover.conftest import FailoverRedis
@@ -56,7 +56,7 @@ def test_the_backlog_left_on_a_failed_cluster_is_shown_as_stranded_not_as_no_lag
             assert gauge(h, "p") == 10
             # ... and in the consumer's progress as the API answers it
             routes = AdminRoutes(h.gateway, SettingsLimits(h.gateway.ctx.settings), h.failover.stranded)
-            answer = await routes.progress(Request("GET", "/", {}, "", input=NamedIn(name="orders-c")))
+            answer = await routes.progress(Request("GET", "/", {}, "", input=ProgressIn(name="orders-c")))
             shown = msgspec.to_builtins(answer.result)
             assert (shown["lag"], shown["stranded"][0]["cluster"], shown["stranded"][0]["messages"]) == (
                 0,
