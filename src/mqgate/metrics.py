@@ -45,6 +45,16 @@ class Metrics:
             registry=r,
         )
         self.lag = Gauge("mqgate_consumer_lag", "Unconsumed messages", ["consumer"], registry=r)
+        self.lag_passes = Counter(
+            "mqgate_lag_passes",
+            "Passes over the lag gauges: of the consumers whose lag may have moved (changes), "
+            "or of every consumer (full: the first, and where moves can go unheard)",
+            ["kind"],
+            registry=r,
+        )
+        self.lag_recomputed = Counter(
+            "mqgate_lag_recomputed", "Consumer lag gauges recomputed by the passes", registry=r
+        )
         self.latency = Histogram(
             "mqgate_request_seconds",
             "Request latency",
@@ -54,6 +64,16 @@ class Metrics:
         )
         self.errors = Counter("mqgate_errors", "Error answers", ["route", "status"], registry=r)
         self.alerts_active = Gauge("mqgate_alerts_active", "Active alerts", ["kind"], registry=r)
+        self.alert_checks = Counter(
+            "mqgate_alert_checks",
+            "Alert checks: of the consumers whose figures may have moved or whose window passed a "
+            "point (changes), or of every consumer (full: the first, and where moves can go unheard)",
+            ["kind"],
+            registry=r,
+        )
+        self.alert_consumers_checked = Counter(
+            "mqgate_alert_consumers_checked", "Consumers whose alert rules the checks evaluated", registry=r
+        )
         self.alert_notifications = Counter(
             "mqgate_alert_notifications",
             "Alert notifications by status (firing, resolved) and outcome (sent; failed: every "

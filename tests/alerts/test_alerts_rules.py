@@ -60,6 +60,26 @@ def test_dead_letter_watch_fires_on_growth_and_clears_after_a_quiet_window() -> 
     assert len(w._points["c"]) <= 3  # old points are dropped, one before the window is kept
 
 
+def test_the_verdict_changes_with_no_new_count_only_when_the_window_passes_a_count() -> None:
+    """What lets a check skip a consumer whose dead letters did not move (issue 27): equal counts
+    are not kept (they change no verdict), and `next_change` says when time alone may."""
+    w = DeadLetterWatch(threshold=2, window_ms=1000)
+    assert w.next_change("c", 0) is None  # never observed
+    w.observe("c", 10, 0)
+    w.observe("c", 10, 300)  # unchanged: not kept
+    assert list(w._points["c"]) == [(0, 10)]
+    assert w.next_change("c", 300) == 1000  # then a whole window is watched: sure
+    w.observe("c", 12, 900)
+    assert w.verdict("c", "t", "p", 900) == Condition(DEAD_LETTERS, "c", "t", "p", 2, 2, 1.0)
+    assert w.next_change("c", 900) == 1000
+    assert w.verdict("c", "t", "p", 999) == w.verdict("c", "t", "p", 900)  # nothing before it
+    assert w.next_change("c", 1000) == 1900  # then the two leave the window
+    assert w.verdict("c", "t", "p", 1899) == Condition(DEAD_LETTERS, "c", "t", "p", 2, 2, 1.0)
+    assert w.verdict("c", "t", "p", 1900) == Clear(NO_NEW_DEAD_LETTERS, 0)
+    assert w.next_change("c", 1900) is None  # and nothing ever again, without a new count
+    assert DeadLetterWatch(threshold=0, window_ms=1000).next_change("c", 0) is None
+
+
 def test_dead_letter_watch_off_forgets_and_survives_a_clock_step_back() -> None:
     assert DeadLetterWatch(threshold=0, window_ms=1000).verdict("c", "t", "p", 5) == Clear(ALERT_OFF)
     w = DeadLetterWatch(threshold=1, window_ms=1000)
@@ -91,6 +111,11 @@ def test_decide_fires_keeps_and_resolves() -> None:
         ("lag:c", Clear(BELOW_THRESHOLD, 4)),
         ("lag:gone", Clear(CONSUMER_GONE)),
     ]
+    # A check of some consumers only (what moved): an active key it did not evaluate stays,
+    # unless its consumer is gone.
+    active = ["lag:idle", "dead_letters:idle", "lag:gone", "lag:x:y"]
+    d = decide(active, {over.key: over}, present={"idle", "a", "x:y"})
+    assert d.fire == [over] and d.keep == [] and d.resolve == [("lag:gone", Clear(CONSUMER_GONE))]
 
 
 def test_notification_bodies() -> None:

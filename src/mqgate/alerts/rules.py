@@ -7,15 +7,19 @@ Two rules, each at most one alert per consumer (its key is `<kind>:<consumer>`):
 - `lag`: the consumer's lag (max − committed over its queues) is over its alert threshold
   (`alert_backlog`, 0 = no alert), as `GET /admin/alerts` has always said;
 - `dead_letters`: at least N messages were moved to the consumer's dead letters within the
-  last window (a sliding window over counts sampled at each check). It clears once a whole
+  last window (a sliding window over counts sampled by the checks). It clears once a whole
   window has passed with fewer: a gateway that has watched for less than a window is unsure,
   and an unsure rule never resolves an alert another gateway raised.
+
+A rule's verdict changes only when its figures move (the lag; the dead-letter count) or, for
+the window, when time passes one of the counts sampled (`DeadLetterWatch.next_change`): a check
+may evaluate only the consumers for which one of these happened (`decide(..., present=...)`).
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Container, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -34,6 +38,11 @@ CONSUMER_GONE: Final = "consumer_deleted"
 
 def alert_key(kind: str, consumer: str) -> str:
     return f"{kind}:{consumer}"
+
+
+def consumer_of(key: str) -> str:
+    """The consumer an alert key names (a kind has no colon)."""
+    return key.split(":", 1)[1]
 
 
 @dataclass(slots=True, frozen=True)
@@ -113,10 +122,14 @@ class DeadLetterWatch:
     _points: dict[str, deque[tuple[int, int]]] = field(default_factory=dict)
 
     def observe(self, consumer: str, count: int, now_ms: int) -> None:
+        """The count now. A count equal to the last one kept is not kept: it changes neither
+        the growth in any window nor whether the points cover it (the earlier point of the
+        same count does), so points are kept only as counts move (`next_change`)."""
         points = self._points.setdefault(consumer, deque())
         if points and points[-1][0] > now_ms:  # the clock stepped back: start again
             points.clear()
-        points.append((now_ms, count))
+        if not points or points[-1][1] != count:
+            points.append((now_ms, count))
         start = now_ms - self.window_ms
         while len(points) > 1 and points[1][0] <= start:  # keep one point at or before the start
             points.popleft()
@@ -133,6 +146,20 @@ class DeadLetterWatch:
             return Condition(DEAD_LETTERS, consumer, topic, project, grown, self.threshold, window_s)
         return Clear(NO_NEW_DEAD_LETTERS, grown) if covered else UNSURE
 
+    def next_change(self, consumer: str, now_ms: int) -> int | None:
+        """The first time after `now_ms` at which the verdict may change with no new count:
+        when the window's start passes a count sampled (that count becomes the window's base,
+        or covers the window at last). None: never, without a new count."""
+        if self.threshold <= 0:
+            return None
+        for at, _ in self._points.get(consumer, ()):
+            if at + self.window_ms > now_ms:
+                return at + self.window_ms
+        return None
+
+    def forget(self, consumer: str) -> None:
+        self._points.pop(consumer, None)
+
     def keep_only(self, consumers: Iterable[str]) -> None:
         """Forget consumers that are gone."""
         keep = set(consumers)
@@ -147,10 +174,13 @@ class Decision:
     resolve: list[tuple[str, Clear]]  # active and no longer hold: notify "resolved"
 
 
-def decide(active: Iterable[str], verdicts: Mapping[str, Verdict]) -> Decision:
+def decide(
+    active: Iterable[str], verdicts: Mapping[str, Verdict], present: Container[str] | None = None
+) -> Decision:
     """What a check changes: `active` are the keys of the alerts firing now (every gateway's),
     `verdicts` what this check found per key. An active key with no verdict at all belongs to
-    a consumer that is gone."""
+    a consumer that is gone; when the check evaluated only some consumers, `present` are those
+    that exist, and an active key without a verdict resolves only if its consumer is not one."""
     active = set(active)
     fire: list[Condition] = []
     keep: list[Condition] = []
@@ -160,7 +190,10 @@ def decide(active: Iterable[str], verdicts: Mapping[str, Verdict]) -> Decision:
             (keep if key in active else fire).append(verdict)
         elif isinstance(verdict, Clear) and key in active:
             resolve.append((key, verdict))
-    resolve += [(key, Clear(CONSUMER_GONE)) for key in sorted(active - set(verdicts))]
+    gone = active - set(verdicts)
+    if present is not None:
+        gone = {key for key in gone if consumer_of(key) not in present}
+    resolve += [(key, Clear(CONSUMER_GONE)) for key in sorted(gone)]
     return Decision(fire, keep, resolve)
 
 

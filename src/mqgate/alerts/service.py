@@ -2,7 +2,19 @@
 
 Every `alert_check_interval_s` each gateway evaluates the rules of mqgate.alerts.rules (a
 consumer's lag over its threshold; dead letters growing) and applies what changed to the table
-`mqgate_alerts` in the registry's database, which every gateway shares. A transition is claimed
+`mqgate_alerts` in the registry's database, which every gateway shares.
+
+A check evaluates the consumers whose rules may have changed since the last one (issue 27): those
+whose lag may have moved or whose dead-letter topic was written, as the store and the offsets tell
+(services/changes.py), those whose registration changed, those whose dead-letter alert is firing
+and whose window passes a count sampled by now (a heap of the next such time per consumer: time
+only lowers the count within a window), and those the last check could not evaluate. Nothing
+moved, nothing due: a check reads no store, evaluates no rule and only reads the active alerts
+(every gateway's) again. Every
+consumer is evaluated at the first check, after a move of anything (e.g. the projects with
+clusters changed), and at every check where moves can go unheard (a Redis store other gateways
+write to, a project served by a cluster), as before. `mqgate_alert_checks_total` and
+`mqgate_alert_consumers_checked_total` count both. A transition is claimed
 there by a conditional UPDATE (or the INSERT of a new key): of several gateways seeing the same
 alert fire or resolve, exactly one wins, and only the winner notifies. So an alert that stays
 active is never notified twice, across gateways and restarts.
@@ -19,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import logging
 import socket
 from dataclasses import dataclass
@@ -48,8 +61,9 @@ from mqgate.alerts.rules import (
 from mqgate.alerts.webhook import Webhook
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
-from mqgate.names import dlq_topic
+from mqgate.names import DLQ_PREFIX, dlq_topic
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, TopicRecord
+from mqgate.services.changes import ChangeReader
 from mqgate.services.context import now_ms
 from mqgate.services.gateway import Gateway
 from mqgate.settings import Settings
@@ -211,8 +225,15 @@ class Alerts:
         self.checked_ms = 0
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
+        # What moved since the last check (None: not started, every check is full).
+        self._moved: ChangeReader | None = None
+        self._due: list[tuple[int, str]] = []  # (ms, consumer): its dead-letter window passes a count
+        self._due_at: dict[str, int] = {}  # consumer -> its entry in _due (older entries are stale)
+        self._unsure: set[str] = set()  # consumers a check could not evaluate: the next one tries
+        self._broken = False  # a check failed after taking what moved: the next one is full
 
     async def start(self) -> None:
+        self._moved = self.gateway.changes.reader()
         await asyncio.to_thread(self.table.create)
         self.active = await asyncio.to_thread(self.table.active)
         loop = asyncio.get_running_loop()
@@ -226,6 +247,9 @@ class Alerts:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
+        if self._moved is not None:
+            self._moved.close()
+            self._moved = None
         if self.webhook is not None and self.webhook.queue.qsize():
             log.warning("alert webhook: %d notifications not sent at shutdown", self.webhook.queue.qsize())
 
@@ -239,14 +263,35 @@ class Alerts:
                 self.gateway.ctx.health.fault("background", "alerts", repr(exc))
 
     async def check(self) -> list[ActiveAlert]:
-        """Evaluate every rule now, record what changed, notify the transitions this gateway
-        won; the active alerts after it (every gateway's)."""
+        """Evaluate now every rule that may have changed, record what changed, notify the
+        transitions this gateway won; the active alerts after it (every gateway's)."""
         async with self._lock:
             now = now_ms()
-            verdicts = await self._verdicts(now)
-            before = await asyncio.to_thread(self.table.active)
-            decision = decide((a.key for a in before), verdicts)
-            fired, resolved = await asyncio.to_thread(self.table.apply, decision, before, now)
+            snap = self.gateway.ctx.registry.snapshot
+            moved = self._moved.take() if self._moved is not None else None
+            full = moved is None or moved.everything or self._broken or not self.gateway.changes.exact
+            self._broken = True  # until this check is done
+            names: set[str] = set()  # what may have changed (when not full)
+            if full:
+                consumers = list(snap.consumers.values())
+                self.dead_letters.keep_only(snap.consumers)
+                self._due, self._due_at = [], {}  # made again as each is evaluated
+            else:
+                assert moved is not None
+                names = moved.consumers | self._unsure | self._came_due(now, self.active)
+                names |= {t[len(DLQ_PREFIX) :] for t in moved.topics if t.startswith(DLQ_PREFIX)}
+                consumers = [c for name in sorted(names) if (c := snap.consumers.get(name)) is not None]
+                for name in names - snap.consumers.keys():  # deleted
+                    self.dead_letters.forget(name)
+                    self._due_at.pop(name, None)
+            self._unsure = set()
+            fired: list[Row] = []
+            resolved: list[tuple[Row, str]] = []
+            if full or names:  # else nothing to change here: only what the other gateways changed
+                verdicts = await self._verdicts(consumers, now)
+                before = await asyncio.to_thread(self.table.active)
+                decision = decide((a.key for a in before), verdicts, None if full else snap.consumers)
+                fired, resolved = await asyncio.to_thread(self.table.apply, decision, before, now)
             self.active = await asyncio.to_thread(self.table.active)
             self.checked_ms = now
             for row in fired:
@@ -256,6 +301,9 @@ class Alerts:
             m = self.gateway.ctx.metrics
             for kind in KINDS:
                 m.child(m.alerts_active, kind).set(sum(a.kind == kind for a in self.active))
+            m.child(m.alert_checks, "full" if full else "changes").inc()
+            m.alert_consumers_checked.inc(len(consumers))
+            self._broken = False
             return self.active
 
     def event(self, kind: str, summary: str, **fields: Any) -> None:
@@ -270,29 +318,60 @@ class Alerts:
         if self.webhook is not None:
             self.webhook.send(body)
 
-    async def _verdicts(self, now: int) -> dict[str, Verdict]:
+    def _came_due(self, now: int, active: list[ActiveAlert]) -> set[str]:
+        """The consumers whose dead-letter window passed a count sampled, by `now`, and whose
+        dead-letter alert is active: time only lowers the count within the window (or makes a
+        whole window watched), which changes nothing but an active alert. The others wait for
+        their next point (no read, no rule)."""
+        firing = {a.key for a in active if a.kind == DEAD_LETTERS}
+        due: set[str] = set()
+        while self._due and self._due[0][0] <= now:
+            at, name = heapq.heappop(self._due)
+            if self._due_at.get(name) == at:
+                del self._due_at[name]
+                if alert_key(DEAD_LETTERS, name) in firing:
+                    due.add(name)
+                else:
+                    self._schedule(name, now)
+        return due
+
+    def _schedule(self, name: str, now: int) -> None:
+        """When `name`'s dead-letter verdict may change next with no new dead letter."""
+        at = self.dead_letters.next_change(name, now)
+        if at is None:
+            self._due_at.pop(name, None)
+        elif self._due_at.get(name) != at:
+            self._due_at[name] = at
+            heapq.heappush(self._due, (at, name))
+            if len(self._due) > 2 * len(self._due_at) + 64:  # stale entries: drop them now and then
+                self._due = [(t, n) for t, n in self._due if self._due_at.get(n) == t]
+                heapq.heapify(self._due)
+
+    async def _verdicts(self, consumers: list[ConsumerRecord], now: int) -> dict[str, Verdict]:
         ctx = self.gateway.ctx
         snap = ctx.registry.snapshot
-        consumers = list(snap.consumers.values())
         verdicts: dict[str, Verdict] = {}
         projects = {c.name: _project(snap.topics.get(c.topic)) for c in consumers}
         for c in consumers:
-            verdicts[alert_key(LAG, c.name)] = await self._lag(c, projects[c.name])
+            verdicts[key := alert_key(LAG, c.name)] = await self._lag(c, projects[c.name])
+            if verdicts[key] is UNSURE:
+                self._unsure.add(c.name)
         counts: list[Any] = []
         if self.dead_letters.threshold > 0:
             for i in range(0, len(consumers), READ_CHUNK):
                 chunk = consumers[i : i + READ_CHUNK]
                 reads = (ctx.store.bounds(dlq_topic(c.name)) for c in chunk)
                 counts += await asyncio.gather(*reads, return_exceptions=True)
-        self.dead_letters.keep_only(c.name for c in consumers)
         for i, c in enumerate(consumers):
             key = alert_key(DEAD_LETTERS, c.name)
             if counts and isinstance(counts[i], list) and counts[i]:
                 self.dead_letters.observe(c.name, counts[i][0].max, now)
             elif counts:  # its DLQ could not be read (just made or deleted, store away)
                 verdicts[key] = UNSURE
+                self._unsure.add(c.name)
                 continue
             verdicts[key] = self.dead_letters.verdict(c.name, c.topic, projects[c.name], now)
+            self._schedule(c.name, now)
         return verdicts
 
     async def _lag(self, c: ConsumerRecord, project: str) -> Verdict:

@@ -22,23 +22,44 @@ from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
 from mqgate.failover.routing import ClusterRouter
 from mqgate.model import QueueBounds, StoredMessage
-from mqgate.offsets.interface import Lease, OffsetEntry, OffsetStore
-from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig, write_companions
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, OffsetStore
+from mqgate.store.interface import (
+    Companions,
+    Encoded,
+    MessageStore,
+    TopicConfig,
+    TopicListener,
+    write_companions,
+)
 from mqgate.store.waiters import ANY_READER, Reader
 
 T = TypeVar("T")
 
 
 class _Facade:
-    """`direct` while no project has clusters: every call to the gateway's own store."""
+    """`direct` while no project has clusters: every call to the gateway's own store.
+
+    Watchers (`watch`) hear the gateway's own store; the clusters' moves they do not hear, so
+    the facade hears every change only while direct, and tells its watchers "anything may
+    have moved" (None) whenever the projects with clusters change."""
 
     def __init__(self, router: ClusterRouter) -> None:
         self.router = router
         self.direct = True
+        self._watchers: list[Callable[[str | None], None]] = []
         router.on_assign(self._assigned)
 
     def _assigned(self, routing: bool) -> None:
         self.direct = not routing
+        for listener in self._watchers:
+            listener(None)
+
+    def _watch(self, own: MessageStore | OffsetStore, listener: Callable[[str | None], None]) -> None:
+        self._watchers.append(listener)
+        own.watch(listener)
+
+    def _hears(self, own: MessageStore | OffsetStore) -> bool:
+        return self.direct and own.hears_every_change
 
 
 class RoutedStore(_Facade):
@@ -154,6 +175,13 @@ class RoutedStore(_Facade):
         for store in self.router.opened_stores():
             store.wake_all()
 
+    def watch(self, listener: TopicListener) -> None:
+        self._watch(self.own, listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        return self._hears(self.own)
+
     async def enforce_retention(self, now_ms: int) -> int:
         dropped = await self.router.default_store.enforce_retention(now_ms)
         for store in self.router.opened_stores()[1:]:
@@ -194,6 +222,13 @@ class RoutedOffsets(_Facade):
         if self.direct:
             return await self.own.clients(group)
         return await self._group(group, lambda o: o.clients(group))
+
+    def watch(self, listener: GroupListener) -> None:
+        self._watch(self.own, listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        return self._hears(self.own)
 
     async def lease(
         self,

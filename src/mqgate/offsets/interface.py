@@ -8,12 +8,16 @@ Every method is atomic with respect to every other caller, in any number of gate
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from mqgate.core.acks import AckRefusal
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
+
+# Told the group whose tables moved (None: any group's may have): see `OffsetStore.watch`.
+GroupListener = Callable[[str | None], None]
 
 
 @dataclass(slots=True)
@@ -123,3 +127,15 @@ class OffsetStore(Protocol):
 
     async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
         """Give back tokens a pull took but did not use (capped at the bucket size)."""
+
+    def watch(self, listener: GroupListener) -> None:
+        """From now on call `listener(group)` whenever this gateway moved a committed offset of
+        `group` or made, grew or removed one of its tables (what a consumer's lag reads), at
+        once, within the call that moved it; `listener(None)`: any group's may have moved. A
+        listener must be quick and must not raise. Whether that is every move:
+        `hears_every_change`."""
+
+    @property
+    def hears_every_change(self) -> bool:
+        """Whether `watch` listeners hear every such move now: a table one process owns
+        (embedded) does; one other gateways change (Redis) does not."""

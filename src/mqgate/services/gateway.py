@@ -18,6 +18,7 @@ from mqgate.model import MODE_BROADCAST
 from mqgate.registry.cache import Removed
 from mqgate.registry.records import Snapshot
 from mqgate.services.browse import Browsing
+from mqgate.services.changes import Changes
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.deadletters import DeadLetters
@@ -67,8 +68,9 @@ class Gateway:
         self.producing = Producing(ctx, self.topology, observers, spool)
         self.consuming = Consuming(ctx, self.topology, observers)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
-        self.operations = Operations(ctx, self.topology, self.consuming)
-        observers.attach(self.operations)  # acks move the lag gauges
+        # What moved in the store and the offsets, for the lag gauges and the alert checks.
+        self.changes = Changes(ctx.store, ctx.offsets)
+        self.operations = Operations(ctx, self.topology, self.consuming, self.changes)
         self.dead_letters = DeadLetters(ctx, self.topology, self.producing)
         self.browsing = Browsing(ctx, self.log_reading)
         self.features = tuple(features)
@@ -82,6 +84,7 @@ class Gateway:
         # Recovery of held messages completes before intake and delivery start (SPEC S6).
         await ctx.scheduler.open()
         await ctx.registry.start()
+        self.changes.registry_changed(ctx.registry.snapshot, Removed())
         await self.topology.sync(ctx.registry.snapshot)
         for feature in self.features:
             await feature.start()
@@ -143,10 +146,10 @@ class Gateway:
         self.topology.forget(removed)
         for name in removed.consumers:
             self.consuming.forget(name)
-            self.operations.lag_changed(name)  # its gauge goes
+        # Their lag gauges are recomputed soon (a deleted consumer's goes); a store topic the
+        # sync makes tells its move too.
+        self.changes.registry_changed(changed, removed)
         await self.topology.sync(changed)
-        for name in changed.consumers:
-            self.operations.lag_changed(name)
 
     async def stop(self) -> None:
         self._unchain_stop_signals()

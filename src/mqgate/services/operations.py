@@ -1,5 +1,14 @@
 """Operating consumers (SPEC G9): per-queue progress and lag, offset resets, backlog alerts,
-and the lag gauges a metrics scrape reads."""
+and the lag gauges a metrics scrape reads.
+
+The lag gauges follow what changed (issue 27): a pass recomputes the consumers whose lag may
+have moved, as the store and the offset tables tell their moves (services/changes.py: a write
+to a topic, to a retry queue or inbox, retention, a commit, a reset, a registration), soon after
+the move. A pass comes at least every LAG_FULL_PASS_S even with nothing moved; it recomputes
+every consumer only where moves can go unheard (a Redis store other gateways write to, a project
+served by a cluster), as all passes did before. With nothing moved an idle pass recomputes
+nobody; `mqgate_lag_passes_total` and `mqgate_lag_recomputed_total` count both.
+"""
 
 from __future__ import annotations
 
@@ -14,18 +23,18 @@ from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER
 from mqgate.offsets.interface import OffsetEntry
-from mqgate.registry.records import ConsumerRecord
+from mqgate.services.changes import Changes
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
-from mqgate.services.observers import Observer
 from mqgate.services.topology import Topology
 
 log = logging.getLogger(__name__)
 
 RESET_TARGETS = ("earliest", "latest", "offset", "timestamp")
-# Every consumer's lag gauge is recomputed at least this often (produces move lag without
-# telling anyone here), and at most a twentieth of the time: a pass over thousands of
-# consumers reads the store for each.
+# A pass comes at least this often. Where moves can go unheard (see the module's docstring) it
+# recomputes every consumer, and then at most a twentieth of the time: a pass over thousands
+# of consumers reads the store for each. Where every move is heard it recomputes what moved
+# (nothing, idle) and what failed before.
 LAG_FULL_PASS_S: Final = 10.0
 # The least time between two passes: a scrape waits for at most one of them.
 LAG_COALESCE_S: Final = 0.1
@@ -81,17 +90,18 @@ class ResetOutcome:
     clamped: list[ClampedOffset]
 
 
-class Operations(Observer):
-    """Consumer operations, and the lag gauges: an observer of acks (a consumer's committed
-    offsets moved)."""
+class Operations:
+    """Consumer operations, and the lag gauges (kept as the store and the offsets move)."""
 
-    def __init__(self, ctx: Context, topology: Topology, consuming: Consuming) -> None:
+    def __init__(self, ctx: Context, topology: Topology, consuming: Consuming, changes: Changes) -> None:
         self.ctx = ctx
         self.topology = topology
         self.consuming = consuming
-        self._lag_dirty: set[str] = set()
+        self.changes = changes
+        self._moved = changes.reader(on_mark=self._lag_moved)
+        self._lag_failed: set[str] = set()  # refreshes that failed: again at the next pass due
         self._lag_kick = asyncio.Event()
-        self._lag_asked = 0  # lag_changed calls so far
+        self._lag_asked = 0  # moves heard so far
         self._lag_done = 0  # of those, how many the gauges reflect
         self._lag_pass_ended = asyncio.Event()
 
@@ -203,12 +213,12 @@ class Operations(Observer):
 
     # --- lag gauges ---------------------------------------------------------------------
 
-    def acked(self, c: ConsumerRecord, queue: int, count: int) -> None:
-        self.lag_changed(c.name)
-
     def lag_changed(self, consumer: str) -> None:
-        """`consumer`'s lag may have moved (an ack, a registration): recompute its gauge soon."""
-        self._lag_dirty.add(consumer)
+        """`consumer`'s lag may have moved: recompute its gauge soon (the store's and the
+        offsets' moves and registrations are told without this)."""
+        self.changes.consumer_moved(consumer)
+
+    def _lag_moved(self) -> None:
         self._lag_asked += 1
         self._lag_kick.set()
 
@@ -224,36 +234,58 @@ class Operations(Observer):
                 await asyncio.wait_for(self._lag_pass_ended.wait(), remaining)
 
     async def keep_lag_gauges(self) -> None:
-        """Recompute the gauges of consumers said to have changed, at once, and of every
-        consumer every LAG_FULL_PASS_S; a metrics scrape then only renders them."""
-        next_full = time.monotonic()
+        """Recompute the gauges of the consumers whose lag may have moved, soon after the
+        move, in a pass at least every LAG_FULL_PASS_S (the first recomputes every consumer,
+        and so does each one due where moves can go unheard); a metrics scrape then only
+        renders them."""
+        m = self.ctx.metrics
+        next_due = time.monotonic()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lag_kick.wait(), max(next_full - time.monotonic(), 0.0))
+            try:
+                await asyncio.wait_for(self._lag_kick.wait(), max(next_due - time.monotonic(), 0.0))
+                kicked = True
+            except TimeoutError:
+                kicked = False  # due (the timer may end a hair before next_due)
             self._lag_kick.clear()
             asked = self._lag_asked
             started = time.monotonic()
-            full = started >= next_full
-            names = set(self.ctx.registry.snapshot.consumers) if full else self._lag_dirty
-            self._lag_dirty = set()
-            for name in sorted(names):
-                await self._refresh_lag(name)
-                await asyncio.sleep(0)  # a pass over thousands must not hold up requests
+            due = not kicked or started >= next_due
+            # Taken after `asked`: every move counted in it is in what is taken.
+            moved = self._moved.take()
+            full = moved.everything or (due and not self.changes.exact)
+            names = moved.consumers
             if full:
+                names |= set(self.ctx.registry.snapshot.consumers)
+            if due or full:
+                names |= self._lag_failed
+                self._lag_failed = set()
+            for name in sorted(names):
+                if not await self._refresh_lag(name):
+                    self._lag_failed.add(name)
+                await asyncio.sleep(0)  # a pass over thousands must not hold up requests
+            m.child(m.lag_passes, "full" if full else "changes").inc()
+            m.lag_recomputed.inc(len(names))
+            if due:
                 took = time.monotonic() - started
-                next_full = time.monotonic() + max(LAG_FULL_PASS_S, took * LAG_PASS_SHARE)
+                next_due = time.monotonic() + max(LAG_FULL_PASS_S, took * LAG_PASS_SHARE if full else 0.0)
             self._lag_done = asked
             ended, self._lag_pass_ended = self._lag_pass_ended, asyncio.Event()
             ended.set()
             # Changes coming meanwhile (an ack each, thousands a second) share the next pass.
             await asyncio.sleep(LAG_COALESCE_S)
 
-    async def _refresh_lag(self, name: str) -> None:
+    async def _refresh_lag(self, name: str) -> bool:
+        """Recompute `name`'s gauge; False if that failed (the next pass due tries again)."""
         try:
             await self.progress(name)
-        except NotFound:  # deleted: its series go
+        except NotFound:  # deleted: its series go (still registered: one of its topics is
+            # not made yet, which tells its move when it is; and the next pass due tries again)
             self.ctx.metrics.forget_gauge(self.ctx.metrics.lag, name)
-        except MqgateError as exc:  # e.g. Redis briefly down: the next pass tries again
+            return name not in self.ctx.registry.snapshot.consumers
+        except MqgateError as exc:  # e.g. Redis briefly down
             log.warning("lag of consumer %s: %s", name, exc.message)
+            return False
         except Exception:
             log.exception("lag of consumer %s", name)
+            return False
+        return True

@@ -32,6 +32,8 @@ class CompanionGroup(Protocol):
 
 # Records that go with an append, by topic and queue (e.g. its trace record).
 Companions = dict[str, dict[int, list[Encoded | CompanionGroup]]]
+# Told the topic whose bounds may have moved (None: any topic may have): see `MessageStore.watch`.
+TopicListener = Callable[[str | None], None]
 
 
 def sealed(
@@ -175,6 +177,19 @@ class MessageStore(Protocol):
 
     def wake_all(self) -> None:
         """Wake every long poll of this gateway on every topic (shutdown)."""
+
+    def watch(self, listener: TopicListener) -> None:
+        """From now on call `listener(topic)` whenever this gateway moved `topic`'s bounds
+        through this store (a write became visible or was taken back, retention dropped
+        messages, the topic was made, grown or deleted), at once, within the call that moved
+        them; `listener(None)`: any topic may have moved. A listener must be quick and must not
+        raise. Whether that is every move: `hears_every_change`."""
+
+    @property
+    def hears_every_change(self) -> bool:
+        """Whether `watch` listeners hear every move of every topic now: a store one process
+        owns (embedded) does; one other gateways write to (Redis) does not, and its readers
+        must look for themselves."""
 
     async def enforce_retention(self, now_ms: int) -> int:
         """Drop messages past their topic's retention; return how much went, for the log

@@ -31,7 +31,7 @@ from mqgate.errors import NotFound
 from mqgate.health import Health
 from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded.journal import TableKey, commit_record, replay, table_record
-from mqgate.offsets.interface import Lease, OffsetEntry
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
 
 JOURNAL_FILE: Final = "journal.log"
 COMPACT_MIN_RECORDS: Final = 10_000
@@ -55,6 +55,7 @@ class EmbeddedOffsetStore:
         self._journal: AppendFile | None = None
         self._records = 0
         self._buckets: dict[str, TokenBucket] = {}
+        self._watchers: list[GroupListener] = []
 
     # --- journal ------------------------------------------------------------------------
 
@@ -158,6 +159,7 @@ class EmbeddedOffsetStore:
                 added = [OffsetEntry(committed=s) for s in starts[len(table) :]]
                 self._log(table_record(key, table + added, self._seen_ms.get(key, 0)))
                 table.extend(added)
+                self._moved(group)
                 self._maybe_compact()
                 await self.committer.durable()
             return False
@@ -165,6 +167,7 @@ class EmbeddedOffsetStore:
         self._log(table_record(key, entries, now_ms))
         self._tables[key] = entries
         self._seen_ms[key] = now_ms
+        self._moved(group)
         self._maybe_compact()
         await self.committer.durable()
         return True
@@ -175,6 +178,18 @@ class EmbeddedOffsetStore:
 
     async def clients(self, group: str) -> list[str]:
         return sorted(c for g, c in self._tables if g == group)
+
+    def watch(self, listener: GroupListener) -> None:
+        self._watchers.append(listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        """One process owns the tables: every move goes through this object."""
+        return True
+
+    def _moved(self, group: str) -> None:
+        for listener in self._watchers:
+            listener(group)
 
     def _entries(self, group: str, client_id: str) -> list[OffsetEntry]:
         table = self._tables.get((group, client_id))
@@ -258,6 +273,7 @@ class EmbeddedOffsetStore:
         e.delivered_end = 0
         e.last_access_ms = now_ms
         self._seen_ms[key] = now_ms
+        self._moved(token.consumer)
         self._maybe_compact()
         await self.committer.durable()
         return None
@@ -301,6 +317,7 @@ class EmbeddedOffsetStore:
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
+        self._moved(group)
         self._maybe_compact()
         await self.committer.durable()
 
@@ -322,6 +339,7 @@ class EmbeddedOffsetStore:
                 e.attempts = 0
                 e.delivered_end = 0
             self._seen_ms[key] = now_ms
+            self._moved(group)
             self._maybe_compact()
             await self.committer.durable()
         return {queue: table[queue].committed for queue in offsets}
@@ -333,6 +351,7 @@ class EmbeddedOffsetStore:
             for c in gone:
                 self._tables.pop((group, c), None)
                 self._seen_ms.pop((group, c), None)
+            self._moved(group)
             self._maybe_compact()
             await self.committer.durable()
         return gone
@@ -345,6 +364,7 @@ class EmbeddedOffsetStore:
             for key in gone:
                 del self._tables[key]
                 self._seen_ms.pop(key, None)
+            self._moved(group)
             self._maybe_compact()
             await self.committer.durable()
         self._buckets.pop(group, None)

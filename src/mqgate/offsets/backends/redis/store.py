@@ -14,7 +14,7 @@ from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOV
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import Lease, OffsetEntry
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
 from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, translated
 
 PACKAGE: Final = "mqgate.offsets.backends.redis"
@@ -57,6 +57,7 @@ class RedisOffsetStore:
         self.broker = broker
         self.prefix = prefix
         self._scripts: dict[str, Any] = {}
+        self._watchers: list[GroupListener] = []
 
     async def open(self) -> None:
         # Scripts load on first use (EVALSHA, reloaded after NOSCRIPT): opening needs no Redis.
@@ -94,6 +95,7 @@ class RedisOffsetStore:
         created = await self._run(
             "ensure offset table", "ensure_table", keys, [self.broker, client_id, now_ms, *starts]
         )
+        self._moved(group)
         return bool(created)
 
     async def table(self, group: str, client_id: str) -> list[OffsetEntry] | None:
@@ -116,6 +118,19 @@ class RedisOffsetStore:
         with translated("list offset clients"):
             members = await self.client.zrange(self._clients_key(group), 0, -1)
         return sorted(_text(m) for m in members)
+
+    def watch(self, listener: GroupListener) -> None:
+        """Listeners hear this gateway's moves only: other gateways commit to the same keys
+        (`hears_every_change` is False)."""
+        self._watchers.append(listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        return False
+
+    def _moved(self, group: str) -> None:
+        for listener in self._watchers:
+            listener(group)
 
     # --- leasing ------------------------------------------------------------------------
 
@@ -156,6 +171,8 @@ class RedisOffsetStore:
         wait = self._wait if op in ("commit", "dead") else None
         got = await self._run(what, "settle", keys, [*args, token.client_id], wait)
         if got is None:
+            if op in ("commit", "dead"):
+                self._moved(token.consumer)
             return None
         if got == NO_TABLE:
             raise _no_table(token.consumer, token.client_id)
@@ -179,6 +196,7 @@ class RedisOffsetStore:
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         keys = [self._table_key(group, client_id)]
         got = await self._run("reset offset", "reset", keys, [self.broker, queue, offset])
+        self._moved(group)
         if got == NO_TABLE:
             raise _no_table(group, client_id)
         if got == MISMATCH:
@@ -191,6 +209,7 @@ class RedisOffsetStore:
         got = await self._run(
             "advance offsets", "advance", [self._table_key(group, client_id)], [self.broker, *pairs]
         )
+        self._moved(group)
         if got == NO_TABLE:
             raise _no_table(group, client_id)
         if got == MISMATCH:
@@ -206,6 +225,8 @@ class RedisOffsetStore:
             return []
         keys = [clients_key, *(self._table_key(group, c) for c in idle)]
         gone = await self._run("expire clients", "expire_clients", keys, [idle_before_ms, *idle])
+        if gone:
+            self._moved(group)
         return sorted(_text(c) for c in gone)
 
     async def drop_group(self, group: str) -> None:
@@ -214,6 +235,7 @@ class RedisOffsetStore:
             clients = [_text(m) for m in await self.client.zrange(clients_key, 0, -1)]
         keys = [clients_key, self._rate_key(group), *(self._table_key(group, c) for c in clients)]
         await self._run("drop group", "drop_group", keys, clients)
+        self._moved(group)
 
     # --- rate limit (one bucket per group in Redis, shared by every gateway) -------------
 

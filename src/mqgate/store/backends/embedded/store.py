@@ -41,7 +41,7 @@ from mqgate.store.backends.embedded.data_format import (
 )
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.backends.embedded.records import OVERHEAD
-from mqgate.store.interface import Companions, Encoded, TopicConfig
+from mqgate.store.interface import Companions, Encoded, TopicConfig, TopicListener
 from mqgate.store.waiters import ANY_READER, Reader, TopicWaiters
 
 log = logging.getLogger(__name__)
@@ -56,16 +56,18 @@ def _timestamp_of(payload: bytes) -> int:
 
 
 class _Topic:
-    __slots__ = ("config", "queues", "waiters")
+    __slots__ = ("config", "moved", "queues", "waiters")
 
-    def __init__(self, config: TopicConfig) -> None:
+    def __init__(self, config: TopicConfig, moved: Callable[[str], None]) -> None:
         self.config = config
         self.queues: list[QueueLog] = []
         self.waiters = TopicWaiters()
+        self.moved = moved  # the store's: tells its watchers
 
     def notify(self) -> None:
         """One queue's new writes became visible: work for one pull of each reader."""
         self.waiters.wake(1)
+        self.moved(self.config.name)
 
 
 class EmbeddedStore:
@@ -103,6 +105,7 @@ class EmbeddedStore:
         self.recovered_bytes_cut = 0
         self._companions = CompanionWriter(self._write_all)
         self._unhook: Callable[[], None] = lambda: None
+        self._watchers: list[TopicListener] = []
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -174,7 +177,7 @@ class EmbeddedStore:
             self._lock_fd = -1
 
     def _load_topic(self, config: TopicConfig) -> _Topic:
-        topic = _Topic(config)
+        topic = _Topic(config, self._moved)
         try:
             for q in range(config.queues):
                 self._add_queue(topic, q)
@@ -221,11 +224,14 @@ class EmbeddedStore:
     async def create_topic(self, config: TopicConfig) -> None:
         validate_topic_name(config.name)
         try:
-            self._create_topic(config)
-        except OSError as exc:
+            moved = self._create_topic(config)
+        except OSError as exc:  # taken back: nothing moved
             raise self.space.write_error(exc, COMPONENT, "topic creation", config.name) from exc
+        if moved:  # made or grown (a start-up's sync finds most as they are)
+            self._moved(config.name)
 
-    def _create_topic(self, config: TopicConfig) -> None:
+    def _create_topic(self, config: TopicConfig) -> bool:
+        """Whether anything changed."""
         why = self._damaged.get(config.name)
         if why is not None:
             # Left as it is (a topic.json written from the registration would hide the damage
@@ -251,7 +257,8 @@ class EmbeddedStore:
                     del existing.queues[existing.config.queues :]
                     raise
                 existing.config = config
-            return
+                return True
+            return False
         # Queues first, the meta last: a failure in between leaves queue directories without a
         # topic.json, which start-up ignores and a new attempt reuses; never half a topic.
         topic = self._load_topic(config)
@@ -262,6 +269,7 @@ class EmbeddedStore:
             for queue_log in topic.queues:
                 queue_log.close()
             raise
+        return True
 
     def _write_meta(self, config: TopicConfig) -> None:
         write_topic_config(self.topics_dir / config.name, config)
@@ -273,6 +281,7 @@ class EmbeddedStore:
         t = self._topics.pop(topic, None)
         if t is not None:
             t.waiters.wake()
+            self._moved(topic)
             if self.committer is not None:
                 await self.committer.flush()
             for q in t.queues:
@@ -294,6 +303,18 @@ class EmbeddedStore:
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics
+
+    def watch(self, listener: TopicListener) -> None:
+        self._watchers.append(listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        """One process owns the data directory: every move goes through this object."""
+        return True
+
+    def _moved(self, topic: str) -> None:
+        for listener in self._watchers:
+            listener(topic)
 
     def _topic(self, topic: str) -> _Topic:
         t = self._topics.get(topic)
@@ -331,6 +352,8 @@ class EmbeddedStore:
                         done.take_back(done_mark)
                     except OSError as undo_exc:  # they stay: delivered, though not acknowledged
                         self.health.fault(COMPONENT, "take_back_failed", f"{done.directory}: {undo_exc}")
+                if marks:
+                    self._moved(topic)  # a visible end may have gone back
                 raise self.space.write_error(exc, COMPONENT, "write", f"to {topic} queue {q}") from exc
             marks.append((queue_log, mark))
         return firsts
@@ -420,8 +443,11 @@ class EmbeddedStore:
 
     async def enforce_retention(self, now_ms: int) -> int:
         dropped = 0
-        for topic in self._topics.values():
+        for topic in list(self._topics.values()):
             cfg = topic.config
+            before = dropped
             for q in topic.queues:
                 dropped += q.drop_old_segments(now_ms, cfg.retention_ms, cfg.retention_bytes)
+            if dropped > before:
+                self._moved(cfg.name)  # its min offsets moved
         return dropped

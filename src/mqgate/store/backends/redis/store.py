@@ -23,7 +23,7 @@ from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
 from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
-from mqgate.store.interface import Companions, Encoded, TopicConfig, write_companions
+from mqgate.store.interface import Companions, Encoded, TopicConfig, TopicListener, write_companions
 from mqgate.store.waiters import ANY_READER, Reader
 
 log = logging.getLogger(__name__)
@@ -84,6 +84,7 @@ class RedisStore:
         self._wake_task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()  # set while the pub/sub connection is subscribed
         self._closed = True
+        self._watchers: list[TopicListener] = []
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -157,6 +158,7 @@ class RedisStore:
         if now > config.queues:
             raise BadRequest(f"topic {config.name} exists with {now} queues", field="queues")
         self._cache(config)
+        self._moved(config.name)
 
     async def delete_topic(self, topic: str) -> None:
         with translated("deleting a topic"):
@@ -172,9 +174,23 @@ class RedisStore:
         t = self._topics.pop(topic, None)
         if t is not None:
             t.notify()
+            self._moved(topic)
 
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics
+
+    def watch(self, listener: TopicListener) -> None:
+        """Listeners hear this gateway's moves only: other gateways write to the same keys
+        (`hears_every_change` is False), so a reader of the bounds also looks for itself."""
+        self._watchers.append(listener)
+
+    @property
+    def hears_every_change(self) -> bool:
+        return False
+
+    def _moved(self, topic: str) -> None:
+        for listener in self._watchers:
+            listener(topic)
 
     async def _topic(self, topic: str) -> StoreTopic:
         t = self._topics.get(topic) or await self._load(topic)
@@ -240,6 +256,7 @@ class RedisStore:
             except rexc.ResponseError as exc:
                 raise self._script_error(exc, topic) from exc
         t.notify(len(batches))  # one pull of each reader per queue written
+        self._moved(topic)
         if not published and topic not in self._trailing:
             self._trailing.add(topic)
             asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._trailing_wake, topic)
@@ -383,4 +400,6 @@ class RedisStore:
                     )
                 dropped += n
                 more = bool(more_flag) and n > 0
+                if n > 0:
+                    self._moved(t.name)
         return dropped
