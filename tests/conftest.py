@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import faulthandler
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -67,6 +68,16 @@ def run_bounded(main: Coroutine[Any, Any, T], timeout_s: float) -> T:
         return asyncio.run(bounded())
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+def metric_samples(text: str) -> dict[str, float]:
+    """Every sample of a /metrics text, by its name and labels as written."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(r"^(\w+(?:\{[^}]*\})?) (\S+)$", line)
+        if m:
+            found[m.group(1)] = float(m.group(2))
+    return found
 
 
 def require_service(host: str, port: int, name: str) -> None:
@@ -351,7 +362,6 @@ def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
     srv = RedisServer(tmp_path / "redis").start()
     yield srv
     srv.stop()
-
 
 
 # Suites that run Spark (a JVM each, with its Python workers): one process runs them one after

@@ -9,26 +9,19 @@ never through GET /admin/alerts (which checks too)."""
 
 from __future__ import annotations
 
-import re
 import time
 from pathlib import Path
 
 import httpx
 
-from tests.conftest import Server, wait_until
+from tests.conftest import Server, metric_samples, wait_until
 
 TOPICS = 20
 PER_TOPIC = 3  # 60 consumers
 
 
 def figures(server: Server) -> dict[str, float]:
-    text = httpx.get(server.url + "/metrics", timeout=10).text
-    found = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\w+(?:\{[^}]*\})?) (\S+)$", line)
-        if m:
-            found[m.group(1)] = float(m.group(2))
-    return found
+    return metric_samples(httpx.get(server.url + "/metrics", timeout=10).text)
 
 
 def counters(server: Server) -> tuple[int, int, dict[str, float]]:

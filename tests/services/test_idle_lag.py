@@ -10,7 +10,6 @@ instead of 10 s; the counters are read from the /metrics text."""
 from __future__ import annotations
 
 import asyncio
-import re
 import time
 from pathlib import Path
 
@@ -28,21 +27,14 @@ from mqgate.services.context import Context, now_ms
 from mqgate.services.gateway import Gateway
 from mqgate.settings import load_settings
 from mqgate.web.request import Request
-from tests.conftest import run_bounded
+from tests.conftest import metric_samples, run_bounded
 
 TOPICS = 40
 PER_TOPIC = 3  # consumers per topic: 120 in all
 WEEK_MS = 7 * 86_400_000
 
 
-def figures(text: str) -> dict[str, float]:
-    """Every sample of a /metrics text, by its name and labels as written."""
-    found = {}
-    for line in text.splitlines():
-        m = re.match(r"^(\w+(?:\{[^}]*\})?) (\S+)$", line)
-        if m:
-            found[m.group(1)] = float(m.group(2))
-    return found
+figures = metric_samples
 
 
 def test_idle_passes_recompute_nobody_and_a_change_recomputes_its_consumers(
