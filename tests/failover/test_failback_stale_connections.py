@@ -79,3 +79,33 @@ def test_an_operation_that_started_before_a_rejoin_does_not_count_against_the_cl
             assert h.state("p") is ClusterState.HEALTHY, h.pool.get("p").detector.reason
 
     run_bounded(go(), 60)
+
+
+def test_an_answer_to_a_call_sent_before_the_cluster_failed_does_not_bring_it_back(
+    tmp_path: Path, redis_pair: tuple[FailoverRedis, FailoverRedis]
+) -> None:
+    """A stale answer (read from the socket after a kill -9, or a call that was slow) says
+    nothing about the cluster since it failed: before, it moved a failed primary to RECOVERING
+    and, with a few of them, back to HEALTHY, so the coordinator did not switch (CI, stop 35)."""
+    primary, backup = redis_pair
+
+    async def go() -> None:
+        async with in_process(tmp_path / "gw", primary.url, backup.url) as h:
+            release = asyncio.Event()
+            started = asyncio.Event()
+
+            async def answered_late() -> int:
+                started.set()
+                await release.wait()
+                return 1
+
+            calls = [asyncio.ensure_future(h.pool.guarded("p", answered_late)) for _ in range(3)]
+            await started.wait()
+            h.fail("p")
+            release.set()
+            assert await asyncio.gather(*calls) == [1, 1, 1]
+            assert h.state("p") is ClusterState.FAILED, h.pool.get("p").detector.reason
+            await h.failover.coordinator.check()
+            assert (h.active(), h.epoch()) == ("b", 2)
+
+    run_bounded(go(), 60)

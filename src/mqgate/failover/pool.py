@@ -136,7 +136,8 @@ class Cluster:
         self.last_outcome = ""
         self.probes = 0
         self._probe_client: Any = None
-        # Rejoins so far: an operation that started before the latest one is not counted.
+        # Rejoins and failures so far: an operation that started before the latest one says
+        # nothing about the cluster since (a buffered answer read after a kill -9, say).
         self.generation = 0
         self._closing_idle: asyncio.Task[None] | None = None
         self._probe_key = f"{settings.redis_prefix}:failover:probe"
@@ -429,10 +430,11 @@ class ClusterPool:
                 outcome = Outcome.OK  # the request's own fault (bad input), not the cluster's
             if cluster.generation == generation:
                 self._record(cluster, outcome, str(exc))
-            else:  # started before the cluster rejoined (on a connection of before, maybe)
-                log.info("cluster %s: not counted, started before it rejoined: %s", name, exc)
+            else:  # started before the cluster failed or rejoined (on a connection of before, maybe)
+                log.info("cluster %s: not counted, started before it failed or rejoined: %s", name, exc)
             raise
-        self._record(cluster, self.rules.classify_duration(Outcome.OK, loop.time() - started), "")
+        if cluster.generation == generation:
+            self._record(cluster, self.rules.classify_duration(Outcome.OK, loop.time() - started), "")
         return result
 
     def _record(self, cluster: Cluster, outcome: Outcome, detail: str) -> None:
@@ -444,9 +446,8 @@ class ClusterPool:
             ClusterState.FAILED,
             ClusterState.RECOVERING,
         )
-        if rejoined:
-            cluster.generation += 1
         if rejoined or change.after is ClusterState.FAILED:
+            cluster.generation += 1
             cluster.close_idle_connections()
         level = (
             logging.INFO
