@@ -17,8 +17,9 @@ from tests.conftest import ROOT, free_port, wait_until
 
 # The venv the tests run in; `-o install…` below: it is installed already, make must not redo it.
 VENV = str(Path(sys.executable).parent.parent)
-# Under `make test PYTEST_ARGS=…` the outer make's variables reach an inner make through these.
-OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")
+# Under `make test PYTEST_ARGS=… TEST_WORKERS=…` the outer make's variables reach an inner make
+# through these, and each variable set on its command line is in the environment too.
+OUTER_MAKE = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "PYTEST_ARGS", "TEST_WORKERS")
 
 
 def environment(**extra: str) -> dict[str, str]:

@@ -19,6 +19,7 @@ from typing import Final, Protocol
 
 from mqgate.errors import StorageError
 from mqgate.health import Health
+from mqgate.timeouts import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -115,8 +116,7 @@ class GroupCommitter:
             if self.interval_ms is None:
                 await self._wake.wait()
             else:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), self.interval_ms / 1000)
+                await wait_event(self._wake, self.interval_ms / 1000)
             self._wake.clear()
             try:
                 await self._round()

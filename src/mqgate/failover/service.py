@@ -36,6 +36,7 @@ from mqgate.failover.switch import ProjectClusters, SqlSwitchRecords, SwitchCoor
 from mqgate.model import StoredMessage
 from mqgate.names import validate_name
 from mqgate.services.context import Context, now_ms
+from mqgate.timeouts import wait_event
 
 
 class FailoverMetrics:
@@ -186,8 +187,7 @@ class Failover:
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), self.ctx.settings.failover_check_s)
+            await wait_event(self._kick, self.ctx.settings.failover_check_s)
             self._kick.clear()
             started = loop.time()
             try:

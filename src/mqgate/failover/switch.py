@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from mqgate.core.failure_detection import ClusterState, choose_active
 from mqgate.errors import BadRequest, NotFound, Unavailable
 from mqgate.sqlschema import create_all_shared
+from mqgate.timeouts import wait_event
 
 T = TypeVar("T")
 log = logging.getLogger("mqgate.failover")
@@ -218,8 +219,7 @@ class SwitchCoordinator:
         while True:
             # Reads start every check_s (not check_s after the last one ended): a slow read
             # does not push the next one past the lease.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), max(0.0, self.check_s - (self.clock() - last)))
+            await wait_event(self._wake, self.check_s - (self.clock() - last))
             self._wake.clear()
             last = self.clock()
             try:

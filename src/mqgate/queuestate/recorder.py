@@ -36,6 +36,7 @@ from mqgate.queuestate.history import PruneCounts, QueueStateHistory
 from mqgate.queuestate.rows import Rollup
 from mqgate.queuestate.runs import DEFAULT_PERSIST_EVERY_MS, SteadyRuns
 from mqgate.queuestate.sampler import QueueStateSampler
+from mqgate.timeouts import wait_event
 
 log = logging.getLogger("mqgate.queuestate")
 
@@ -181,11 +182,7 @@ class QueueStateRecorder:
 
     async def _pause(self, seconds: float) -> bool:
         """Wait `seconds`; True as soon as the recorder is stopping."""
-        try:
-            await asyncio.wait_for(self._stopping.wait(), max(seconds, 0.0))
-        except TimeoutError:
-            return False
-        return True
+        return await wait_event(self._stopping, seconds)
 
     async def _flush_loop(self) -> None:
         while not await self._pause(self.flush_every_s):

@@ -13,7 +13,6 @@ nobody; `mqgate_lag_passes_total` and `mqgate_lag_recomputed_total` count both.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from mqgate.services.changes import Changes
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
+from mqgate.timeouts import wait_event
 
 log = logging.getLogger(__name__)
 
@@ -230,8 +230,7 @@ class Operations:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._lag_pass_ended.wait(), remaining)
+            await wait_event(self._lag_pass_ended, remaining)
 
     async def keep_lag_gauges(self) -> None:
         """Recompute the gauges of the consumers whose lag may have moved, soon after the
@@ -241,11 +240,8 @@ class Operations:
         m = self.ctx.metrics
         next_due = time.monotonic()
         while True:
-            try:
-                await asyncio.wait_for(self._lag_kick.wait(), max(next_due - time.monotonic(), 0.0))
-                kicked = True
-            except TimeoutError:
-                kicked = False  # due (the timer may end a hair before next_due)
+            # Not kicked: due (the timer may end a hair before next_due).
+            kicked = await wait_event(self._lag_kick, next_due - time.monotonic())
             self._lag_kick.clear()
             asked = self._lag_asked
             started = time.monotonic()

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 
 from mqgate.errors import MqgateError
 from mqgate.store.interface import MessageStore
+from mqgate.timeouts import wait_event
 from mqgate.tracing.events import is_trace_topic
 from mqgate.tracing.index import Position, PositionMove, StalePositions, TraceIndex
 from mqgate.tracing.index_writer import ProcessWriter, decode_and_write
@@ -215,8 +216,7 @@ class TraceIndexer:
                 if done == 0:
                     await self._wait_for_events()
                 elif not self._full and self.gather_s > 0:
-                    with contextlib.suppress(TimeoutError):
-                        await asyncio.wait_for(self._poke.wait(), self.gather_s)
+                    await wait_event(self._poke, self.gather_s)
                     self._poke.clear()
                 if failed_in_a_row and self.on_recovery is not None:
                     self.on_recovery()
@@ -243,8 +243,7 @@ class TraceIndexer:
         """Until a trace topic is written (its watcher marks it), poked, or `idle_wait_s`
         passed. Nothing here looks at the topics: that is what made an idle gateway with
         thousands of them busy."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._poke.wait(), self.idle_wait_s)
+        await wait_event(self._poke, self.idle_wait_s)
         self._poke.clear()
 
     async def _prune_if_due(self) -> None:

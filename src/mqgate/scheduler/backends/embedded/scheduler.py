@@ -17,7 +17,6 @@ in a worker thread while intake goes on, and what was appended meanwhile is copi
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gc
 import os
 from collections import defaultdict
@@ -36,6 +35,7 @@ from mqgate.scheduler.backends.embedded import log
 from mqgate.scheduler.backends.embedded.index import DueIndex
 from mqgate.scheduler.backends.embedded.log import Add, Delete, Modify
 from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
+from mqgate.timeouts import wait_event
 
 LOG_FILE: Final = "schedule.log"
 TEMP_SUFFIX: Final = ".tmp"
@@ -320,8 +320,7 @@ class EmbeddedScheduler:
             self._wake.set()
 
     async def wait(self, timeout_s: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._wake.wait(), max(timeout_s, 0.0))
+        await wait_event(self._wake, timeout_s)
         self._wake.clear()
 
     async def stats(self) -> SchedulerStats:
