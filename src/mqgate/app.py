@@ -30,6 +30,7 @@ from mqgate.api.routes_projects import ProjectRoutes
 from mqgate.backends import Backends, backends_for
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
+from mqgate.console.passwords import dummy_hash
 from mqgate.errors import StorageError
 from mqgate.failover.pool import ClusterPool
 from mqgate.failover.routed import RoutedOffsets, RoutedStore
@@ -251,6 +252,9 @@ def build_site(settings: Settings) -> Built:
         await gateway.start()
         await failover.start()
         await alerts.start()
+        # Beside the first requests, not before them: 0.1 s of scrypt a sign-in of an unknown
+        # name checks against (console/passwords.py).
+        asyncio.get_running_loop().run_in_executor(None, dummy_hash)
         log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
     async def shutdown() -> None:

@@ -55,3 +55,23 @@ def test_the_pipeline_command_checks_its_config_before_loading_spark(tmp_path: P
     loaded, stderr = run_python(f"from mqgate.cli import main\nrc = main(['pipeline', 'run', {str(path)!r}])")
     assert loaded == ["2"]
     assert "job.partitions must be between 1 and 1024" in stderr
+
+
+def test_loading_the_gateway_hashes_no_password() -> None:
+    """A scrypt hash costs about 0.1 s: the console's dummy hash (what an unknown name's sign-in
+    is checked against) was made at import, and every start waited for it (issue 28)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import hashlib\ncalls = []\nscrypt = hashlib.scrypt\n"
+            "hashlib.scrypt = lambda *a, **k: (calls.append(1), scrypt(*a, **k))[1]\n"
+            "import mqgate.app, mqgate.console.app, mqgate.console.passwords as p\n"
+            "print(len(calls))\np.dummy_hash()\nprint(len(calls))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["0", "1"]

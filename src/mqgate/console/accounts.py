@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from mqgate.console import tables as t
-from mqgate.console.passwords import DUMMY_HASH, check_new_password, hash_password, verify_password
+from mqgate.console.passwords import check_new_password, dummy_hash, hash_password, verify_password
 from mqgate.console.roles import Grant, Principal, check_grant
 from mqgate.errors import AlreadyExists, BadRequest, NotFound, Unavailable
 from mqgate.names import validate_name
@@ -113,7 +113,7 @@ class Accounts:
         wrong password, so the time does not tell which it was."""
         with self.engine.connect() as conn:
             row = conn.execute(sa.select(t.users).where(t.users.c.name == name)).first()
-        stored = row.password_hash if row is not None and row.password_hash else DUMMY_HASH
+        stored = row.password_hash if row is not None and row.password_hash else dummy_hash()
         ok = verify_password(password, stored)
         if row is None or not row.password_hash or not ok:
             return None

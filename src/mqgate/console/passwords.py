@@ -8,6 +8,7 @@ so a sign-in takes as long whether the name exists or not.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import hmac
 import secrets
@@ -52,8 +53,11 @@ def verify_password(password: str, stored: str) -> bool:
     return hmac.compare_digest(found, _unb64(digest))
 
 
-# Checked when the user does not exist, at the same cost as a real one.
-DUMMY_HASH: Final = hash_password(secrets.token_urlsafe(16))
+@functools.cache
+def dummy_hash() -> str:
+    """Checked when the user does not exist, at the same cost as a real one. Made at the first
+    sign-in, not at import: a hash costs about 0.1 s, and the gateway's start waited for it."""
+    return hash_password(secrets.token_urlsafe(16))
 
 
 def check_new_password(password: str) -> str | None:
