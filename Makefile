@@ -34,7 +34,7 @@ XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 COVERAGE_FLOOR := 76
 COVERAGE_ARGS = --cov --cov-report=term:skip-covered $(if $(PYTEST_ARGS),,--cov-fail-under=$(COVERAGE_FLOOR))
 
-.PHONY: install install-gateway run test test-fast lint bench lock vendor clean browser
+.PHONY: install install-gateway bytecode run test test-fast lint bench lock vendor clean browser
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,9 +51,16 @@ $(GATEWAY_STAMP): pyproject.toml $(GATEWAY_LOCK) | $(BIN)/python
 	$(BIN)/python -m pip install -q --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-gateway-* && touch $(GATEWAY_STAMP)
 
-install: $(DEV_STAMP)
+install: $(DEV_STAMP) bytecode
 
-install-gateway: $(GATEWAY_STAMP)
+# The editable install runs the sources; where PYTHONDONTWRITEBYTECODE is set (this machine's
+# environment) nothing caches their bytecode, and every gateway process (`make run`, each one
+# the tests start) compiled all of them again: 0.2-0.4 s of its start. Only changed files are
+# compiled again; Python still reads the cache when it may not write one.
+bytecode: | $(BIN)/python
+	$(BIN)/python -m compileall -q src/mqgate > /dev/null
+
+install-gateway: $(GATEWAY_STAMP) bytecode
 
 run: install-gateway
 	$(BIN)/mqgate $(strip serve $(SERVE_FLAGS))
