@@ -4,6 +4,7 @@ documented on every route that can answer it."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,8 +13,10 @@ from typing import Any
 import httpx
 import pytest
 
+import mqgate.api.openapi as openapi
 from mqgate.api.answers import Output
 from mqgate.api.openapi import build_openapi
+from mqgate.app import build_site
 from mqgate.settings import load_settings
 from mqgate.web.request import Request
 from mqgate.web.response import Response
@@ -172,3 +175,29 @@ def test_each_documented_error_status_is_listed_by_every_route_that_can_answer_i
     for _, op in operations(document):
         for status, answer in op["responses"].items():
             assert answer["description"], status
+
+
+def test_the_document_is_built_at_its_first_request_once_not_at_the_start(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built at the start, it was a third of a second of every gateway's start (issue 28)."""
+    built: list[int] = []
+    real = openapi.build_openapi
+
+    def counted(routes: list[Route], settings: Any) -> dict[str, Any]:
+        built.append(len(routes))
+        return real(routes, settings)
+
+    monkeypatch.setattr(openapi, "build_openapi", counted)
+    settings = load_settings(env={}, data_dir=tmp_path)
+    site = build_site(settings).site
+    assert built == []
+
+    async def fetch_twice() -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=site)
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            return list(await asyncio.gather(*(client.get("/openapi.json") for _ in range(2))))
+
+    first, second = asyncio.run(fetch_twice())
+    assert first.status_code == second.status_code == 200 and first.content == second.content
+    assert len(built) == 1 and first.json()["paths"]["/openapi.json"]["get"]["x-role"] == "none"

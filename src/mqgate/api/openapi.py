@@ -4,6 +4,7 @@ what the gateway decodes and checks."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterable
 from typing import Any, Final
@@ -176,15 +177,23 @@ def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
 
 def with_document(routes: list[Route], settings: Settings) -> list[Route]:
     """`routes` and `GET /openapi.json`, which answers the document of them all (itself
-    included), built once here."""
-    document = b""
+    included). Built at its first request, off the event loop, not at the start (a third of a
+    second of it: issue 28); tests/api/test_api_shapes.py builds it from the gateway's own
+    routes, so a clash of names fails the suite rather than that request."""
+    document: bytes | None = None
+    building = asyncio.Lock()
 
     async def serve(req: Request) -> Response:
+        nonlocal document
+        async with building:
+            if document is None:
+                document = await asyncio.to_thread(
+                    lambda: msgspec.json.encode(build_openapi(every, settings))
+                )
         return Response(body=document)
 
     every = [
         *routes,
         Route("GET", "/openapi.json", serve, "none", "This document (OpenAPI 3.1)", body="none"),
     ]
-    document = msgspec.json.encode(build_openapi(every, settings))
     return every
