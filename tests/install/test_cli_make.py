@@ -91,18 +91,22 @@ def dry_run(target: str, *args: str) -> list[str]:
 
 
 COVERAGE = ["--cov", "--cov-report=term:skip-covered"]
+XDIST = ["-n", "2", "--dist", "loadscope"]
 
 
 def test_make_test_passes_pytest_arguments() -> None:
     whole = dry_run("test")[1:]  # the whole suite, as CI runs it: coverage with its floor
     [floor] = [arg for arg in whole if arg.startswith("--cov-fail-under=")]
     # a measured floor (a whole run's total less one), not a placeholder that holds nothing back
-    assert whole == [*COVERAGE, floor] and int(floor.removeprefix("--cov-fail-under=")) >= 70
+    # In two processes (one per core here), a module's tests in one of them (tests/conftest.py).
+    assert whole == [*XDIST, *COVERAGE, floor] and int(floor.removeprefix("--cov-fail-under=")) >= 70
     # A part of the suite: coverage reported, no floor.
-    assert dry_run("test", "PYTEST_ARGS=-k produce -x")[1:] == [*COVERAGE, "-k", "produce", "-x"]
-    assert dry_run("test-fast", "PYTEST_ARGS=-k produce -x")[1:] == ["-m", "not slow", "-k", "produce", "-x"]
-    # In parallel processes when asked, a module's tests in one of them (tests/conftest.py).
+    assert dry_run("test", "PYTEST_ARGS=-k produce -x")[1:] == [*XDIST, *COVERAGE, "-k", "produce", "-x"]
+    fast = dry_run("test-fast", "PYTEST_ARGS=-k produce -x")[1:]
+    assert fast == [*XDIST, "-m", "not slow", "-k", "produce", "-x"]
+    # As many processes as asked; 0: this one.
     assert dry_run("test-fast", "TEST_WORKERS=3")[1:] == ["-n", "3", "--dist", "loadscope", "-m", "not slow"]
+    assert dry_run("test-fast", "TEST_WORKERS=0")[1:] == ["-m", "not slow"]
 
 
 def collected_files(*args: str) -> set[str]:
@@ -118,7 +122,7 @@ def collected_files(*args: str) -> set[str]:
 
 
 def test_make_test_fast_leaves_out_the_slow_tests_only() -> None:
-    command = dry_run("test-fast")
+    command = dry_run("test-fast", "TEST_WORKERS=0")
     assert command[1:] == ["-m", "not slow"]
     fast, slow = collected_files(*command[1:]), collected_files("-m", "slow")
     for path in (
