@@ -75,3 +75,24 @@ def test_loading_the_gateway_hashes_no_password() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["0", "1"]
+
+
+def test_serve_loads_no_admin_command_nor_their_client() -> None:
+    """A gateway's start is `mqgate serve`: the admin commands and the client they share were
+    0.05-0.08 s of it (issue 28)."""
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom mqgate.cli import main\n"
+            "try:\n    main(['serve', '--help'])\nexcept SystemExit as exc:\n    print(exc.code)\n"
+            "admin = ('mqgate.client', 'mqgate.cli.admin', 'mqgate.cli.topic')\n"
+            "print(sorted(m for m in sys.modules if m in admin))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "--data-dir" in out.stdout  # serve's own help
+    assert out.stdout.splitlines()[-2:] == ["0", "[]"]

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from mqgate.cli import JSON_HELP
 from mqgate.client import UNREACHABLE, Client
 from mqgate.errors import MqgateError
 
@@ -18,7 +19,6 @@ from mqgate.errors import MqgateError
 REFUSED = 1
 UNREACHED = 2
 
-JSON_HELP = "print the gateway's answer as JSON instead of text"
 # How a command's result reads as text, and its exit status (0 unless the result says otherwise).
 Render = Callable[[Any], Sequence[str]]
 Status = Callable[[Any], int]
