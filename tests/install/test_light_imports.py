@@ -57,42 +57,33 @@ def test_the_pipeline_command_checks_its_config_before_loading_spark(tmp_path: P
     assert "job.partitions must be between 1 and 1024" in stderr
 
 
+def printed_by(code: str) -> list[str]:
+    """The lines `code` prints in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.splitlines()
+
+
 def test_loading_the_gateway_hashes_no_password() -> None:
     """A scrypt hash costs about 0.1 s: the console's dummy hash (what an unknown name's sign-in
     is checked against) was made at import, and every start waited for it (issue 28)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import hashlib\ncalls = []\nscrypt = hashlib.scrypt\n"
-            "hashlib.scrypt = lambda *a, **k: (calls.append(1), scrypt(*a, **k))[1]\n"
-            "import mqgate.app, mqgate.console.app, mqgate.console.passwords as p\n"
-            "print(len(calls))\np.dummy_hash()\nprint(len(calls))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    printed = printed_by(
+        "import hashlib\ncalls = []\nscrypt = hashlib.scrypt\n"
+        "hashlib.scrypt = lambda *a, **k: (calls.append(1), scrypt(*a, **k))[1]\n"
+        "import mqgate.app, mqgate.console.app, mqgate.console.passwords as p\n"
+        "print(len(calls))\np.dummy_hash()\nprint(len(calls))"
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["0", "1"]
+    assert printed == ["0", "1"]
 
 
 def test_serve_loads_no_admin_command_nor_their_client() -> None:
     """A gateway's start is `mqgate serve`: the admin commands and the client they share were
     0.05-0.08 s of it (issue 28)."""
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import sys\nfrom mqgate.cli import main\n"
-            "try:\n    main(['serve', '--help'])\nexcept SystemExit as exc:\n    print(exc.code)\n"
-            "admin = ('mqgate.client', 'mqgate.cli.admin', 'mqgate.cli.topic')\n"
-            "print(sorted(m for m in sys.modules if m in admin))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
+    printed = printed_by(
+        "import sys\nfrom mqgate.cli import main\n"
+        "try:\n    main(['serve', '--help'])\nexcept SystemExit as exc:\n    print(exc.code)\n"
+        "admin = ('mqgate.client', 'mqgate.cli.admin', 'mqgate.cli.topic')\n"
+        "print(sorted(m for m in sys.modules if m in admin))"
     )
-    assert out.returncode == 0, out.stderr
-    assert "--data-dir" in out.stdout  # serve's own help
-    assert out.stdout.splitlines()[-2:] == ["0", "[]"]
+    assert "--data-dir" in "\n".join(printed)  # serve's own help
+    assert printed[-2:] == ["0", "[]"]
