@@ -95,3 +95,20 @@ def test_the_project_page_lists_its_topics_in_pages(crowded: ConsoleServer) -> N
     assert re.findall(chips, last.text) == [f"t{i:03d}" for i in range(100, 120)]
     filtered = client.get("/console/projects/default", params={"topic": "t119", "topics_page": "2"})
     assert 'name="topic" list="project-topics" value="t119"' in filtered.text
+
+
+def test_the_projects_page_lists_projects_in_pages(crowded: ConsoleServer) -> None:
+    """Every project a viewer may see was one row of one page, each with its topics found by a
+    pass over every topic; now pages of 50."""
+    names = [f"p{i:02d}" for i in range(55)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda n: crowded.admin("POST", "/admin/projects", name=n), names))
+    crowded.admin("POST", "/admin/topics", name="p54-t", queues=1, project="p54")
+    client = sign_in(crowded, "admin")
+    first = client.get("/console/projects")
+    assert first.status_code == 200
+    assert rows(first.text, "projects", "data-project") == ["default", *names[:49]]
+    assert "Projects 1–50 of 56 (page 1 of 2)" in first.text
+    last = client.get("/console/projects", params={"page": "2"})
+    assert rows(last.text, "projects", "data-project") == names[49:]
+    assert '<span class="chip">p54-t</span>' in last.text

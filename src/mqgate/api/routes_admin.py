@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, Final
 
 import msgspec
@@ -11,8 +11,8 @@ from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.paging import KeyInt, KeyText, Paging
-from mqgate.errors import BadRequest
-from mqgate.names import INTERNAL_PREFIXES
+from mqgate.errors import BadRequest, NotFound
+from mqgate.names import INTERNAL_PREFIXES, TRACE_PREFIX
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, TopicRecord
 from mqgate.services.gateway import Gateway
 from mqgate.services.topology import REVOKED
@@ -108,7 +108,14 @@ class AdminRoutes:
         return Response(a.DeletedOut(name=inp.name, deleted=True))
 
     async def list_topics(self, req: Request) -> Response:
-        topics = self.gw.ctx.registry.snapshot.topics.values()
+        inp: s.TopicsIn = req.input
+        topics: Iterable[TopicRecord] = self.gw.ctx.registry.snapshot.topics.values()
+        if inp.project is not None:
+            project = inp.project
+            if self.gw.ctx.registry.project(project) is None:
+                raise NotFound(f"project {project} does not exist", field="project")
+            trace = TRACE_PREFIX + project
+            topics = [t for t in topics if (t.project or DEFAULT_PROJECT) == project and t.name != trace]
         found, nxt = self.paging.listing(req.input, "topics", topics, lambda t: (t.name,), topic_out)
         return Response(a.TopicsOut(topics=found, next=nxt))
 
@@ -239,8 +246,8 @@ class AdminRoutes:
                 "/admin/topics",
                 self.list_topics,
                 "admin",
-                "List topics (paged)",
-                s.PageIn,
+                "List topics (paged), or a project's",
+                s.TopicsIn,
                 a.TopicsOut,
                 body="none",
             ),

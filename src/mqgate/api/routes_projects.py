@@ -33,8 +33,11 @@ class ProjectRoutes:
         self.paging = Paging(self.gw.ctx.settings.max_answer_bytes)
 
     def _project_out(self, rec: ProjectRecord) -> sp.ProjectOut:
-        topics = sorted(t.name for t in self.platform.projects.topics_of(rec.name))
-        return sp.ProjectOut(name=rec.name, description=rec.description, topics=topics)
+        topics = self.platform.projects.topics_of(rec.name)
+        named = [t.name for t in topics[: sp.PROJECT_TOPICS_NAMED]]
+        return sp.ProjectOut(
+            name=rec.name, description=rec.description, topics=named, topic_count=len(topics)
+        )
 
     async def create(self, req: Request) -> Response:
         inp: sp.ProjectIn = req.input

@@ -212,6 +212,12 @@ class TopicChangeIn(Input, kw_only=True, frozen=True):
     retention_bytes: RetentionBytes | None = None
 
 
+class TopicsIn(PageIn, kw_only=True, frozen=True):
+    project: (
+        Annotated[Name, Meta(description="only this project's topics (its trace topic left out)")] | None
+    ) = None
+
+
 class TopicNameIn(Input, kw_only=True, frozen=True):
     name: TopicName
 

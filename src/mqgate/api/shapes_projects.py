@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Final, Literal
 
 from msgspec import Meta
 
@@ -56,10 +56,22 @@ class TraceIn(Input, kw_only=True, frozen=True):
     key: LookupValue | None = None
 
 
+# A project's topics named in its answer at most; the rest: `GET /admin/topics?project=<name>`.
+PROJECT_TOPICS_NAMED: Final = 100
+
+
 class ProjectOut(Output, kw_only=True):
     name: str
     description: str
-    topics: list[str]
+    topics: Annotated[
+        list[str],
+        Meta(
+            max_length=PROJECT_TOPICS_NAMED,
+            description=f"its first {PROJECT_TOPICS_NAMED} topics by name; all of them: "
+            "GET /admin/topics?project=<name> (paged)",
+        ),
+    ]
+    topic_count: int  # how many topics it has
 
 
 class ProjectsOut(Output, kw_only=True):

@@ -11,6 +11,13 @@ LEVELS = ("info", "error", "debug")
 POLICY_COLUMNS = ("id", "mode", "level", "project", "topic", "queue", "service")
 
 
+def named_topics(project: dict[str, Any]) -> str:
+    """Its topics as the answer names them, and how many more there are (`topic list --project`)."""
+    shown = ",".join(project["topics"])
+    more = project.get("topicCount", len(project["topics"])) - len(project["topics"])
+    return f"{shown} and {more} more" if more > 0 else shown
+
+
 def add_parser(commands: Any) -> None:
     actions = commands.add_parser("project", help="projects: groups of related services").add_subparsers(
         dest="action", required=True, metavar="ACTION"
@@ -27,7 +34,7 @@ def add_parser(commands: Any) -> None:
         actions.add_parser("list", help="list projects and their topics"),
         lambda c, a: c.projects(),
         lambda r: table(
-            [{**p, "topics": ",".join(p["topics"])} for p in r["projects"]],
+            [{**p, "topics": named_topics(p)} for p in r["projects"]],
             ("name", "description", "topics"),
             "no projects",
         ),

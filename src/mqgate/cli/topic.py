@@ -36,9 +36,11 @@ def add_parser(commands: Any) -> None:
             f"{t.get('retentionBytes') or 'unlimited'} bytes per queue, max priority {t['maxPriority']}"
         ],
     )
+    listing = actions.add_parser("list", help="list the topics")
+    listing.add_argument("--project", help="only this project's topics")
     admin_command(
-        actions.add_parser("list", help="list the topics"),
-        lambda c, a: c.topics(),
+        listing,
+        lambda c, a: c.topics(a.project),
         lambda r: table(r["topics"], TOPIC_COLUMNS, "no topics"),
     )
     grow = actions.add_parser("grow", help="grow a topic or change its retention, live (it never shrinks)")

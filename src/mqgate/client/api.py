@@ -171,8 +171,9 @@ class Client:
         }
         return self.call("POST", "/admin/topics", _compact(body), what=f"creating topic {name}")
 
-    def topics(self) -> Any:
-        return self.listing("/admin/topics", "topics", what="listing topics")
+    def topics(self, project: str | None = None) -> Any:
+        params = {} if project is None else {"project": project}
+        return self.listing("/admin/topics", "topics", params=params, what="listing topics")
 
     def consumers(self) -> Any:
         return self.listing("/admin/consumers", "consumers", what="listing consumers")

@@ -19,9 +19,10 @@ from mqgate.console.pages.common import (
     snapshot,
 )
 from mqgate.console.pages.topology import TOPICS_PER_PAGE
-from mqgate.console.projects import DEFAULT_PROJECT, topic_project, user_topics
+from mqgate.console.projects import DEFAULT_PROJECT
 from mqgate.console.web import REPORT_CSP
 from mqgate.errors import BadRequest, NotFound
+from mqgate.names import INTERNAL_PREFIXES
 from mqgate.queuestate.diagnosis import ProjectHealth
 from mqgate.queuestate.rows import QueueInterval
 from mqgate.web.request import Request
@@ -29,6 +30,7 @@ from mqgate.web.response import Response, page, redirect
 from mqgate.web.route import Route
 
 HOUR_MS: Final = 3_600_000
+PROJECTS_PER_PAGE: Final = 50
 QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
 VERDICT_CLASS: Final = {"healthy": "ok", "no_data": "muted", "consumer_fault": "bad", "queue_fault": "bad",
                         "queue_and_consumer_fault": "bad"}  # fmt: skip
@@ -93,16 +95,14 @@ class ProjectPages:
     async def listing(self, v: Request) -> Response:
         me = principal(v)
         snap = snapshot(self.c)
-        topics = user_topics(snap)
+        shown, pager = paginate(v, [n for n in sorted(snap.projects) if me.can_view(n)], PROJECTS_PER_PAGE)
+        projects = self.c.platform.projects
         rows = []
-        for name in sorted(snap.projects):
-            if not me.can_view(name):
-                continue
-            rec = snap.projects[name]
-            mine = [t.name for t in topics if topic_project(t) == name]
-            policies = [p for p in snap.policies.values() if name in self.c.platform.projects.projects_of(p)]
-            rows.append({"p": rec, "topics": mine, "policies": len(policies)})
-        return self.c.page(v, "projects.html", rows=rows, default=DEFAULT_PROJECT)
+        for name in shown:
+            mine = [t.name for t in projects.topics_of(name) if not t.name.startswith(INTERNAL_PREFIXES)]
+            policies = sum(name in projects.projects_of(p) for p in snap.policies.values())
+            rows.append({"p": snap.projects[name], "topics": mine, "policies": policies})
+        return self.c.page(v, "projects.html", rows=rows, pager=pager, default=DEFAULT_PROJECT)
 
     async def create(self, v: Request) -> Response:
         require_admin(v)
@@ -130,9 +130,9 @@ class ProjectPages:
         topic, queue = v.arg("topic") or None, v.int_arg("queue")
         since = now_ms() - int(hours * HOUR_MS)
         intervals, more = await newest_intervals(self.c, name, topic, queue, since, QUEUE_ROWS)
-        every = sorted(self.c.platform.projects.topics_of(name), key=lambda t: t.name)
-        topics, topic_pager = paginate(v, [t for t in every if not t.name.startswith("%")], TOPICS_PER_PAGE,
-                                       "topics_page")  # fmt: skip
+        own = self.c.platform.projects.topics_of(name)
+        every = [t for t in own if not t.name.startswith(INTERNAL_PREFIXES)]
+        topics, topic_pager = paginate(v, every, TOPICS_PER_PAGE, "topics_page")
         return self.c.page(
             v,
             "project.html",
