@@ -24,6 +24,11 @@ from mqgate.web.route import Route
 _INTERVAL_KEY: Final = (KeyText, KeyInt, KeyInt)
 _ROUTER_KEY: Final = (KeyText, KeyInt)  # topic, queue
 _POLICY_KEY: Final = (KeyInt, KeyText)  # created, id: the order policies are listed in
+_FINDING_KEY: Final = (KeyText, KeyText, KeyText, KeyInt, KeyText)  # side, rule, topic, queue, consumer
+
+
+def _finding_key(f: sp.FindingOut) -> tuple[str, str, str, int, str]:
+    return (f.side, f.rule, f.topic or "", -1 if f.queue is None else f.queue, f.consumer or "")
 
 
 class ProjectRoutes:
@@ -57,8 +62,22 @@ class ProjectRoutes:
         return Response(a.DeletedOut(name=req.input.name, deleted=True))
 
     async def health(self, req: Request) -> Response:
-        project = await self.platform.projects.project(req.input.name)
-        return Response(out(await self.platform.queue_state.health(project.name), sp.ProjectHealthOut))
+        inp: sp.ProjectHealthIn = req.input
+        project = await self.platform.projects.project(inp.name)
+        found = await self.platform.queue_state.health(project.name)
+        every = [out(f, sp.FindingOut) for f in found.findings]
+        findings, nxt = self.paging.listing(inp, "findings", every, _finding_key, lambda f: f, _FINDING_KEY)
+        return Response(
+            sp.ProjectHealthOut(
+                project=found.project,
+                verdict=found.verdict,
+                checked_ms=found.checked_ms,
+                window_since_ms=found.window_since_ms,
+                findings=findings,
+                finding_count=len(found.findings),
+                next=nxt,
+            )
+        )
 
     async def queues(self, req: Request) -> Response:
         """A page of the project's queue intervals, in (topic, queue, start) order: a steady
@@ -158,7 +177,7 @@ class ProjectRoutes:
             Route("DELETE", project, self.delete, "admin", "Delete an empty project", sp.ProjectNameIn,
                   a.DeletedOut, (404, 409), body="none"),
             Route("GET", project + "/health", self.health, "admin",
-                  "Project health: a queue fault told from a consumer fault (SPEC P1)", sp.ProjectNameIn,
+                  "Project health: a queue fault told from a consumer fault (SPEC P1)", sp.ProjectHealthIn,
                   sp.ProjectHealthOut, (404,), body="none"),
             Route("GET", project + "/queues", self.queues, "admin",
                   "Queue state over time: max length and average occupancy per interval (SPEC P1; paged)",

@@ -22,6 +22,10 @@ class ProjectNameIn(Input, kw_only=True, frozen=True):
     name: Name
 
 
+class ProjectHealthIn(PageIn, kw_only=True, frozen=True):
+    name: Name
+
+
 class ProjectQueuesIn(PageIn, kw_only=True, frozen=True):
     name: Name
     topic: TopicName | None = None
@@ -175,7 +179,9 @@ class ProjectHealthOut(Output, kw_only=True):
     verdict: str
     checked_ms: int
     window_since_ms: int
-    findings: list[FindingOut]
+    findings: list[FindingOut]  # a page of them, by side, rule, topic, queue and consumer
+    finding_count: int  # all of them, on every page
+    next: str | None = None  # the cursor of the next page; absent on the last
 
 
 class QueueIntervalOut(Output, kw_only=True):

@@ -44,7 +44,7 @@ def add_parser(commands: Any) -> None:
     admin_command(show, lambda c, a: c.call("GET", f"/admin/projects/{a.name}"))
     health = actions.add_parser("health", help="a project's health: a queue fault or a consumer fault")
     health.add_argument("name", help="project name")
-    admin_command(health, lambda c, a: c.call("GET", f"/admin/projects/{a.name}/health"))
+    admin_command(health, lambda c, a: c.listing(f"/admin/projects/{a.name}/health", "findings"))
     delete = actions.add_parser("delete", help="delete an empty project")
     delete.add_argument("name", help="project name")
     admin_command(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from typing import Any, Final
+from urllib.parse import urlencode
 
 import sqlalchemy as sa
 
@@ -31,6 +32,7 @@ from mqgate.web.route import Route
 
 HOUR_MS: Final = 3_600_000
 PROJECTS_PER_PAGE: Final = 50
+FINDINGS_PER_PAGE: Final = 100
 QUEUE_ROWS: Final = 500  # queue-state intervals shown at most, newest first
 VERDICT_CLASS: Final = {"healthy": "ok", "no_data": "muted", "consumer_fault": "bad", "queue_fault": "bad",
                         "queue_and_consumer_fault": "bad"}  # fmt: skip
@@ -133,10 +135,14 @@ class ProjectPages:
         own = self.c.platform.projects.topics_of(name)
         every = [t for t in own if not t.name.startswith(INTERNAL_PREFIXES)]
         topics, topic_pager = paginate(v, every, TOPICS_PER_PAGE, "topics_page")
+        # The health part is loaded with the page's own arguments, so that its pager's links
+        # (`findings_page`) keep them.
+        health_query = urlencode([(k, val) for k, values in v.query.items() for val in values])
         return self.c.page(
             v,
             "project.html",
             p=rec,
+            health_query=health_query,
             intervals=intervals,
             more=more,
             topics=topics,
@@ -154,7 +160,16 @@ class ProjectPages:
         await self.c.platform.projects.project(name)
         require_view(v, name)
         found = await project_health(self.c, name)
-        return fragment(self.c, v, "project_health.html", health=found, verdict_class=VERDICT_CLASS)
+        findings, pager = paginate(v, found.findings, FINDINGS_PER_PAGE, "findings_page")
+        return fragment(
+            self.c,
+            v,
+            "project_health.html",
+            health=found,
+            findings=findings,
+            pager=pager,
+            verdict_class=VERDICT_CLASS,
+        )
 
     async def report(self, v: Request) -> Response:
         """The project's trace analytics report (`mqgate analytics --out <reports_dir>/<name>`),
