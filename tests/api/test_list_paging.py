@@ -215,3 +215,23 @@ def test_the_openapi_document_shows_the_paging_parameters(gw: Gateway) -> None:
         name = answer["$ref"].rsplit("/", 1)[1]
         assert "next" in doc["components"]["schemas"][name]["properties"], path
         assert field in doc["components"]["schemas"][name]["properties"], path
+
+
+def test_a_reset_answers_a_page_of_the_progress_and_of_the_clamped_offsets(gw: Gateway) -> None:
+    """A reset answered the broadcast consumer's whole progress and every clamped offset (a row
+    per clientId and queue each): now the first page of the progress, within the budget, whose
+    `next` goes on with the progress list, and the clamped offsets that fit, with their count."""
+    r = gw.http.post("/admin/consumers/bc/reset", json={"to": "offset", "offset": 10**9})
+    assert r.status_code == 200, r.text
+    result = r.json()["result"]
+    assert len(msgspec.json.encode(result["queues"])) <= BUDGET + 2
+    assert len(msgspec.json.encode(result["clamped"])) <= BUDGET + 2
+    every = [(q["clientId"], q["source"], q["queue"]) for q in gw.whole("progress")]
+    assert result["clampedCount"] == len(every) and 1 <= len(result["clamped"]) < len(every)
+    rows = [(q["clientId"], q["source"], q["queue"]) for q in result["queues"]]
+    cursor = result["next"]
+    while cursor is not None:
+        page = gw.get("/admin/consumers/bc/progress", cursor=cursor).json()["result"]
+        rows += [(q["clientId"], q["source"], q["queue"]) for q in page["queues"]]
+        cursor = page.get("next")
+    assert rows == every and {c for c, _, _ in rows} == set(CLIENTS)  # each row once

@@ -3,9 +3,10 @@ with camelCase names, and the source of the answer schemas in `/openapi.json`.""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Final, Literal
 
 import msgspec
+from msgspec import Meta
 
 from mqgate.model import Receipt
 
@@ -220,11 +221,17 @@ class ClampedOut(Output, kw_only=True):
     offset: int
 
 
-class ResetOut(ProgressOut, kw_only=True):
-    """The progress after a reset, and each queue whose requested offset was outside
-    [min, max] and went to the nearest bound instead."""
+CLAMPED_NAMED: Final = 100  # clamped offsets a reset's answer names at most
 
-    clamped: list[ClampedOut]
+
+class ResetOut(ProgressOut, kw_only=True):
+    """The progress after a reset (the first page of its `queues`: `next` goes on with
+    `GET /admin/consumers/{name}/progress`), and the queues whose requested offset was outside
+    [min, max] and went to the nearest bound instead (the first 100 within the answer's budget;
+    `clampedCount`: all)."""
+
+    clamped: Annotated[list[ClampedOut], Meta(max_length=CLAMPED_NAMED)]
+    clamped_count: int
 
 
 class PausedOut(Output, kw_only=True):

@@ -11,6 +11,7 @@ from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.paging import KeyInt, KeyText, Paging
+from mqgate.core.budget import within_budget
 from mqgate.errors import BadRequest, NotFound
 from mqgate.names import INTERNAL_PREFIXES, TRACE_PREFIX
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, TopicRecord
@@ -23,6 +24,10 @@ from mqgate.web.route import Route
 # A row of a consumer's progress: its clientId ("" for a cluster consumer) and its position
 # among that client's rows.
 _PROGRESS_KEY: Final = (KeyText, KeyInt)
+
+
+def _encoded_size(value: msgspec.Struct) -> int:
+    return len(msgspec.json.encode(value)) + 1  # its JSON and the comma before the next
 
 
 def topic_out(t: TopicRecord) -> a.TopicOut:
@@ -186,6 +191,13 @@ class AdminRoutes:
         the totals (`lag`, `deadLettered`) are over every row."""
         inp: s.ProgressIn = req.input
         progress: a.ProgressOut = out(await self.gw.operations.progress(inp.name), a.ProgressOut)
+        self._page_progress(inp, progress)
+        if self.stranded is not None:
+            progress.stranded = [out(s, a.StrandedOut) for s in await self.stranded(inp.name)]
+        return Response(progress)
+
+    def _page_progress(self, inp: s.ProgressIn, progress: a.ProgressOut) -> None:
+        """Keep a page of `progress.queues`, with the cursor of the next."""
         by_client: dict[str, list[a.QueueProgressOut]] = {}
         for q in progress.queues:
             by_client.setdefault(q.client_id or "", []).append(q)
@@ -193,9 +205,6 @@ class AdminRoutes:
         progress.queues, progress.next = self.paging.listing(
             inp, "progress", rows, lambda r: r[0], lambda r: r[1], _PROGRESS_KEY
         )
-        if self.stranded is not None:
-            progress.stranded = [out(s, a.StrandedOut) for s in await self.stranded(inp.name)]
-        return Response(progress)
 
     async def reset(self, req: Request) -> Response:
         inp: s.ResetIn = req.input
@@ -207,8 +216,21 @@ class AdminRoutes:
             queue=inp.queue,
             client_id=inp.client_id,
         )
-        progress = msgspec.structs.asdict(out(outcome.progress, a.ProgressOut))
-        return Response(a.ResetOut(**progress, clamped=[out(c, a.ClampedOut) for c in outcome.clamped]))
+        # The progress after it as its first page (`next` goes on with GET .../progress), and
+        # the first of the offsets that were clamped: a broadcast consumer has a row per clientId.
+        progress = out(outcome.progress, a.ProgressOut)
+        self._page_progress(s.ProgressIn(name=inp.name), progress)
+        clamped, _ = within_budget(
+            (out(c, a.ClampedOut) for c in outcome.clamped),
+            self.paging.budget,
+            _encoded_size,
+            a.CLAMPED_NAMED,
+        )
+        return Response(
+            a.ResetOut(
+                **msgspec.structs.asdict(progress), clamped=clamped, clamped_count=len(outcome.clamped)
+            )
+        )
 
     async def pause(self, req: Request) -> Response:
         c = await self.gw.topology.update_consumer(req.input.name, paused=True)

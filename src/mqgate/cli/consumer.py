@@ -132,6 +132,9 @@ def reset_text(r: dict[str, Any]) -> list[str]:
         side = f" of {c['source']}" if c.get("source") != r["topic"] else ""
         where = f"queue {c['queue']}{side}{client}"
         lines.append(f"{where}: offset {c['requested']} is outside the queue, reset to {c['offset']}")
+    more = r.get("clampedCount", 0) - len(r.get("clamped", []))
+    if more > 0:
+        lines.append(f"and {more} more queues whose offset was outside the queue")
     return lines
 
 

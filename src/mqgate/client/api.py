@@ -139,7 +139,12 @@ class Client:
         the `lists` of every later page appended, following each page's `next` to the last
         (without `next` then)."""
         query = {**(params or {}), "limit": PAGE_LIMIT}
-        result = self.call("GET", path, params=query, what=what)
+        return self._rest_of(path, self.call("GET", path, params=query, what=what), lists, query, what)
+
+    def _rest_of(
+        self, path: str, result: Any, lists: Sequence[str], query: Mapping[str, Any], what: str | None
+    ) -> Any:
+        """`result` (a first page) with the `lists` of every later page of `path` appended."""
         cursor = result.pop("next", None)
         while cursor:
             page = self.call("GET", path, params={**query, "cursor": cursor}, what=what)
@@ -244,7 +249,11 @@ class Client:
         client_id: str | None = None,
     ) -> Any:
         body = {"to": to, "offset": offset, "timestamp": timestamp, "queue": queue, "clientId": client_id}
-        return self._consumer_action(consumer, "reset", _compact(body))
+        first = self._consumer_action(consumer, "reset", _compact(body))
+        path = f"/admin/consumers/{_path_part(consumer)}/progress"  # where its `next` goes on
+        return self._rest_of(
+            path, first, ("queues",), {"limit": PAGE_LIMIT}, f"progress of consumer {consumer}"
+        )
 
     def pause_consumer(self, consumer: str) -> Any:
         return self._consumer_action(consumer, "pause", {})
