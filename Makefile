@@ -22,10 +22,10 @@ SERVE_FLAGS = $(call flag,HOST,--host) $(call flag,PORT,--port) $(call flag,DATA
 # Extra pytest arguments for `make test` and `make test-fast`: `make test PYTEST_ARGS="-k produce -x"`.
 PYTEST_ARGS ?=
 # Both run the suite in TEST_WORKERS processes (pytest-xdist; 0: in this one). tests/conftest.py
-# keeps a module's tests in one process and the Spark suites in one. Two, one per core of this
-# machine: 25 min against 36-38 in one on a quiet machine (2026-11-28, with a 600 s hang since
-# fixed); three beside other work loaded it so far (load 11-14) that timing tests failed.
-TEST_WORKERS ?= 2
+# keeps a module's tests in one process and the Spark suites in one. Four on this 2-core machine:
+# most tests wait on the gateways, servers and browsers they start, so two per core overlap those
+# waits (quiet machine, 2026-11-28: 13 min 20 s with four, 20 min 29 s with two, 36-38 in one).
+TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
 # [tool.coverage.run]); `make test-fast` leaves coverage out. Run whole, `make test` fails under

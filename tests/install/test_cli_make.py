@@ -91,14 +91,14 @@ def dry_run(target: str, *args: str) -> list[str]:
 
 
 COVERAGE = ["--cov", "--cov-report=term:skip-covered"]
-XDIST = ["-n", "2", "--dist", "loadscope"]
+XDIST = ["-n", "4", "--dist", "loadscope"]
 
 
 def test_make_test_passes_pytest_arguments() -> None:
     whole = dry_run("test")[1:]  # the whole suite, as CI runs it: coverage with its floor
     [floor] = [arg for arg in whole if arg.startswith("--cov-fail-under=")]
     # a measured floor (a whole run's total less one), not a placeholder that holds nothing back
-    # In two processes (one per core here), a module's tests in one of them (tests/conftest.py).
+    # In four processes (two per core here), a module's tests in one of them (tests/conftest.py).
     assert whole == [*XDIST, *COVERAGE, floor] and int(floor.removeprefix("--cov-fail-under=")) >= 70
     # A part of the suite: coverage reported, no floor.
     assert dry_run("test", "PYTEST_ARGS=-k produce -x")[1:] == [*XDIST, *COVERAGE, "-k", "produce", "-x"]
