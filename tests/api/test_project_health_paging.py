@@ -24,6 +24,14 @@ QUEUES = 8
 STEP = 60_000
 
 
+def full_queue(topic: str, queue: int, start: int) -> QueueInterval:
+    """A closed interval of a queue at its length limit, with messages dropped."""
+    return QueueInterval(
+        project="p", topic=topic, queue=queue, start_ms=start, interval_ms=STEP, max_length=100,
+        length_area=100 * STEP, covered_ms=STEP, samples=12, length_limit=100, dropped=3,
+    )  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
     srv = ConsoleServer(tmp_path_factory.mktemp("health") / "data")
@@ -35,14 +43,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]:
         for t in TOPICS:
             srv.admin("POST", "/admin/topics", name=t, queues=QUEUES, project="p")
         start = (int(time.time() * 1000) // STEP - 2) * STEP  # closed, inside the 5-minute window
-        full = [
-            QueueInterval(
-                project="p", topic=t, queue=q, start_ms=start, interval_ms=STEP, max_length=100,
-                length_area=100 * STEP, covered_ms=STEP, samples=12, length_limit=100, dropped=3,
-            )  # fmt: skip
-            for t in TOPICS
-            for q in range(QUEUES)
-        ]
+        full = [full_queue(t, q, start) for t in TOPICS for q in range(QUEUES)]
         history = QueueStateHistory(Path(srv.data_dir).resolve() / "queue-state.sqlite")
         history.write(Rollup(queues=full))
         history.dispose()

@@ -74,8 +74,10 @@ class QueueLog:
         timestamp_of: Callable[[bytes], int],
         health: Health | None = None,
         handles: FileHandles | None = None,
+        on_synced: Callable[[QueueLog], None] | None = None,
     ) -> None:
         self.health = health or Health()
+        self.on_synced = on_synced  # told when a sync takes it past its checkpoint
         self.handles = handles
         self._reported: set[int] = set()  # damaged offsets already counted
         self.directory = directory
@@ -239,6 +241,8 @@ class QueueLog:
         if self._pending_sync[1] <= self._synced[1]:
             return
         self._synced = self._pending_sync
+        if self.on_synced is not None:
+            self.on_synced(self)
         if self.committer.waits_for_fsync and self._synced[1] > self.visible_end:
             self.visible_end = self._synced[1]
             self.on_visible()
@@ -280,6 +284,11 @@ class QueueLog:
         os.replace(tmp, self._checkpoint_path())
         self._checkpointed = synced
         self.bytes_since_checkpoint = 0
+
+    @property
+    def checkpoint_due(self) -> bool:
+        """Synced past its last checkpoint."""
+        return self._synced != self._checkpointed
 
     def try_checkpoint(self) -> bool:
         """A checkpoint that may fail (a full disk): reported, and tried again later; start-up

@@ -98,6 +98,7 @@ class EmbeddedStore:
         self._fsync_interval_ms = fsync_interval_ms
         self.committer: GroupCommitter | None = committer
         self.checkpoint_interval_s = checkpoint_interval_s
+        self.checkpoints_due: set[QueueLog] = set()  # synced past their checkpoint
         self._topics: dict[str, _Topic] = {}
         self._damaged: dict[str, str] = {}  # topic -> why it is not served
         self._lock_fd = -1
@@ -172,6 +173,7 @@ class EmbeddedStore:
             for q in topic.queues:
                 q.close()
         self._topics.clear()
+        self.checkpoints_due.clear()
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -198,20 +200,27 @@ class EmbeddedStore:
             timestamp_of=_timestamp_of,
             health=self.health,
             handles=self.handles,
+            on_synced=self.checkpoints_due.add,
         )
         self.recovered_bytes_cut += queue_log.recover()
+        if queue_log.checkpoint_due:  # what start-up verified past its checkpoint
+            self.checkpoints_due.add(queue_log)
         topic.queues.append(queue_log)
 
     async def _checkpoint_loop(self) -> None:
+        """Checkpoint the queues synced past their checkpoint (`checkpoints_due`: only those, so
+        an idle store with many queues does nothing): each that wrote CHECKPOINT_BYTES at
+        once, every one each `checkpoint_interval_s`. One whose checkpoint fails stays due."""
         last_full = time.monotonic()
         while True:
             await asyncio.sleep(1.0)
             try:
                 full = time.monotonic() - last_full >= self.checkpoint_interval_s
-                for topic in list(self._topics.values()):
-                    for q in topic.queues:
-                        if full or q.bytes_since_checkpoint >= CHECKPOINT_BYTES:
-                            q.try_checkpoint()
+                for q in list(self.checkpoints_due):
+                    if full or q.bytes_since_checkpoint >= CHECKPOINT_BYTES:
+                        q.try_checkpoint()
+                        if not q.checkpoint_due:
+                            self.checkpoints_due.discard(q)
                 if full:
                     last_full = time.monotonic()
             except Exception as exc:
@@ -286,6 +295,7 @@ class EmbeddedStore:
                 await self.committer.flush()
             for q in t.queues:
                 q.close()
+            self.checkpoints_due.difference_update(t.queues)
         elif self._damaged.pop(topic, None) is not None:
             self.health.restore(f"topic {topic}")  # deleting is one way to be rid of it
         else:
