@@ -222,6 +222,7 @@ def build_site(settings: Settings) -> Built:
         features=(projects, tracing, queue_state, metrics_history),
         spool=failover,
     )
+    queue_state.follow(gateway.changes)
     alerts = Alerts(gateway, sql.engine)
     platform = Platform(
         gateway,

@@ -131,3 +131,49 @@ def test_confirmations_hold_a_value_a_stall_is_not_counted_and_a_gone_key_lapses
     t, gone = rows["t"], rows["gone"]
     assert (t.covered_ms, t.length_area, t.samples, t.max_length) == (45_000, 7 * 45_000, 2, 7)
     assert (gone.covered_ms, gone.samples) == (25_000, 1)  # its last confirmation (15 s) + 10 s
+
+
+def test_following_the_gateways_moves_needs_no_periodic_full_probe(tmp_path: Path) -> None:
+    """Followed by the gateway's record of moves (which hears every move of the embedded store and
+    offsets), an idle gateway's probes read nothing however long it idles, and a move no hook of
+    the queue state hears (an admin reset of a consumer's offsets) costs its topic only."""
+
+    async def go() -> None:
+        settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
+        backends = backends_for(settings)
+        registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), 3600)
+        ctx = Context(
+            settings, backends.store, backends.offsets, backends.scheduler, registry, Metrics(), b"k" * 32
+        )
+        gateway = Gateway(ctx, Topology(ctx), Observers())
+        await backends.start()
+        await gateway.start()
+        try:
+            for i in range(TOPICS):
+                await gateway.topology.create_topic(f"t{i}", QUEUES, 86_400_000, None)
+                await gateway.topology.register_consumer(f"c{i}", f"t{i}", "cluster", "earliest", 60, 16)
+            store, offsets = Counting(ctx.store), Counting(ctx.offsets)
+            qs = QueueState(
+                dataclasses.replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets))
+            )
+            qs.follow(gateway.changes)
+            await qs._probe(B)  # the first probe reads everything
+            assert (store.calls, offsets.calls) == (TOPICS, TOPICS)
+
+            # Five idle minutes of probes 5 s apart: nothing read (before: a full probe a minute).
+            store.calls = offsets.calls = 0
+            for k in range(1, 61):
+                await qs._probe(B + k * 5_000)
+            assert (store.calls, offsets.calls) == (0, 0) and qs.probes.full_rounds == 1
+
+            # An admin reset moves c3's offsets without a hook of the queue state: t3 is read.
+            await gateway.operations.reset(
+                "c3", "latest", offset=None, timestamp_ms=None, queue=None, client_id=None
+            )
+            await qs._probe(B + 61 * 5_000)
+            assert (store.calls, offsets.calls) == (1, 1) and qs.probes.full_rounds == 1
+        finally:
+            await gateway.stop()
+            await backends.stop()
+
+    run_bounded(go(), 60)

@@ -8,11 +8,14 @@ read them back.
 A probe reads what may have changed (issue 27: it read every topic's bounds and every cluster
 consumer's offsets every 5 s, however idle the gateway): the topics this gateway produced to,
 delivered due messages to or had acks on since the last probe, and their cluster consumers; every
-other queue is confirmed unchanged (`QueueStateSampler.confirm`, O(1)). A full probe of every
-topic and consumer comes every `FULL_PROBE_EVERY_S`, and at the first probe after the registry
-changed: what moves without this gateway's hooks (retention, a commit by offset, a reset, a
-dead letter) is seen within it. On a store other gateways write too (Redis), whose produces no
-hook here hears, every probe is full, as before.
+other queue is confirmed unchanged (`QueueStateSampler.confirm`, O(1)). Followed by the
+gateway's record of moves (`follow`: services/changes.py, which hears every move of the embedded
+store and offsets, retention, resets and dead letters included), it also reads the topics and
+consumers that moved without a hook here, and never needs more. A full probe of every topic and
+consumer comes at the first probe after the registry changed, when that record says anything may
+have moved, and, for a queue state not following one, every `FULL_PROBE_EVERY_S`. Where moves
+go unheard (a Redis store other gateways write too, a project served by a cluster), every probe
+is full, as before.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from mqgate.queuestate.recorder import QueueStateRecorder
 from mqgate.queuestate.rows import ConsumerInterval, ProduceInterval, QueueInterval
 from mqgate.queuestate.sampler import NO_QUEUE, QueueStateSampler
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, TopicRecord
+from mqgate.services.changes import ChangeReader, Changes
 from mqgate.services.context import Context, now_ms
 from mqgate.services.gateway import Feature
 from mqgate.services.observers import Observer
@@ -73,6 +77,13 @@ class QueueState(Feature, Observer):
         self._last_full_ms: int | None = None
         self._probed_version = -1  # the registry version of the last full probe
         self._cluster_consumers: dict[str, list[ConsumerRecord]] = {}  # by topic, of that version
+        self._changes: Changes | None = None
+        self._moved: ChangeReader | None = None
+
+    def follow(self, changes: Changes) -> None:
+        """Read what moved from `changes` too (before the first probe)."""
+        self._changes = changes
+        self._moved = changes.reader()
 
     async def start(self) -> None:
         await self.recorder.start()
@@ -113,12 +124,19 @@ class QueueState(Feature, Observer):
     async def _probe(self, now: int) -> None:
         snap = self.ctx.registry.snapshot
         shared = self.ctx.settings.uses_redis  # other gateways' produces are heard by no hook here
-        full = (
-            shared
-            or self._last_full_ms is None
-            or now - self._last_full_ms >= self.full_probe_every_ms
-            or snap.version != self._probed_version
-        )
+        heard: set[str] = set()  # topics that moved, by the gateway's record
+        if self._moved is not None and self._changes is not None:
+            moved = self._moved.take()
+            exact = self._changes.exact and not moved.everything
+            heard = {t for t in moved.topics if not t.startswith(INTERNAL_PREFIXES)}
+            for name in moved.consumers:
+                c = snap.consumers.get(name)
+                if c is not None:
+                    heard.add(c.topic)
+            due = not exact
+        else:
+            due = self._last_full_ms is None or now - self._last_full_ms >= self.full_probe_every_ms
+        full = shared or due or self._last_full_ms is None or snap.version != self._probed_version
         self.probes.rounds += 1
         if full:
             self.probes.full_rounds += 1
@@ -133,7 +151,7 @@ class QueueState(Feature, Observer):
             self.sampler.begin_full_round()
             names = [n for n in snap.topics if not n.startswith(INTERNAL_PREFIXES)]
         else:
-            names, self._dirty = sorted(self._dirty), set()
+            names, self._dirty = sorted(self._dirty | heard), set()
         for name in names:
             t = snap.topics.get(name)
             if t is None or t.name.startswith(INTERNAL_PREFIXES):
