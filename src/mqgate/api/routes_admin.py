@@ -271,6 +271,7 @@ class AdminRoutes:
                 "List topics (paged), or a project's",
                 s.TopicsIn,
                 a.TopicsOut,
+                (404,),
                 body="none",
             ),
             Route(
