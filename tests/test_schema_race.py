@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 PROCESSES = 6
 ROUNDS = 3
 

@@ -27,6 +27,9 @@ from mqgate.metrics import Metrics
 from mqgate.settings import Settings
 from tests.conftest import MACHINE_REDIS, Server, free_port, require_service, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 SECRET = "hook-secret"
 
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import httpx
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import Server
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 ROUTES = [
     ("POST", "/mq/produce"),

@@ -26,6 +26,9 @@ from mqgate.queuestate.history import QueueStateHistory
 from mqgate.queuestate.rows import QueueInterval, Rollup
 from tests.conftest import PG_ADMIN_URL, Server, require_service
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 BUDGET = 2048
 STEP = 60_000  # the gateway's interval
 # Two days ago, on an interval boundary: within the history's retention (7 days), which the

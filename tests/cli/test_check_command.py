@@ -14,6 +14,9 @@ import pytest
 from mqgate.durable.framing import HEADER_BYTES
 from tests.conftest import MQGATE, Server
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 
 def check(data_dir: Path, *args: str) -> tuple[int, str]:
     done = subprocess.run(

@@ -9,8 +9,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import MQGATE, Server, wait_until
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def cli(server: Server, *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,6 +16,9 @@ import pytest
 from tests.conftest import run_bounded
 from tests.console.conftest import PASSWORD, ConsoleServer, user_cli
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 CONCURRENT = 150
 # The test gateway runs uvicorn with its proxy headers on (trusting 127.0.0.1), unlike `mqgate
 # serve`: trust no address there, so only the console decides what X-Forwarded-For means.

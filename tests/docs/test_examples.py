@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import IN_CI, ROOT, Server
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 EXAMPLES = {
     "curl": ["bash", "examples/curl/tour.sh"],
     "python": [sys.executable, "examples/python/client.py"],

@@ -27,6 +27,9 @@ import pytest
 
 from tests.conftest import Server, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 DISK_MB = 30
 MIB = 1024 * 1024
 

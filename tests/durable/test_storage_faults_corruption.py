@@ -17,6 +17,9 @@ from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.interface import Destination
 from tests.conftest import Server
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 # --- the frame scan -----------------------------------------------------------------------
 
 

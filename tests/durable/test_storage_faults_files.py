@@ -8,11 +8,15 @@ import resource
 from pathlib import Path
 
 import httpx
+import pytest
 
 from mqgate.durable.append_file import AppendFile
 from mqgate.durable.framing import frame, iter_payloads
 from mqgate.durable.handles import FileHandles
 from tests.conftest import Server
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 TOPICS = 126
 QUEUES = 8

@@ -16,9 +16,13 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
+import pytest
 
 from tests.conftest import Server, wait_until
 from tests.failover.conftest import FailoverRedis
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 QUEUES = 4
 # Short thresholds so a test sees a switch within a second or two (defaults: docs/FAILOVER.md).

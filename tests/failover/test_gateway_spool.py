@@ -8,10 +8,14 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tests.conftest import MQGATE, Server, wait_until
 from tests.failover.conftest import FailoverRedis
 from tests.failover.test_gateway_failover import consume_until, failover_state, gateway, project_on
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def _produce(gw: Server, token: str, bodies: list[str]) -> httpx.Response:

@@ -15,6 +15,9 @@ import pytest
 
 from tests.conftest import ROOT, free_port, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 # The venv the tests run in; `-o install…` below: it is installed already, make must not redo it.
 VENV = str(Path(sys.executable).parent.parent)
 # Under `make test PYTEST_ARGS=… TEST_WORKERS=…` the outer make's variables reach an inner make

@@ -14,6 +14,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pytest
 from pyspark.sql.types import StructType
 
 from mqgate.pipeline.config import parse_config
@@ -36,6 +37,9 @@ from mqgate.pipeline.stages import (
 from mqgate.spark.arrow import Record, to_batch
 from mqgate.spark.schema import SCHEMA
 from tests.spark.conftest import spark  # noqa: F401  (the one local Spark of the Spark tests)
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 CONFIG = parse_config(
     {

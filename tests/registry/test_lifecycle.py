@@ -13,6 +13,9 @@ import pytest
 from tests.conftest import MQGATE, Client, Server, wait_until
 from tests.store.test_redis_gateways import REFRESH_S, gateways  # noqa: F401  (a fixture)
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 
 def call(server: Server, method: str, path: str, **body: Any) -> httpx.Response:
     h = {"Authorization": f"Bearer {server.admin_token}"}

@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import Client, Server, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 Connect = Callable[[str | None, str | None], Client]
 
 

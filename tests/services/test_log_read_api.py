@@ -6,8 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.conftest import Client, Server
+
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
 
 
 def get(server: Server, path: str, token: str, **params: Any) -> httpx.Response:

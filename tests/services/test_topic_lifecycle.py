@@ -11,6 +11,9 @@ import pytest
 
 from tests.conftest import Client, Server, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 
 def call(server: Server, method: str, path: str, **body: Any) -> httpx.Response:
     h = {"Authorization": f"Bearer {server.admin_token}"}

@@ -13,6 +13,9 @@ import pytest
 
 from tests.conftest import MQGATE, Server
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 
 def produce(srv: Server, token: str, producer: str, message: str) -> httpx.Response:
     return httpx.post(

@@ -21,6 +21,9 @@ import pytest
 
 from tests.conftest import MQGATE, Client, RedisServer, Server, free_port, wait_until
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 REFRESH_S = 0.5
 ADMIN = "mqa_test_shared_admin"
 

@@ -17,6 +17,9 @@ from mqgate.core.trace_context import derived_traceparent
 from tests.conftest import MQGATE, Client, Server, wait_until
 from tests.store.test_redis_gateways import gateways  # noqa: F401  (a fixture)
 
+# Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
 
 def traces(server: Server, **query: str) -> dict[str, Any]:
     h = {"Authorization": f"Bearer {server.admin_token}"}
