@@ -91,8 +91,12 @@ class TestProduceAndConsume:
 
     def test_round_robin_spreads_over_queues(self, topic_client: Any) -> None:
         topic, c = topic_client
-        queues = {result(c.produce(f"{topic}-p", "x"))["queue"] for _ in range(8)}
-        assert queues == {0, 1, 2, 3}
+        queues = [result(c.produce(f"{topic}-p", "x"))["queue"] for _ in range(8)]
+        assert set(queues) == {0, 1, 2, 3}
+        # A batch takes the next turns in one step, going on from the single produces.
+        batch = result(c.produce_batch(f"{topic}-p", [{"message": str(i)} for i in range(6)]))
+        turn = queues[-1] + 1
+        assert [r["queue"] for r in batch["receipts"]] == [(turn + i) % 4 for i in range(6)]
 
     def test_next_pull_acks_the_previous_batch(self, topic_client: Any) -> None:
         topic, c = topic_client

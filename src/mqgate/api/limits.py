@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import msgspec
@@ -37,27 +38,43 @@ class SettingsLimits:
         return getattr(self.settings, SETTINGS_DEFAULTS[(shape, attr)])
 
     def check(self, value: Input, prefix: str = "") -> None:
-        for attr, name, kind, limit in self._by_shape.get(type(value), ()):
-            v = getattr(value, attr)
-            field = prefix + name
-            if kind == "max" and v > limit:
-                raise BadRequest(f"{field} must be at most {limit:g}", field=field)
-            if kind == "max_items" and len(v) > limit:
-                raise BadRequest(f"{field} has {len(v)} items, over the limit of {limit}", field=field)
-            if kind == "max_bytes":
-                size = utf8_size(v, field)
-                if size > limit:
-                    raise PayloadTooLarge(
-                        f"{field} is {size} bytes, over the {limit}-byte limit", field=field
-                    )
+        self._check_fields(value, self._by_shape.get(type(value), ()), prefix)
         if isinstance(value, ProduceBatchIn):
             self._check_batch(value.messages)
 
+    def _check_fields(self, value: Input, limits: Sequence[tuple[str, str, str, Any]], prefix: str) -> None:
+        for attr, name, kind, limit in limits:
+            v = getattr(value, attr)
+            if kind == "max" and v > limit:
+                raise BadRequest(f"{prefix}{name} must be at most {limit:g}", field=prefix + name)
+            if kind == "max_items" and len(v) > limit:
+                field = prefix + name
+                raise BadRequest(f"{field} has {len(v)} items, over the limit of {limit}", field=field)
+            if kind == "max_bytes":
+                size = len(v) if v.isascii() else utf8_size(v, prefix + name)
+                if size > limit:
+                    field = prefix + name
+                    raise PayloadTooLarge(
+                        f"{field} is {size} bytes, over the {limit}-byte limit", field=field
+                    )
+
     def _check_batch(self, messages: list[MessageIn]) -> None:
+        """Each message's limits and the batch's total, each body's size taken once (a batch of
+        100 is checked on the request path; a field's name is made only for its error)."""
         total = 0
         limit = self.settings.max_batch_bytes
+        body_limit = self.settings.max_message_bytes
+        others = [x for x in self._by_shape.get(MessageIn, ()) if x[0] != "body"]
         for i, m in enumerate(messages):
-            self.check(m, f"messages[{i}].")
-            total += utf8_size(m.body, "messages")
+            if others:
+                self._check_fields(m, others, f"messages[{i}].")
+            body = m.body
+            size = len(body) if body.isascii() else utf8_size(body, f"messages[{i}].body")
+            if size > body_limit:
+                field = f"messages[{i}].body"
+                raise PayloadTooLarge(
+                    f"{field} is {size} bytes, over the {body_limit}-byte limit", field=field
+                )
+            total += size
             if total > limit:
                 raise PayloadTooLarge(f"messages total over the {limit}-byte batch limit", field="messages")

@@ -39,14 +39,25 @@ def ids_by_queue(now_ms: int, queues: list[int]) -> list[str]:
     """One id per message (`queues`: each message's queue), each queue's ids consecutive in
     message order, so a trace record can name a queue's messages by its first id and their
     count (`id_run`) instead of listing them."""
+    ids = new_message_ids(now_ms, len(queues))
     first = queues[0] if queues else 0
     if all(q == first for q in queues):
-        return new_message_ids(now_ms, len(queues))
+        return ids
+    # Hand the consecutive ids out a block per queue, in the order queues first appear.
     counts: dict[int, int] = {}
     for q in queues:
         counts[q] = counts.get(q, 0) + 1
-    blocks = {q: iter(new_message_ids(now_ms, n)) for q, n in counts.items()}
-    return [next(blocks[q]) for q in queues]
+    at: dict[int, int] = {}
+    n = 0
+    for q, c in counts.items():
+        at[q] = n
+        n += c
+    out = []
+    for q in queues:
+        i = at[q]
+        out.append(ids[i])
+        at[q] = i + 1
+    return out
 
 
 def is_id_run(first: str, last: str, count: int) -> bool:

@@ -49,13 +49,14 @@ Shape = tuple[int, int]
 class QueueGrid:
     """The store queue numbers of a topic's (lane, queue) cells, over the shapes it has had."""
 
-    __slots__ = ("_cells", "_numbers", "first_queues", "lanes", "queues")
+    __slots__ = ("_cells", "_lanes", "_numbers", "first_queues", "lanes", "queues")
 
     def __init__(self, shapes: tuple[Shape, ...]) -> None:
         if not shapes:
             raise ValueError("a topic has at least one shape")
         self._cells: list[tuple[int, int]] = []  # store queue -> (lane, queue)
         self._numbers: dict[tuple[int, int], int] = {}
+        self._lanes: dict[int, list[int]] = {}  # lane -> its store queues, by queue (lane_queues)
         for queues, lanes in shapes:
             for lane in range(lanes):
                 for queue in range(queues):
@@ -73,6 +74,13 @@ class QueueGrid:
     def store_queue(self, lane: int, queue: int) -> int:
         """The store queue of `queue` (0..queues-1) in priority lane `lane`."""
         return self._numbers[lane, queue]
+
+    def lane_queues(self, lane: int) -> list[int]:
+        """The store queues of lane `lane`, by queue (0..queues-1)."""
+        found = self._lanes.get(lane)
+        if found is None:
+            found = self._lanes[lane] = [self._numbers[lane, q] for q in range(self.queues)]
+        return found
 
     def lane_of(self, store_queue: int) -> int:
         return self._cells[store_queue][0]

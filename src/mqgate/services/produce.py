@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import zlib
 from dataclasses import dataclass
@@ -75,17 +74,27 @@ class Producing:
         self.ctx = ctx
         self.topology = topology
         self.observers = observers
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._turns: dict[str, int] = {}  # each topic's round-robin turns taken
         self.failover = spool
 
     def queue_for(self, topic: str, queues: int, order_key: str | None) -> int:
         """The queue of a message: by its order key's hash, else round robin."""
         if order_key is not None:
             return zlib.crc32(order_key.encode()) % queues
-        counter = self._round_robin.get(topic)
-        if counter is None:
-            counter = self._round_robin[topic] = itertools.count()
-        return next(counter) % queues
+        turn = self._turns.get(topic, 0)
+        self._turns[topic] = turn + 1
+        return turn % queues
+
+    def store_queues_for(self, topic: str, grid: QueueGrid, messages: list[MessageInput]) -> list[int]:
+        """The store queues of plain messages (lane 0), in order: a batch without order keys
+        takes its round-robin turns in one step."""
+        if len(messages) == 1 or any(m.order_key for m in messages):
+            return [self.store_queue_for(topic, grid, 0, m.order_key or None) for m in messages]
+        queues = grid.queues
+        turn = self._turns.get(topic, 0)
+        self._turns[topic] = turn + len(messages)
+        lane = grid.lane_queues(0)
+        return [lane[(turn + i) % queues] for i in range(len(messages))]
 
     def store_queue_for(self, topic: str, grid: QueueGrid, lane: int, order_key: str | None) -> int:
         """The store queue of a message in priority lane `lane` of a topic."""
@@ -126,7 +135,7 @@ class Producing:
         # (core/trace_context.py): nothing more is stored.
         context = request_context(traceparent)
         grid = topic.grid
-        queues = [self.store_queue_for(topic.name, grid, 0, m.order_key or None) for m in messages]
+        queues = self.store_queues_for(topic.name, grid, messages)
         # Each queue's ids consecutive: its trace record names them as a run.
         ids = ids_by_queue(ts, queues)
         # Messages without properties of their own share one dict (nothing changes a stored
