@@ -374,3 +374,34 @@ def test_a_batch_whose_write_fails_on_one_queue_leaves_nothing_on_the_others(tmp
     assert got["error"] == [503, "write failed: File too large"]
     assert got["after"] == {"0": 1, "1": 1}  # queue 0's part of the failed batch took no offset
     assert got["got"] == {"0": ["id0", "id4"], "1": ["id1", "id5"]}
+
+
+ROUND_CHILD = BATCH_CHILD.replace(
+    """    try:
+        await store.append_many("t", {0: [msg(2, 100)], 1: [msg(3, 8000)]})
+        error = None
+    except MqgateError as exc:
+        error = [exc.http_status, exc.message]""",
+    """    outcomes = await asyncio.gather(
+        store.append_many("t", {0: [msg(2, 100)]}), store.append_many("t", {1: [msg(3, 8000)]}),
+        return_exceptions=True,
+    )
+    error = [[o.http_status, o.message] if isinstance(o, MqgateError) else o for o in outcomes]""",
+)
+
+
+def test_a_round_whose_write_fails_refuses_every_writer_of_it_and_takes_no_offset(tmp_path: Path) -> None:
+    """With fsync=always the records of a group-commit round are written by the round, one
+    write per queue file: if one fails, every record of the round is taken back and every
+    writer of it refused (queue 0's writer too, though its own write would have fitted), and
+    the next writes take the same offsets: nothing is acknowledged that is not stored, nothing
+    stored that was refused, no offset skipped."""
+    assert ROUND_CHILD != BATCH_CHILD
+    done = subprocess.run(
+        [sys.executable, "-c", ROUND_CHILD, str(tmp_path)], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["error"] == [[503, "write failed: File too large"]] * 2
+    assert got["after"] == {"0": 1, "1": 1}
+    assert got["got"] == {"0": ["id0", "id4"], "1": ["id1", "id5"]}

@@ -15,7 +15,7 @@ import logging
 import os
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Final, Protocol
+from typing import Any, Final, Protocol
 
 from mqgate.errors import StorageError
 from mqgate.health import Health
@@ -30,6 +30,15 @@ class Syncable(Protocol):
 
     def after_sync(self) -> None:
         """Called on the event loop once the fds returned by `sync_fds` are durable."""
+
+
+class PendingWriteFailed(StorageError):
+    """A round could not write the records that waited for it (a full disk, an I/O error): every
+    one of them was taken back, so every writer of the round is refused, none acknowledged."""
+
+    def __init__(self, os_error: OSError) -> None:
+        super().__init__(f"write failed: {os_error.strerror}")
+        self.os_error = os_error
 
 
 # fsyncs of different files proceed in parallel on ext4/xfs: a round costs about one fsync,
@@ -137,13 +146,29 @@ class GroupCommitter:
         # evict another one collected already, whose close must then wait for this round.
         round_ = _Round()
         self._in_flight.append(round_)
+        # Items whose records wait for the round to write them (a queue log with fsync=always),
+        # with where those records begin: a failed write takes all of them back.
+        waiting: list[tuple[Any, Any]] = []
+        writing = True
         try:
             for item in items:
-                round_.fds.update(item.sync_fds())
+                unwritten = getattr(item, "unwritten_mark", None)
+                mark = unwritten() if unwritten is not None else None
+                if mark is not None:
+                    waiting.append((item, mark))
+                round_.fds.update(item.sync_fds())  # writes what waits first
+            writing = False
             if round_.fds:
                 await asyncio.get_running_loop().run_in_executor(None, _fsync_all, list(round_.fds))
-        except OSError as exc:  # an fsync failed, or a file could not be opened again for it
-            error = StorageError(f"fsync failed: {exc.strerror}")
+        except OSError as exc:  # a write or an fsync failed, or a file could not be opened again
+            if writing and waiting:
+                error = PendingWriteFailed(exc)
+                for item, mark in waiting:
+                    item.drop_unsynced(mark)
+                waiting_items = {id(item) for item, _ in waiting}
+                dirty = {k: v for k, v in dirty.items() if id(v) not in waiting_items}
+            else:
+                error = StorageError(f"fsync failed: {exc.strerror}")
         finally:
             self._in_flight.remove(round_)
             for fd in round_.closing:
@@ -155,7 +180,8 @@ class GroupCommitter:
             for item in items:
                 item.after_sync()
         else:
-            self.health.fault("group_commit", "fsync_failed", str(error))
+            kind = "write_failed" if isinstance(error, PendingWriteFailed) else "fsync_failed"
+            self.health.fault("group_commit", kind, str(error))
             for key, item in dirty.items():  # their bytes are still to be made durable
                 self._dirty.setdefault(key, item)
         for closer in closers:

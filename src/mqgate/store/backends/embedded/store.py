@@ -22,7 +22,7 @@ from typing import Final
 
 import msgspec
 
-from mqgate.durable.group_commit import GroupCommitter
+from mqgate.durable.group_commit import GroupCommitter, PendingWriteFailed
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
 from mqgate.errors import TOPIC_DAMAGED, BadRequest, MqgateError, NotFound, StorageError
@@ -370,7 +370,10 @@ class EmbeddedStore:
 
     async def _durable(self) -> None:
         assert self.committer is not None
-        await self.committer.durable()
+        try:
+            await self.committer.durable()
+        except PendingWriteFailed as exc:  # the round took these records back: nothing stored
+            raise self.space.write_error(exc.os_error, COMPONENT, "write") from exc
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
         firsts = self._write_all(
