@@ -8,7 +8,9 @@ reads of the real store and offsets."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -55,22 +57,34 @@ class Counting:
         return await self.inner.table(consumer, client)
 
 
+@contextlib.asynccontextmanager
+async def topics_and_consumers(tmp_path: Path) -> AsyncIterator[tuple[Gateway, Observers]]:
+    """A real gateway's data path and stores, in this process, with TOPICS topics of QUEUES queues,
+    each with a cluster consumer."""
+    settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
+    backends = backends_for(settings)
+    registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), 3600)
+    ctx = Context(
+        settings, backends.store, backends.offsets, backends.scheduler, registry, Metrics(), b"k" * 32
+    )
+    observers = Observers()
+    gateway = Gateway(ctx, Topology(ctx), observers)
+    await backends.start()
+    await gateway.start()
+    try:
+        for i in range(TOPICS):
+            await gateway.topology.create_topic(f"t{i}", QUEUES, 86_400_000, None)
+            await gateway.topology.register_consumer(f"c{i}", f"t{i}", "cluster", "earliest", 60, 16)
+        yield gateway, observers
+    finally:
+        await gateway.stop()
+        await backends.stop()
+
+
 def test_an_idle_probe_reads_nothing_and_a_produce_costs_its_topic(tmp_path: Path) -> None:
     async def go() -> None:
-        settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
-        backends = backends_for(settings)
-        registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), 3600)
-        ctx = Context(
-            settings, backends.store, backends.offsets, backends.scheduler, registry, Metrics(), b"k" * 32
-        )
-        observers = Observers()
-        gateway = Gateway(ctx, Topology(ctx), observers)
-        await backends.start()
-        await gateway.start()
-        try:
-            for i in range(TOPICS):
-                await gateway.topology.create_topic(f"t{i}", QUEUES, 86_400_000, None)
-                await gateway.topology.register_consumer(f"c{i}", f"t{i}", "cluster", "earliest", 60, 16)
+        async with topics_and_consumers(tmp_path) as (gateway, observers):
+            ctx = gateway.ctx
             producer, _ = await gateway.topology.register_producer("p7", "t7")
             store, offsets = Counting(ctx.store), Counting(ctx.offsets)
             qs = QueueState(
@@ -107,9 +121,6 @@ def test_an_idle_probe_reads_nothing_and_a_produce_costs_its_topic(tmp_path: Pat
             moved = [r for r in rows.queues if r.topic == "t7"]
             assert sorted(r.max_length or 0 for r in moved) == [0] * (QUEUES - 1) + [1]
             assert {r.covered_ms for r in moved} == {IV}
-        finally:
-            await gateway.stop()
-            await backends.stop()
 
     run_bounded(go(), 60)
 
@@ -139,19 +150,8 @@ def test_following_the_gateways_moves_needs_no_periodic_full_probe(tmp_path: Pat
     the queue state hears (an admin reset of a consumer's offsets) costs its topic only."""
 
     async def go() -> None:
-        settings = load_settings(env={}, data_dir=tmp_path / "data", admin_token="x")
-        backends = backends_for(settings)
-        registry = RegistryCache(SqlRegistry(settings.resolved_registry_url()), 3600)
-        ctx = Context(
-            settings, backends.store, backends.offsets, backends.scheduler, registry, Metrics(), b"k" * 32
-        )
-        gateway = Gateway(ctx, Topology(ctx), Observers())
-        await backends.start()
-        await gateway.start()
-        try:
-            for i in range(TOPICS):
-                await gateway.topology.create_topic(f"t{i}", QUEUES, 86_400_000, None)
-                await gateway.topology.register_consumer(f"c{i}", f"t{i}", "cluster", "earliest", 60, 16)
+        async with topics_and_consumers(tmp_path) as (gateway, _):
+            ctx = gateway.ctx
             store, offsets = Counting(ctx.store), Counting(ctx.offsets)
             qs = QueueState(
                 dataclasses.replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets))
@@ -172,8 +172,5 @@ def test_following_the_gateways_moves_needs_no_periodic_full_probe(tmp_path: Pat
             )
             await qs._probe(B + 61 * 5_000)
             assert (store.calls, offsets.calls) == (1, 1) and qs.probes.full_rounds == 1
-        finally:
-            await gateway.stop()
-            await backends.stop()
 
     run_bounded(go(), 60)
