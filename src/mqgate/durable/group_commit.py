@@ -165,8 +165,6 @@ class GroupCommitter:
                 error = PendingWriteFailed(exc)
                 for item, mark in waiting:
                     item.drop_unsynced(mark)
-                waiting_items = {id(item) for item, _ in waiting}
-                dirty = {k: v for k, v in dirty.items() if id(v) not in waiting_items}
             else:
                 error = StorageError(f"fsync failed: {exc.strerror}")
         finally:
