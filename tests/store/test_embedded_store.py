@@ -8,6 +8,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from mqgate.errors import StorageError
@@ -260,5 +261,32 @@ def test_a_data_directory_of_another_format_is_refused(tmp_path: Path) -> None:
         (tmp_path / "FORMAT").unlink()  # an unmarked directory with topics is the old format
         with pytest.raises(StorageError, match="format"):
             await opened(tmp_path)
+
+    run(go)
+
+
+def test_a_damaged_read_while_records_wait_for_their_round_keeps_them(tmp_path: Path) -> None:
+    """With fsync=always records wait for their group-commit round to be written. A read that
+    meets damage has the active segment indexed again from the file: the waiting records go to
+    the file first, so the new index keeps them and the round makes them readable."""
+
+    async def go() -> None:
+        s = await opened(tmp_path)
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        await s.append("t", 0, [msg(i) for i in range(5)])
+        log_file = next(queue_dir(tmp_path).glob("*.log"))
+        data = bytearray(log_file.read_bytes())
+        data[40] ^= 0xFF  # inside record 0
+        log_file.write_bytes(bytes(data))
+        queue_log = s._queue("t", 0)
+        queue_log.append([msgspec.json.encode(msg(i)) for i in (5, 6)], 1_000)  # waits for its round
+        got = await s.read("t", 0, 0, 10)  # meets the damage: indexed again
+        assert [o for o, _ in got] == [1, 2, 3, 4]  # 5 and 6 are not visible before their round
+        assert s.committer is not None
+        await s.committer.flush()
+        got = await s.read("t", 0, 0, 10)
+        assert [o for o, _ in got] == [1, 2, 3, 4, 5, 6]
+        assert [m.msg_id for _, m in got[-2:]] == [msg(5).msg_id, msg(6).msg_id]
+        await s.close()
 
     run(go)

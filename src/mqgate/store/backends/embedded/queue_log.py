@@ -408,6 +408,13 @@ class QueueLog:
         do not, and numbering them by their place around damage would move offsets), and note
         the gaps found: one scan of the segment, whichever of its damaged records a read meets
         first."""
+        if seg is self.active and self._pending:
+            # Its index holds records that wait for their round: they go to the file first, so
+            # that the scan of the file finds them (if that fails, the index stays as it is).
+            try:
+                self.write_pending()
+            except OSError:
+                return
         indexed = seg.reindex()
         if indexed.legacy:
             return
