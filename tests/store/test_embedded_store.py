@@ -290,3 +290,32 @@ def test_a_damaged_read_while_records_wait_for_their_round_keeps_them(tmp_path: 
         await s.close()
 
     run(go)
+
+
+def test_records_a_failed_round_takes_back_after_a_checkpoint_leave_the_index_right(tmp_path: Path) -> None:
+    """A checkpoint writes the .idx tail of every record the index holds, waiting ones too; a
+    round that then fails takes them back, and the next records (other sizes, the same offsets)
+    must replace their entries, so that a restart reads them without indexing anything again."""
+
+    async def go() -> None:
+        s = await opened(tmp_path)
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        await s.append("t", 0, [msg(0)])
+        queue_log = s._queue("t", 0)
+        mark = queue_log.mark()
+        queue_log.append([msgspec.json.encode(msg(i, size=300)) for i in (1, 2)], 1_000)  # waiting
+        queue_log.checkpoint()  # its .idx tail holds the waiting records' positions
+        queue_log.drop_unsynced(mark)  # as a round whose write failed
+        await s.append("t", 0, [msg(3, size=5)])
+        await s.append("t", 0, [msg(4, size=5)])
+        queue_log.checkpoint()
+        await s.close()
+        again = await opened(tmp_path)
+        got = await again.read("t", 0, 0, 10)
+        assert [m.msg_id for _, m in got] == [msg(i).msg_id for i in (0, 3, 4)]
+        last = await again.read("t", 0, 2, 10)  # found by its own index entry
+        assert [m.msg_id for _, m in last] == [msg(4).msg_id]
+        assert again.health.count("message_log", "index_rebuilt") == 0
+        await again.close()
+
+    run(go)

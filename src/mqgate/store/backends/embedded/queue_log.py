@@ -254,6 +254,9 @@ class QueueLog:
                     keep -= chunk[1]
                 self._pending = kept
         del seg.positions[records:]
+        # A checkpoint since the mark may have put their positions in the .idx file: its next
+        # tail is written from here, over them.
+        seg.indexed_on_disk = min(seg.indexed_on_disk, records)
         seg.size = size
         self.visible_end = min(self.visible_end, seg.end)
         self.bytes_since_checkpoint = mark.bytes_since_checkpoint
