@@ -134,6 +134,8 @@ def test_make_test_fast_leaves_out_the_slow_tests_only() -> None:
         "tests/spark/test_source.py",
         "tests/api/test_schemathesis.py",
         "tests/console/test_browser.py",
+        "tests/install/test_cli_make.py",  # a module that starts processes test by test
     ):
         assert path in slow, path
-    assert "tests/api/test_http_api.py" in fast and "tests/install/test_cli_make.py" in fast
+        assert path not in fast, path
+    assert "tests/api/test_http_api.py" in fast and "tests/install/test_light_imports.py" in fast
