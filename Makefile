@@ -29,9 +29,9 @@ TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadscope)
 # `make test` (and CI) runs everything and reports the coverage of the test process (pyproject's
 # [tool.coverage.run]); `make test-fast` leaves coverage out. Run whole, `make test` fails under
-# COVERAGE_FLOOR: a whole run's total (test process only; 77.85 % on a clean clone at 60c8ad5,
+# COVERAGE_FLOOR: a whole run's total (test process only; 80.14 % on a clean clone at eed6f71,
 # 2026-11-28) rounded down, minus one. With PYTEST_ARGS: coverage, no floor.
-COVERAGE_FLOOR := 76
+COVERAGE_FLOOR := 79
 COVERAGE_ARGS = --cov --cov-report=term:skip-covered $(if $(PYTEST_ARGS),,--cov-fail-under=$(COVERAGE_FLOOR))
 
 .PHONY: install install-gateway bytecode run test test-fast lint bench lock vendor clean browser
