@@ -32,6 +32,9 @@ class SettingsLimits:
         for (shape, attr), (setting, kind) in SETTINGS_LIMITS.items():
             limit = getattr(settings, setting)
             self._by_shape.setdefault(shape, []).append((attr, wire_name(shape, attr), kind, limit))
+        # A batch's messages: the body's size is taken once (its limit and the batch's total).
+        self._message_limits = [x for x in self._by_shape.get(MessageIn, ()) if x[0] != "body"]
+        self._body_limit: int = next(x[3] for x in self._by_shape[MessageIn] if x[0] == "body")
 
     def default(self, shape: type[Input], attr: str) -> Any:
         """The value a left-out field takes (see `shapes.SETTINGS_DEFAULTS`)."""
@@ -63,8 +66,8 @@ class SettingsLimits:
         100 is checked on the request path; a field's name is made only for its error)."""
         total = 0
         limit = self.settings.max_batch_bytes
-        body_limit = self.settings.max_message_bytes
-        others = [x for x in self._by_shape.get(MessageIn, ()) if x[0] != "body"]
+        body_limit = self._body_limit
+        others = self._message_limits
         for i, m in enumerate(messages):
             if others:
                 self._check_fields(m, others, f"messages[{i}].")

@@ -62,8 +62,12 @@ def _decoder(key: tuple[Any, ...]) -> msgspec.json.Decoder[Any]:
     return found
 
 
+def _item_size(item: Any) -> int:
+    return len(_encode(item)) + 1  # its JSON and the comma before the next
+
+
 def _size(pair: tuple[Any, Any]) -> int:
-    return len(_encode(pair[1])) + 1  # its JSON and the comma before the next
+    return _item_size(pair[1])
 
 
 class Paging:
@@ -102,6 +106,12 @@ class Paging:
         if not taken or not (left or more):
             return items, None
         return items, self.cursor(inp, kind, taken[-1][0])
+
+    def fitting(self, items: Iterable[T], limit: int) -> list[T]:
+        """The first of `items` (at most `limit`) within the budget, at least one: a bounded
+        list inside an answer that is not itself a page."""
+        taken, _ = within_budget(items, self.budget, _item_size, limit)
+        return taken
 
     def listing(
         self,

@@ -11,7 +11,6 @@ from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.paging import KeyInt, KeyText, Paging
-from mqgate.core.budget import within_budget
 from mqgate.errors import BadRequest, NotFound
 from mqgate.names import INTERNAL_PREFIXES, TRACE_PREFIX
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, TopicRecord
@@ -24,10 +23,6 @@ from mqgate.web.route import Route
 # A row of a consumer's progress: its clientId ("" for a cluster consumer) and its position
 # among that client's rows.
 _PROGRESS_KEY: Final = (KeyText, KeyInt)
-
-
-def _encoded_size(value: msgspec.Struct) -> int:
-    return len(msgspec.json.encode(value)) + 1  # its JSON and the comma before the next
 
 
 def topic_out(t: TopicRecord) -> a.TopicOut:
@@ -114,13 +109,13 @@ class AdminRoutes:
 
     async def list_topics(self, req: Request) -> Response:
         inp: s.TopicsIn = req.input
-        topics: Iterable[TopicRecord] = self.gw.ctx.registry.snapshot.topics.values()
+        registry = self.gw.ctx.registry
+        topics: Iterable[TopicRecord] = registry.snapshot.topics.values()
         if inp.project is not None:
             project = inp.project
-            if self.gw.ctx.registry.project(project) is None:
+            if registry.project(project) is None:
                 raise NotFound(f"project {project} does not exist", field="project")
-            trace = TRACE_PREFIX + project
-            topics = [t for t in topics if (t.project or DEFAULT_PROJECT) == project and t.name != trace]
+            topics = [t for t in registry.topics_in(project) if t.name != TRACE_PREFIX + project]
         found, nxt = self.paging.listing(req.input, "topics", topics, lambda t: (t.name,), topic_out)
         return Response(a.TopicsOut(topics=found, next=nxt))
 
@@ -220,12 +215,7 @@ class AdminRoutes:
         # the first of the offsets that were clamped: a broadcast consumer has a row per clientId.
         progress = out(outcome.progress, a.ProgressOut)
         self._page_progress(s.ProgressIn(name=inp.name), progress)
-        clamped, _ = within_budget(
-            (out(c, a.ClampedOut) for c in outcome.clamped),
-            self.paging.budget,
-            _encoded_size,
-            a.CLAMPED_NAMED,
-        )
+        clamped = self.paging.fitting((out(c, a.ClampedOut) for c in outcome.clamped), a.CLAMPED_NAMED)
         return Response(
             a.ResetOut(
                 **msgspec.structs.asdict(progress), clamped=clamped, clamped_count=len(outcome.clamped)

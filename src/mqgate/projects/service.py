@@ -12,7 +12,7 @@ import secrets
 
 from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
 from mqgate.names import validate_name
-from mqgate.registry.records import DEFAULT_PROJECT, PolicyRecord, ProjectRecord, Snapshot, TopicRecord
+from mqgate.registry.records import DEFAULT_PROJECT, PolicyRecord, ProjectRecord, TopicRecord
 from mqgate.services.context import Context, now_ms
 from mqgate.services.gateway import Feature
 from mqgate.services.topology import Topology
@@ -27,10 +27,6 @@ class Projects(Feature):
     def __init__(self, ctx: Context, topology: Topology) -> None:
         self.ctx = ctx
         self.topology = topology
-        # The topics of each project, by name, for one registry snapshot: made again only when the
-        # registry changes, so listing a page of projects costs its projects' topics, not every
-        # topic once per project.
-        self._by_project: tuple[Snapshot | None, dict[str, list[TopicRecord]]] = (None, {})
 
     async def project(self, name: str) -> ProjectRecord:
         validate_name(name, "project")
@@ -43,16 +39,8 @@ class Projects(Feature):
 
     def topics_of(self, name: str) -> list[TopicRecord]:
         """The project's own topics (its trace topic left out), by name."""
-        snapshot = self.ctx.registry.snapshot
-        seen, by_project = self._by_project
-        if seen is not snapshot:
-            by_project = {}
-            for t in sorted(snapshot.topics.values(), key=lambda t: t.name):
-                project = t.project or DEFAULT_PROJECT
-                if t.name != trace_topic(project):
-                    by_project.setdefault(project, []).append(t)
-            self._by_project = (snapshot, by_project)
-        return by_project.get(name, [])
+        trace = trace_topic(name)
+        return [t for t in self.ctx.registry.topics_in(name) if t.name != trace]
 
     async def create(self, name: str, description: str) -> ProjectRecord:
         validate_name(name, "name")

@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from mqgate.errors import MqgateError
-from mqgate.registry.records import ConsumerRecord, ProducerRecord, ProjectRecord, Snapshot, TopicRecord
+from mqgate.registry.records import (
+    DEFAULT_PROJECT,
+    ConsumerRecord,
+    ProducerRecord,
+    ProjectRecord,
+    Snapshot,
+    TopicRecord,
+)
 from mqgate.registry.sql import Changes, SqlRegistry
 
 log = logging.getLogger(__name__)
@@ -40,6 +47,9 @@ class RegistryCache:
         self.refresh_s = refresh_s
         self.notices = notices
         self.snapshot = Snapshot(0, {}, {}, {})
+        # Each project's topics by name, for one snapshot: made again only after a change, so a
+        # page of projects costs its projects' topics, not a pass over every topic per project.
+        self._by_project: tuple[Snapshot | None, dict[str, list[TopicRecord]]] = (None, {})
         self._task: asyncio.Task[None] | None = None
         self._lock = asyncio.Lock()
         self._miss_refresh_at = -MISS_REFRESH_S
@@ -156,6 +166,17 @@ class RegistryCache:
 
     def project(self, name: str) -> ProjectRecord | None:
         return self.snapshot.projects.get(name)
+
+    def topics_in(self, project: str) -> list[TopicRecord]:
+        """Every topic of `project` (its trace topic too), by name."""
+        snapshot = self.snapshot
+        seen, by_project = self._by_project
+        if seen is not snapshot:
+            by_project = {}
+            for t in sorted(snapshot.topics.values(), key=lambda t: t.name):
+                by_project.setdefault(t.project or DEFAULT_PROJECT, []).append(t)
+            self._by_project = (snapshot, by_project)
+        return by_project.get(project, [])
 
 
 @dataclass(slots=True, frozen=True)
