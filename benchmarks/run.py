@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from bench import (
+    aliyun,
     analytics,
     cluster,
     console,
@@ -22,11 +23,13 @@ from bench import (
     gateway,
     load_edges,
     pipeline,
+    push,
     qos,
     redis,
     results,
     scheduler,
     spark_read,
+    sqs,
     store,
     trace,
 )
@@ -46,6 +49,9 @@ MODULES = (
     pipeline,
     spark_read,
     load_edges,
+    sqs,
+    aliyun,
+    push,
 )
 
 

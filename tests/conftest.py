@@ -400,3 +400,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return 1 if any(t.get_closest_marker("slow") for t in tests) else 2
 
     items[:] = [item for module in sorted(modules.values(), key=rank) for item in module]
+
+
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's Chromium driven by Playwright (its own browser download cannot work here)."""
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing (apt-get install chromium, or `make browser`)"
+        if IN_CI:
+            pytest.fail(message + " (required in CI)")
+        pytest.skip("SKIPPED LOUDLY: " + message)
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        # No background connections: this machine's closed network refuses them, noisily.
+        quiet = ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
+        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", *quiet])
+        yield b
+        b.close()

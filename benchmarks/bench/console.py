@@ -12,7 +12,7 @@
    unmeasured ones), reading the page's own server time from its `Server-Timing` header (the
    console's time from the request read to the page made) and the client's time to the last
    byte: p50/p95/max server ms, p95 client ms, bytes, and whether the page meets the targets
-   (p95 < 100 ms, at most 500 KB). `--keep` keeps the temp directory; `--reuse <its data dir>`
+   (p95 < 50 ms, at most 500 KB). `--keep` keeps the temp directory; `--reuse <its data dir>`
    measures again on it (no filling; --topics, --consumers and --projects must be that run's).
 """
 
@@ -33,7 +33,7 @@ from .common import VENV_PY, log, percentile
 from .servers import Gateway
 
 PASSWORD = "bench password 1"
-P95_TARGET_MS, SIZE_TARGET = 100.0, 500 * 1024
+P95_TARGET_MS, SIZE_TARGET = 50.0, 500 * 1024  # issue 29: p95 ≤ 50 ms
 
 
 def add_user(gw: Gateway) -> None:
@@ -146,6 +146,14 @@ def pages(f: dict[str, Any]) -> list[tuple[str, str]]:
         ("applications", "/console/applications"),
         ("audit", "/console/audit"),
         ("users", "/console/users"),
+        ("topic", f"/console/topics/{t}"),
+        ("queue", f"/console/topics/{t}/queues/0"),
+        ("clusters", "/console/clusters"),
+        ("settings", "/console/settings?show=all"),
+        ("send a message", f"/console/topics/{t}/send"),
+        ("purge a topic, preview", f"/console/topics/{t}/purge"),
+        ("purge a consumer, preview", f"/console/consumers/{c}/purge"),
+        ("dead letters by reason", f"/console/consumers/{c}/dead-letters?reason=expired"),
     ]
 
 
@@ -215,7 +223,7 @@ def main(args: argparse.Namespace) -> int:
             shutil.rmtree(root, ignore_errors=True)
 
     def meets(m: dict) -> bool:
-        return m["p95"] < P95_TARGET_MS and m["bytes"] <= SIZE_TARGET
+        return m["p95"] <= P95_TARGET_MS and m["bytes"] <= SIZE_TARGET
 
     missed = ", ".join(name for name, _, m in rows if not meets(m)) or "none"
     slowest, largest = max(rows, key=lambda r: r[2]["p95"]), max(rows, key=lambda r: r[2]["bytes"])
@@ -225,7 +233,7 @@ def main(args: argparse.Namespace) -> int:
             f"console page server time p95, the slowest of {len(rows)} pages, at {args.topics:,} "
             f"topics and {args.consumers:,} consumers",
             f"{slowest[2]['p95']:.1f} ms ({slowest[0]})",
-            notes=f"target < {P95_TARGET_MS:g} ms; pages missing a target: {missed}",
+            notes=f"target ≤ {P95_TARGET_MS:g} ms; pages missing a target: {missed}",
         ),
         results.Row(
             "console.bytes",

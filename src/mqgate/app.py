@@ -13,20 +13,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mqgate.accesskeys.service import AccessKeys
 from mqgate.alerts.service import Alerts
+from mqgate.aliyun.edge import AliyunEdge, is_aliyun_request
+from mqgate.aliyun.service import AliyunService
 from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
 from mqgate.api.collector import tune_for_serving
 from mqgate.api.http import ApiDoor
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.openapi import with_document
+from mqgate.api.routes_access_keys import AccessKeyRoutes
 from mqgate.api.routes_admin import AdminRoutes
 from mqgate.api.routes_alerts import AlertRoutes
 from mqgate.api.routes_clusters import ClusterRoutes
 from mqgate.api.routes_data import DataRoutes
 from mqgate.api.routes_dlq import DeadLetterRoutes
+from mqgate.api.routes_half import HalfRoutes
 from mqgate.api.routes_log import LogRoutes
+from mqgate.api.routes_messages import MessageRoutes
 from mqgate.api.routes_projects import ProjectRoutes
+from mqgate.api.routes_purge import PurgeRoutes
+from mqgate.api.routes_push import PushRoutes
+from mqgate.api.routes_stream import StreamRoutes
 from mqgate.backends import Backends, backends_for
 from mqgate.console.api_audit import audited_routes
 from mqgate.console.app import build_console
@@ -41,6 +50,7 @@ from mqgate.metrics import Metrics
 from mqgate.metrics_history import MetricsHistory
 from mqgate.platform import Platform
 from mqgate.projects.service import Projects
+from mqgate.push.service import PushService
 from mqgate.queuestate.service import QueueState
 from mqgate.registry.cache import RegistryCache
 from mqgate.registry.sql import SqlRegistry
@@ -49,8 +59,12 @@ from mqgate.services.gateway import Gateway
 from mqgate.services.observers import Observers
 from mqgate.services.topology import Topology
 from mqgate.settings import Settings, load_settings
+from mqgate.sqs.edge import SqsEdge, is_sqs_request
+from mqgate.sqs.service import SqsService
+from mqgate.sqs.tables import QueueTable
 from mqgate.tracing.lookup import TraceLookup
 from mqgate.tracing.service import Tracing
+from mqgate.transactions.service import HalfMessages
 from mqgate.web.app import Site, WebApp
 
 log = logging.getLogger("mqgate")
@@ -224,6 +238,7 @@ def build_site(settings: Settings) -> Built:
     )
     queue_state.follow(gateway.changes)
     alerts = Alerts(gateway, sql.engine)
+    push = PushService(gateway, settings, metrics)
     platform = Platform(
         gateway,
         tracing,
@@ -233,16 +248,25 @@ def build_site(settings: Settings) -> Built:
         metrics_history,
         alerts,
         failover,
+        push,
     )
     limits = SettingsLimits(settings)
+    access_keys = AccessKeys(sql.engine, ctx.secret)
+    halves = HalfMessages(gateway)  # half messages of both doors: the native routes and Aliyun's
     routes = [
         *DataRoutes(gateway).routes(),
+        *MessageRoutes(gateway).routes(),
+        *HalfRoutes(gateway, halves).routes(),
         *LogRoutes(gateway).routes(),
         *AdminRoutes(gateway, limits, failover.stranded).routes(),
         *DeadLetterRoutes(gateway).routes(),
+        *PurgeRoutes(gateway).routes(),
         *ProjectRoutes(platform).routes(),
         *AlertRoutes(alerts).routes(),
         *ClusterRoutes(failover).routes(),
+        *AccessKeyRoutes(access_keys, gateway).routes(),
+        *PushRoutes(gateway, push).routes(),
+        *StreamRoutes(gateway).routes(),
     ]
     routes = audited_routes(routes, gateway, sql.engine)  # every admin change in the audit log
     routes = with_document(routes, settings)
@@ -253,12 +277,17 @@ def build_site(settings: Settings) -> Built:
         await gateway.start()
         await failover.start()
         await alerts.start()
+        await push.start()
         # Beside the first requests, not before them: 0.1 s of scrypt a sign-in of an unknown
         # name checks against (console/passwords.py).
         asyncio.get_running_loop().run_in_executor(None, dummy_hash)
         log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
+    sqs_service = SqsService(gateway, QueueTable(sql.engine))
+
     async def shutdown() -> None:
+        await push.stop()
+        await sqs_service.move_tasks.stop()
         await alerts.stop()
         await failover.stop()
         await gateway.stop()
@@ -279,12 +308,20 @@ def build_site(settings: Settings) -> Built:
         },
     )
     console = build_console(platform, settings, sql.engine)
+    sqs = SqsEdge(sqs_service, access_keys, metrics)
+    aliyun = AliyunEdge(
+        AliyunService(gateway, max_body_bytes=settings.max_message_bytes, halves=halves),
+        access_keys,
+        metrics,
+        max_publish_bytes=6 * settings.max_message_bytes + 64 * 1024,  # escapes: at most 5 bytes a byte
+    )
     site = Site(
         api,
         mounts={console.mount: console},
         home=console.mount + "/",
         on_startup=startup,
         on_shutdown=shutdown,
+        edges=[(is_sqs_request, sqs), (is_aliyun_request, aliyun)],
     )
     return Built(site, api, console, platform)
 

@@ -63,6 +63,26 @@ class Metrics:
             registry=r,
         )
         self.errors = Counter("mqgate_errors", "Error answers", ["route", "status"], registry=r)
+        self.push_attempts = Counter(
+            "mqgate_push_attempts",
+            "Push deliveries by consumer and outcome (ok, http_<status>, timeout, connection, tls, "
+            "protocol, refused)",
+            ["consumer", "outcome"],
+            registry=r,
+        )
+        self.push_latency = Histogram(
+            "mqgate_push_latency_seconds",
+            "Push attempts' time from connect to the endpoint's answer",
+            ["consumer"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.sqs_requests = Counter(
+            "mqgate_sqs_requests",
+            "SQS API requests by action and outcome (ok, or the error's name)",
+            ["action", "outcome"],
+            registry=r,
+        )
         self.alerts_active = Gauge("mqgate_alerts_active", "Active alerts", ["kind"], registry=r)
         self.alert_checks = Counter(
             "mqgate_alert_checks",

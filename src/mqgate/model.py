@@ -9,6 +9,11 @@ import msgspec
 
 MODE_CLUSTER: Final = "cluster"
 MODE_BROADCAST: Final = "broadcast"
+# Each message received, hidden and deleted by its own receipt (issue 30; services/messages.py).
+MODE_MESSAGE: Final = "message"
+# Message by message too, delivered by the gateway to an HTTP endpoint (issue 31; push/).
+MODE_PUSH: Final = "push"
+MESSAGE_LEVEL_MODES: Final = (MODE_MESSAGE, MODE_PUSH)
 
 
 class DestinationInput(Protocol):

@@ -14,6 +14,13 @@ TRACE_PREFIX: Final = "%TRACE%"
 # Topics the gateway makes for each consumer (dead letters, redelivery with backoff, inbox) and
 # for each traced project (its trace events).
 INTERNAL_PREFIXES: Final = (DLQ_PREFIX, "%RETRY%", "%INBOX%", TRACE_PREFIX)
+# Names a compatibility edge makes its own records under (the SQS API: `sqs.<account>.<queue>`
+# and its `.c` consumer and `.p` producer): no other door may take one, so no native topic can
+# stand where an account's queue would be.
+RESERVED_PREFIXES: Final = {
+    "sqs.": "the SQS API's queues (docs/SQS.md)",
+    "aliyun.": "the Aliyun MQ API's half messages (docs/ALIYUN.md)",
+}
 # The offsets group that records what was redriven from a consumer's dead letters.
 REDRIVE_PREFIX: Final = "%REDRIVE%"
 
@@ -45,3 +52,10 @@ def validate_topic_name(value: object, field: str = "topic") -> str:
                 validate_name(value[len(prefix) :], field)
                 return value
     return validate_name(value, field)
+
+
+def refuse_reserved(name: str, field: str) -> None:
+    """A 400 naming `field` if `name` is under a reserved prefix (see RESERVED_PREFIXES)."""
+    for prefix, owner in RESERVED_PREFIXES.items():
+        if name.startswith(prefix):
+            raise BadRequest(f"names starting with {prefix!r} are reserved for {owner}", field=field)

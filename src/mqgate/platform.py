@@ -10,6 +10,7 @@ from mqgate.alerts.service import Alerts
 from mqgate.failover.service import Failover
 from mqgate.metrics_history import MetricsHistory
 from mqgate.projects.service import Projects
+from mqgate.push.service import PushService
 from mqgate.queuestate.service import QueueState
 from mqgate.services.gateway import Gateway
 from mqgate.tracing.lookup import TraceLookup
@@ -26,3 +27,4 @@ class Platform:
     metrics_history: MetricsHistory
     alerts: Alerts
     failover: Failover
+    push: PushService | None = None

@@ -30,6 +30,7 @@ from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.sentinel import Sentinel
 
 from mqgate.errors import BadRequest, StorageError, Unavailable
+from mqgate.urls import redact
 
 log = logging.getLogger(__name__)
 
@@ -265,16 +266,6 @@ async def check_reachable(url: str, timeout_s: float = 3.0) -> None:
             await client.ping()
     finally:
         await client.aclose()
-
-
-def redact(url: str) -> str:
-    """The URL with any password replaced, fit for logs and error messages."""
-    scheme, sep, rest = url.partition("://")
-    if "@" not in rest:
-        return url
-    creds, _, host = rest.rpartition("@")
-    user = creds.split(":", 1)[0]
-    return f"{scheme}{sep}{user}:***@{host}" if ":" in creds else f"{scheme}{sep}{creds}@{host}"
 
 
 LISTEN_IDLE_S: Final = 10.0  # a quiet listener pings this often

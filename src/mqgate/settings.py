@@ -25,8 +25,11 @@ MAX_WORKERS: Final = 64
 
 @dataclass(slots=True)
 class Settings:
+    # Where the gateway listens: its address (0.0.0.0: every interface) and TCP port.
     host: str = "127.0.0.1"
     port: int = 8080
+    # This gateway's own files: the embedded store's logs and offsets, the SQLite registry and
+    # indexes (unless elsewhere), admin.token, secret.key, the failover spool.
     data_dir: Path = field(default_factory=lambda: Path("data"))
     # "always": a produce or ack is answered after fsync (group commit);
     # "interval:<ms>": fsync at most every <ms>; a crash may lose that window.
@@ -67,19 +70,32 @@ class Settings:
     console_signin_window_s: float = 900.0
     # Key for signing ack tokens; empty means generated once into <data_dir>/secret.key.
     token_secret: str = ""
+    # The store's name in ack tokens and receipts (`broker`): an ack goes to the store it names.
     broker_name: str = "local"
+    # A queue's log (and the failover spool) is written in files of this size; retention
+    # removes whole files.
     segment_bytes: int = 64 * MIB
+    # Defaults of a topic or consumer created without them: a topic's queues, how long a pulled
+    # batch stays locked (then it is delivered again), deliveries before a message is
+    # dead-lettered, how long a topic keeps its messages.
     default_queues: int = 8
     default_lock_timeout_s: float = 60.0
     default_max_attempts: int = 16
     default_retention_ms: int = 7 * 24 * 3600 * 1000
+    # A broadcast consumer's client (clientId) unseen this long is removed with its offsets.
     broadcast_client_ttl_s: float = 24 * 3600.0
+    # A gateway reads the registry again at least this often (changes another gateway made).
     registry_refresh_s: float = 5.0
+    # How often the gateway removes what retention no longer keeps.
     retention_check_s: float = 30.0
+    # The embedded store checkpoints each queue written since its last checkpoint this often
+    # (a shorter recovery after a crash).
     checkpoint_interval_s: float = 5.0
     # Below this much free space on the data directory's file system, new messages are refused
     # (507) until space returns (like RabbitMQ's disk_free_limit); acks go on. 0 turns it off.
     disk_free_floor_bytes: int = 64 * MIB
+    # The data path's limits: a message's body, a request's body, a batch's messages and bytes,
+    # the messages one pull answers.
     max_message_bytes: int = 1 * MIB
     max_request_bytes: int = 5 * MIB
     max_batch_messages: int = 1000
@@ -88,12 +104,14 @@ class Settings:
     # The messages of one read-by-offset answer (GET /mq/read, /mq/browse) stop at this many
     # bytes (at least one message): its `next` is where to go on.
     max_answer_bytes: int = 8 * MIB
+    # The longest a pull (or a receive) may wait for messages to arrive (long polling).
     max_wait_s: float = 30.0
     # A request's line and headers must arrive within this time (408), be at most this many
     # header fields and bytes (431): slow or oversized headers cannot hold connections.
     header_timeout_s: float = 10.0
     max_header_count: int = 100
     max_header_bytes: int = 64 * KIB
+    # The gateway's log level: debug, info, warning or error.
     log_level: str = "info"
     # Tracing (SPEC P2-P6): a traced message's body is kept up to this size (debug level or a
     # mode that lists content); the trace index keeps events this long and at most this many.
@@ -119,6 +137,16 @@ class Settings:
     alert_webhook_timeout_s: float = 5.0
     alert_webhook_attempts: int = 3
     alert_webhook_secret: str = ""
+    # Push consumers (issue 31, docs/PUSH.md): an endpoint whose host is (or resolves to) a
+    # private, loopback or link-local address is refused unless this is set, so the push
+    # feature is no way into the gateway's own network. Each gateway runs at most
+    # push_max_consumers push consumers' deliveries.
+    push_allow_private_endpoints: bool = False
+    push_max_consumers: int = 1000
+    # Streams (`GET /mq/stream`, SSE or WebSocket; docs/STREAM.md) open on one gateway at once,
+    # in all and per consumer (0: no limit); one more is refused 429 with Retry-After.
+    stream_max_open: int = 1000
+    stream_max_per_consumer: int = 100
     # A consumer alerts when at least this many of its messages were dead-lettered within the
     # window (0: no dead-letter alerts).
     alert_dead_letters: int = 1
@@ -146,6 +174,11 @@ class Settings:
     failover_check_s: float = 1.0
     failover_failback_dwell_s: float = 60.0
     spool_max_bytes: int = 256 * MIB
+    # Where each setting that is not its default came from ("file <path>", "env MQGATE_…",
+    # "command line"): filled by load_settings, shown to admins (the console's settings page).
+    sources: dict[str, str] = field(
+        default_factory=dict, repr=False, compare=False, metadata={"internal": True}
+    )
 
     @property
     def fsync_interval_ms(self) -> int | None:
@@ -187,6 +220,11 @@ class Settings:
         return f"sqlite:///{Path(self.data_dir).resolve() / name}"
 
 
+def setting_fields() -> list[dataclasses.Field[Any]]:
+    """The settings an operator sets (a file, MQGATE_* variables, flags)."""
+    return [f for f in fields(Settings) if not f.metadata.get("internal")]
+
+
 def parse_fsync(value: str) -> int | None:
     if value == "always":
         return None
@@ -220,23 +258,28 @@ def load_settings(
     settings = Settings()
     env = dict(os.environ) if env is None else env
     values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
     if config_file is None and env.get(f"{ENV_PREFIX}CONFIG"):
         config_file = Path(env[f"{ENV_PREFIX}CONFIG"])
     if config_file is not None:
         with open(config_file, "rb") as fh:
             values.update(tomllib.load(fh))
-    for f in fields(Settings):
+        sources.update(dict.fromkeys(values, f"file {config_file}"))
+    for f in setting_fields():
         key = ENV_PREFIX + f.name.upper()
         if key in env:
             values[f.name] = env[key]
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    known = {f.name for f in fields(Settings)}
+            sources[f.name] = f"env {key}"
+    given = {k: v for k, v in overrides.items() if v is not None}
+    values.update(given)
+    sources.update(dict.fromkeys(given, "command line"))
+    known = {f.name for f in setting_fields()}
     unknown = set(values) - known
     if unknown:
         raise BadRequest(f"unknown settings: {', '.join(sorted(unknown))}", field=sorted(unknown)[0])
     for name, raw in values.items():
         values[name] = _coerce(name, raw, getattr(settings, name))
-    settings = dataclasses.replace(settings, **values)
+    settings = dataclasses.replace(settings, **values, sources=sources)
     parse_fsync(settings.fsync)
     validate_name(settings.broker_name, "broker_name")
     validate_name(settings.redis_prefix, "redis_prefix")
@@ -263,6 +306,8 @@ def load_settings(
         "max_concurrent_admin_requests",
         "max_concurrent_read_requests",
         "console_max_concurrent_requests",
+        "stream_max_open",
+        "stream_max_per_consumer",
     ):
         if getattr(settings, name) < 0:
             raise BadRequest(f"{name} must be 0 (no limit) or more", field=name)

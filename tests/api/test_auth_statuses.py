@@ -50,7 +50,7 @@ def call(gateway: Server, method: str, path: str, token: str, **kwargs: Any) -> 
 
 def test_a_token_that_is_no_ones_is_401_on_every_route_before_the_body_is_read(gateway: Server) -> None:
     found = routes(gateway)
-    assert {role for _, _, role in found} == {"admin", "producer", "consumer", "token", "reader"}
+    assert {role for _, _, role in found} == {"admin", "producer", "consumer", "token", "reader", "stream"}
     wrong = {}
     for method, path, role in found:
         r = httpx.request(

@@ -35,11 +35,20 @@ WRITES: set[tuple[str, str]] = {
     ("POST", "/mq/ack"),  # the offsets journal
     ("POST", "/mq/release"),  # the redelivery, through the schedule log
     ("POST", "/mq/commit"),  # the offsets journal
+    ("POST", "/mq/receive"),  # the receipts, in the offsets journal; dead letters
+    ("POST", "/mq/delete"),  # the offsets journal
+    ("POST", "/mq/visibility"),  # the offsets journal
+    ("POST", "/mq/half"),  # the half topic's log (and its records, made on the first)
+    ("POST", "/mq/half/check"),  # the half consumer's receipts and visibility, in the offsets journal
+    ("POST", "/mq/half/commit"),  # the topic's log, the op topic's, the half consumer's delete
+    ("POST", "/mq/half/rollback"),  # the op topic's log, the half consumer's delete
     ("POST", "/admin/topics"),  # the topic's files
     ("PATCH", "/admin/topics/{name}"),  # the new queues' files
     ("POST", "/admin/consumers"),  # its dead-letter, retry and inbox topics, its offsets table
     ("DELETE", "/admin/consumers/{name}"),  # its offsets tables dropped, in the journal
     ("POST", "/admin/consumers/{name}/reset"),  # the offsets journal
+    ("POST", "/admin/consumers/{name}/purge"),  # the offsets journal
+    ("POST", "/admin/topics/{name}/purge"),  # the offsets journal
     ("GET", "/admin/consumers/{name}/dead-letters"),  # the redrive table made on a first look
     ("POST", "/admin/consumers/{name}/dead-letters/redrive"),  # the copies and the journal
     ("POST", "/admin/projects"),  # its trace topic
@@ -48,6 +57,8 @@ WRITES: set[tuple[str, str]] = {
 # use, redrives.
 CONFLICTS: set[tuple[str, str]] = {
     ("POST", "/mq/ack"),
+    ("POST", "/mq/half/commit"),  # already_decided
+    ("POST", "/mq/half/rollback"),
     ("POST", "/mq/release"),
     ("POST", "/mq/extend"),
     ("POST", "/admin/topics"),
@@ -59,6 +70,8 @@ CONFLICTS: set[tuple[str, str]] = {
     ("DELETE", "/admin/projects/{name}"),
     ("POST", "/admin/clusters"),
     ("DELETE", "/admin/clusters/{name}"),
+    ("POST", "/admin/access-keys"),
+    ("POST", "/mq/visibility"),
 }
 
 

@@ -37,10 +37,12 @@ from tests.durable.test_storage_faults import MIB, gateway, small_disk  # noqa: 
 # docs/PROTOCOL.md's error table, (status, code) -> the class a client raises.
 CLASSES: dict[tuple[int, str | None], type[MqgateError]] = {
     (400, "bad_request"): BadRequest,
+    (400, "bad_handle"): BadRequest,
     (401, "unauthorized"): Unauthorized,
     (403, "forbidden"): Forbidden,
     (404, "not_found"): NotFound,
     (404, "no_route"): NotFound,
+    (404, "half_message_gone"): NotFound,
     (405, "method_not_allowed"): MethodNotAllowed,
     (408, "bad_request"): BadRequest,
     (409, "already_exists"): AlreadyExists,
@@ -50,6 +52,8 @@ CLASSES: dict[tuple[int, str | None], type[MqgateError]] = {
     (409, "already_acked"): Conflict,
     (409, "already_redriven"): Conflict,
     (409, "redrive_busy"): Conflict,
+    (409, "no_redrive"): Conflict,
+    (409, "already_decided"): Conflict,
     (409, "in_use"): Conflict,
     (409, "conflict"): Conflict,
     (413, "too_large"): PayloadTooLarge,

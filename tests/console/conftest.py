@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,12 +16,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import IN_CI, ROOT, free_port, terminate, wait_until
+from tests.conftest import ROOT, free_port, terminate, wait_until
 
-CHROMIUM = "/usr/bin/chromium"
 PASSWORD = "correct horse battery"
 ADMIN_TOKEN = "mqa_console_test_token"
 ARTIFACTS = ROOT / "tests" / "console" / "artifacts"
+DOCS_IMAGES = ROOT / "docs" / "images"
 
 
 def user_cli(data_dir: Path, *args: str, password: str | None = None) -> subprocess.CompletedProcess[str]:
@@ -133,23 +134,6 @@ def console(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleServer]
     srv.stop()
 
 
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing (apt-get install chromium, or `make browser`)"
-        if IN_CI:
-            pytest.fail(message + " (required in CI)")
-        pytest.skip("SKIPPED LOUDLY: " + message)
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        # No background connections: this machine's closed network refuses them, noisily.
-        quiet = ["--disable-background-networking", "--disable-component-update", "--disable-sync"]
-        b = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=["--no-sandbox", *quiet])
-        yield b
-        b.close()
-
-
 def open_page(
     browser: Any, server: ConsoleServer, width: int = 1280, timeout_ms: float | None = None, **options: Any
 ) -> Iterator[Any]:
@@ -172,3 +156,22 @@ def shot(page: Any, name: str) -> None:
     """A screenshot of the page as a test artifact."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+
+
+def docs_shots(page: Any, name: str) -> None:
+    """The page as docs/CONSOLE.md shows it at both widths (`<name>-1366`, `<name>-390`), then
+    back at the width it had."""
+    size = page.viewport_size
+    for width in (1366, 390):
+        page.set_viewport_size({"width": width, "height": 900})
+        docs_shot(page, f"{name}-{width}")
+    page.set_viewport_size(size)
+
+
+def docs_shot(page: Any, name: str) -> None:
+    """A screenshot docs/CONSOLE.md shows: an artifact, copied to docs/images only when the run
+    is asked to refresh them (`make screenshots`), so a test run leaves the tree as it was."""
+    shot(page, name)
+    if os.environ.get("MQGATE_DOCS_SCREENSHOTS") == "1":
+        DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(ARTIFACTS / f"{name}.png", DOCS_IMAGES / f"{name}.png")

@@ -137,20 +137,24 @@ def test_apply_approve_token_once_and_audit(browser: Any, console: ConsoleServer
     try:
         sign_in(member, "maya")
         member.goto("/console/applications")
-        member.get_by_label("For a").select_option("consumer")
-        member.get_by_label("Name").fill("billing-c")
-        member.get_by_label("Topic (producer, consumer)").select_option("billing")
-        member.get_by_role("button", name="Apply").click()
+        form = member.get_by_role("form", name="For a consumer")  # one form per kind
+        assert form.get_by_label("Start").input_value() == "earliest"  # the API's default
+        form.get_by_label("Consumer name").fill("billing-c")
+        form.get_by_label("Topic").select_option("billing")
+        form.get_by_role("button", name="Apply for the consumer").click()
         assert "sent for approval" in member.locator(".note").inner_text()
         assert member.locator("#mine .state").first.inner_text() == "pending"
         assert "billing-c" not in {c["name"] for c in console.admin("GET", "/admin/consumers")["consumers"]}
 
         sign_in(admin, "admin")
         admin.goto("/console/applications")
+        badge = admin.get_by_role("link", name="Applications 1 waiting for your decision")
+        assert badge.locator(".badge").inner_text().startswith("1")  # every page shows what waits
         row = admin.locator("#pending tr", has_text="billing-c")
         row.get_by_label("Comment").fill("ok for billing")
         row.get_by_role("button", name="Approve").click()
         assert "approved" in admin.locator(".note").inner_text()
+        assert admin.locator("#pending-badge").count() == 0  # nothing waits any more
         shot(admin, "applications")
         assert "billing-c" in {c["name"] for c in console.admin("GET", "/admin/consumers")["consumers"]}
 

@@ -105,10 +105,22 @@ PAGES = [
     "/console/applications",
     "/console/audit",
     "/console/users",
+    "/console/clusters",
+    "/console/settings",
+    "/console/topics/kbd-names",
+    "/console/topics/kbd-names/queues/0",
+    "/console/topics/kbd-names/send",
+    "/console/topics/kbd-names/purge",
+    "/console/consumers/kbd-names-c",
+    "/console/consumers/kbd-names-c/purge",
+    "/console/consumers/kbd-names-c/dead-letters",
 ]
 
 
 def test_every_control_on_every_page_has_a_name_for_screen_readers(page: Any, console: ConsoleServer) -> None:
+    console.admin("POST", "/admin/topics", name="kbd-names", queues=2)
+    console.admin("POST", "/admin/producers", name="kbd-names-p", topic="kbd-names")
+    console.admin("POST", "/admin/consumers", name="kbd-names-c", topic="kbd-names")
     page.goto("/console/signin")
     assert page.evaluate(UNNAMED) == []
     page.get_by_label("User name").fill("admin")

@@ -76,6 +76,15 @@ class InProcess:
 
     # --- the clusters ----------------------------------------------------------------------
 
+    async def quiet(self) -> None:
+        """Stop the gateway's own loops (lag gauges, retention, delivery): from here the
+        test's calls are the only ones sent to the clusters (a lag pass timing out on a hung
+        cluster is a real failure, and would be counted as one)."""
+        for task in self.gateway._tasks:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
     def state(self, cluster: str) -> ClusterState:
         return self.pool.get(cluster).state
 

@@ -59,6 +59,7 @@ def test_an_operation_that_started_before_a_rejoin_does_not_count_against_the_cl
 
     async def go() -> None:
         async with in_process(tmp_path / "gw", primary.url, backup.url, failover_send_timeout_s=1.0) as h:
+            await h.quiet()
             h.fail("p")
             store = h.pool.get("p").backends.store
             started = asyncio.Event()

@@ -72,10 +72,19 @@ def test_kill9_of_the_primary_under_load(tmp_path: Path) -> None:
         await coordinator.start()
         acked: list[str] = []
         spooled = 0
+        killed_at: list[float] = []  # when the primary was killed
+
+        def sending(i: int) -> bool:
+            """400 each, and on after the kill until the backup took one (or 20 s passed): a
+            loaded machine's slow switch must not leave the load over before it."""
+            if i < 400:
+                return True
+            return bool(killed_at) and "b" not in served and time.monotonic() - killed_at[0] < 20
 
         async def producer(n: int) -> None:
             nonlocal spooled
-            for i in range(400):
+            i = 0
+            while sending(i):
                 msg_id = f"w{n}-{i}"
                 key = ("shop", "orders", str(i % QUEUES))
                 try:
@@ -92,6 +101,7 @@ def test_kill9_of_the_primary_under_load(tmp_path: Path) -> None:
                     await spool.append(*key, msg_id, msg_id.encode(), tried=exc.code != "order")
                     spooled += 1
                 acked.append(msg_id)
+                i += 1
                 await asyncio.sleep(0.005)
 
         try:
@@ -100,6 +110,7 @@ def test_kill9_of_the_primary_under_load(tmp_path: Path) -> None:
                 await asyncio.sleep(0.01)
             primary.kill9()
             killed = time.monotonic()
+            killed_at.append(killed)
             await load
             while spool.stats().pending:  # the last spooled ones: replayed by the next check
                 await replayer.replay(send, "shop")

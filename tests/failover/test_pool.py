@@ -217,3 +217,39 @@ def test_embedded_cluster_and_definition_errors(tmp_path: Path) -> None:
             await pool.stop()
 
     asyncio.run(go())
+
+
+def test_a_stop_ends_a_probe_whose_client_swallowed_the_cancellation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Stopped while probing, a client that turns the cancellation into an error (redis-py may)
+    left the probe loop sleeping on: the stop waited for it forever (a CI hang, 120 s)."""
+    from mqgate.core.failure_detection import Outcome
+    from mqgate.failover.pool import Cluster
+
+    probing = asyncio.Event()
+    swallowed: list[bool] = []
+
+    async def swallowing_probe(self: Cluster) -> tuple[Outcome, str]:
+        probing.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            if swallowed:  # once only: the loop's own shutdown ends it, should the stop not
+                raise
+            swallowed.append(True)
+            return Outcome.ERROR, "ConnectionError: the cancellation, turned into an error"
+        return Outcome.OK, ""
+
+    async def go() -> None:
+        pool = new_pool(tmp_path)
+        await pool.add(ClusterSpec("e", f"embedded:{tmp_path / 'e'}", "pool1"))
+        monkeypatch.setattr(Cluster, "probe_once", swallowing_probe)
+        await pool.start()
+        await asyncio.wait_for(probing.wait(), 10)
+        stopping = asyncio.ensure_future(pool.stop())
+        done, _ = await asyncio.wait({stopping}, timeout=10)  # a bound on a hang, not a timing
+        assert done, "the stop hung on a probe whose cancellation was swallowed"
+        assert swallowed
+
+    asyncio.run(go())

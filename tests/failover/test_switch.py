@@ -13,7 +13,7 @@ import pytest
 from mqgate.core.failure_detection import ClusterState
 from mqgate.core.layout import Layout
 from mqgate.core.tokens import AckToken
-from mqgate.errors import BadRequest, Unavailable
+from mqgate.errors import BadRequest, Conflict, Unavailable
 from mqgate.failover.declare import clean_up, project_topology, redeclare, table_bounds
 from mqgate.failover.pool import ClusterPool, ClusterSpec
 from mqgate.failover.switch import ActiveRecord, ProjectClusters, SqlSwitchRecords, SwitchCoordinator
@@ -78,6 +78,35 @@ def test_two_coordinators_racing_agree(pg_url: str) -> None:
                         assert len(won) == 1, (round_, p, ev1, ev2)  # exactly one writer per switch
                 expected = {0: ("a", 1), 1: ("b", 2), 2: ("a", 3)}[round_]
                 assert {(r.cluster, r.epoch) for r in rec1.read_all().values()} == {expected}
+        finally:
+            rec1.dispose()
+            rec2.dispose()
+
+    asyncio.run(go())
+
+
+def test_a_fail_back_from_a_move_made_since_is_refused(records_url: str) -> None:
+    """An operator confirms a fail-back of the move they looked at (its epoch): a switch another
+    gateway made since is not undone unseen (the console compared with its own view only)."""
+    projects = {"p": ProjectClusters("p", "a", "b")}
+
+    async def go() -> None:
+        rec1, rec2 = SqlSwitchRecords(records_url), SqlSwitchRecords(records_url)
+        rec1.create_schema()
+        states = {"a": H, "b": H}
+        one = SwitchCoordinator(rec1, lambda: states, lambda: projects, check_s=60)
+        two = SwitchCoordinator(rec2, lambda: states, lambda: projects, check_s=60)
+        try:
+            await one.check()
+            seen = await one.switch_to("p", "b", "operator")  # the move the operator looks at
+            await two.switch_to("p", "a", "another gateway")  # epoch 3, unseen by `one`
+            await two.switch_to("p", "b", "and back")  # epoch 4: on the backup again
+            with pytest.raises(Conflict) as refused:
+                await one.failback("p", seen.epoch)
+            assert refused.value.field == "epoch"
+            assert rec1.read_all()["p"].epoch == 4  # nothing written
+            back = await one.failback("p", 4)
+            assert (back.cluster, back.epoch) == ("a", 5)
         finally:
             rec1.dispose()
             rec2.dispose()

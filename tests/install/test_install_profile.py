@@ -20,7 +20,10 @@ GATEWAY_LOCK = ROOT / "requirements" / "gateway.lock"
 
 # What `pip install mqgate` may bring: the gateway on the embedded store. A new core dependency
 # is a decision about every gateway's install: add it here on purpose, or make it an extra.
-GATEWAY_PACKAGES = {"msgspec", "uvicorn", "uvloop", "httptools", "sqlalchemy", "prometheus-client", "jinja2"}
+# websockets: uvicorn's WebSocket protocol for streams (docs/STREAM.md).
+GATEWAY_PACKAGES = {
+    "msgspec", "uvicorn", "uvloop", "httptools", "websockets", "sqlalchemy", "prometheus-client", "jinja2"
+}  # fmt: skip
 OPTIONAL_PACKAGES = ("pyspark", "pyarrow", "pandas", "numpy", "redis", "psycopg")
 PROFILES = {"redis": {"redis"}, "postgres": {"psycopg"}, "spark": {"pyspark", "pyarrow", "pandas"}}
 
@@ -65,7 +68,7 @@ def test_importing_the_gateway_and_the_cli_loads_no_optional_package() -> None:
 def test_the_plain_install_is_the_gateway_alone() -> None:
     core = PYPROJECT["project"]["dependencies"]
     assert requirement_names(core) <= GATEWAY_PACKAGES, core
-    # uvicorn[standard] would bring websockets, watchfiles, dotenv and YAML, which the gateway never uses.
+    # uvicorn[standard] would bring watchfiles, dotenv and YAML, which the gateway never uses.
     assert all(not Requirement(line).extras for line in core), core
 
 

@@ -296,6 +296,34 @@ def test_settle_removes_destinations_then_the_message(run: Callable[[Body], None
     run(body)
 
 
+def test_held_for_counts_each_target_s_destinations_until_settled(run: Callable[[Body], None]) -> None:
+    """What SQS answers as ApproximateNumberOfMessagesDelayed: per target, held and not
+    delivered (claimed ones included), across a restart and repeated settles."""
+
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        [one, two, three] = await s.hold(
+            [
+                (b"1", [dest("t:a", start=10), dest("t:b", start=10)]),
+                (b"2", [dest("t:a", start=20)]),
+                (b"3", [dest("t:a", start=9999)]),
+            ]
+        )
+        assert [await s.held_for(t) for t in ("t:a", "t:b", "t:none")] == [3, 1, 0]
+        await s.hold([(b"4", [dest("t:b", start=5)])])  # counted while counting
+        assert await s.held_for("t:b") == 2
+        await s.claim_due(NOW + 20, 10, 100_000)  # claimed: not delivered yet
+        assert await s.held_for("t:a") == 3
+        await s.settle([(one, 0), (one, 0), (two, 0)])
+        assert [await s.held_for("t:a"), await s.held_for("t:b")] == [1, 2]
+        s = await h.reopen()
+        assert [await s.held_for("t:a"), await s.held_for("t:b")] == [1, 2]
+        await s.settle([(three, 0), (one, 1)])
+        assert [await s.held_for("t:a"), await s.held_for("t:b")] == [0, 1]
+
+    run(body)
+
+
 def test_held_messages_survive_a_restart(run: Callable[[Body], None]) -> None:
     async def body(h: Harness) -> None:
         s = h.scheduler

@@ -308,6 +308,38 @@ def test_bounds_per_queue(kind: str, tmp_path: Path) -> None:
     run(kind, tmp_path, body)
 
 
+def test_queue_bytes_count_what_each_queue_holds(kind: str, tmp_path: Path) -> None:
+    """The bytes each queue holds, the measure retention_bytes limits: each message's stored
+    JSON, plus (embedded) its record's framing; they fall with retention, survive a reopen and
+    follow a topic that grows."""
+
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("t", 3, 60_000))
+        assert await s.queue_bytes("t") == [0, 0, 0]
+        size = len(raw_of(msg(0)))
+        for i in range(40):  # one append each: the embedded store rolls segments between them
+            await s.append("t", 2, [msg(i, ts=1_000)])
+        await s.append("t", 0, [msg(1, ts=100_000)])
+        q0, q1, q2 = await s.queue_bytes("t")
+        assert q1 == 0
+        # Equal-sized messages (msg pads every body alike): the framing is at most 64 bytes each.
+        assert size <= q0 <= size + 64
+        assert 40 * size <= q2 <= 40 * (size + 64)
+        s = await h.reopen(s)
+        assert await s.queue_bytes("t") == [q0, 0, q2]
+        assert await s.enforce_retention(now_ms=100_000) > 0
+        (b2,) = [b for b in await s.bounds("t") if b.queue == 2]
+        after = await s.queue_bytes("t")
+        assert after[0] == q0 and after[2] < q2
+        assert (b2.max - b2.min) * size <= after[2] <= (b2.max - b2.min) * (size + 64) + SEGMENT_BYTES
+        await s.create_topic(TopicConfig("t", 5, 60_000))
+        assert (await s.queue_bytes("t"))[3:] == [0, 0]
+        with pytest.raises(NotFound):
+            await s.queue_bytes("nope")
+
+    run(kind, tmp_path, body)
+
+
 def test_unknown_topic_and_queue_are_refused(kind: str, tmp_path: Path) -> None:
     async def body(h: Harness, s: MessageStore) -> None:
         await s.create_topic(TopicConfig("t", 2, WEEK_MS))

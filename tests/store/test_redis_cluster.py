@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+import tests.offsets.test_message_mode_contract as message_contract
 import tests.offsets.test_offset_store_contract as offsets_contract
 import tests.scheduler.test_scheduler_contract as scheduler_contract
 import tests.store.test_message_store_contract as store_contract
@@ -62,7 +63,11 @@ def test_message_store_contract_on_a_cluster(
     case("redis", tmp_path)
 
 
-@pytest.mark.parametrize("case", _contract_tests(offsets_contract, ("backend", "tmp_path")))
+@pytest.mark.parametrize(
+    "case",
+    _contract_tests(offsets_contract, ("backend", "tmp_path"))
+    + _contract_tests(message_contract, ("backend", "tmp_path")),
+)
 def test_offset_store_contract_on_a_cluster(
     case: Any, redis_cluster: RedisClusterProcs, tmp_path: Path
 ) -> None:

@@ -54,6 +54,67 @@ class PullOut(Output, kw_only=True):
     msg_list: list[DeliveredOut]
 
 
+class StreamTicketOut(Output, kw_only=True):
+    ticket: str
+    expires_at_ms: int
+
+
+class ReceivedOut(ReadMessageOut, kw_only=True):
+    """A message as a receive hands it out (mode=message)."""
+
+    receipt_handle: str  # deletes it, or changes its visibility, until it is received again
+    receive_count: int  # this receive included
+    first_receive_time: int  # epoch ms
+
+
+class ReceiveOut(Output, kw_only=True):
+    messages: list[ReceivedOut]
+
+
+class MessagesDeletedOut(Output, kw_only=True):
+    # Per receipt, in order: deleted, already_deleted, or stale_receipt (received again since:
+    # not deleted).
+    outcomes: list[str]
+
+
+class VisibilityOut(Output, kw_only=True):
+    outcome: Literal["changed", "not_in_flight", "stale_receipt", "already_deleted"]
+
+
+class HalfPutOut(Output, kw_only=True):
+    message_id: str
+    handle: str  # commits or rolls it back (POST /mq/half/commit, /mq/half/rollback)
+    check_at: int  # epoch ms: when it is first offered to a check, if still open
+
+
+class HalvesOut(Output, kw_only=True):
+    messages: list[HalfPutOut]  # in the request's order
+
+
+class HalfCheckedOut(Output, kw_only=True):
+    """A half message due for a check: decide it with `handle`."""
+
+    message_id: str
+    handle: str  # the check's: commits or rolls it back, until it is offered again
+    timestamp: int  # when it was put (epoch ms)
+    producer: str
+    message: str
+    keys: list[str]
+    tags: list[str]
+    properties: dict[str, str]
+    receive_count: int  # times the gateway took it for a check, this time included
+
+
+class HalfCheckOut(Output, kw_only=True):
+    messages: list[HalfCheckedOut]
+
+
+class HalfDecidedOut(Output, kw_only=True):
+    message_id: str  # the half message's id
+    outcome: Literal["committed", "rolled_back"]
+    receipts: list[Receipt] = []  # a commit's: where the message went (a new id)
+
+
 class AckOut(Output, kw_only=True):
     queue: int
     source: str | None = None
@@ -134,6 +195,7 @@ class ConsumerRegisteredOut(Output, kw_only=True):
     mode: str
     start: str
     token: str
+    signing_secret: str | None = None  # a push consumer's, shown once (docs/PUSH.md)
 
 
 class ConsumerOut(Output, kw_only=True):
@@ -234,6 +296,34 @@ class ResetOut(ProgressOut, kw_only=True):
     clamped_count: int
 
 
+class PurgeMoveOut(Output, kw_only=True):
+    consumer: str
+    client_id: str | None = None
+    source: str
+    queue: int
+    committed: int
+    end: int
+    skipped: int
+
+
+PURGE_MOVES_NAMED: Final = 1000  # moves a purge's answer names at most
+
+
+class PurgeOut(Output, kw_only=True):
+    """A purge's plan (GET) or what it did (POST): per consumer (and broadcast client) and
+    queue, the committed offset, the queue's end it moves to and the messages that skips (the
+    first 1,000 within the answer's budget; `movesCount`: all)."""
+
+    topic: str
+    consumer: str | None = None
+    queue: int | None = None
+    purged: bool
+    skipped: int
+    consumers: list[str]
+    moves: Annotated[list[PurgeMoveOut], Meta(max_length=PURGE_MOVES_NAMED)]
+    moves_count: int
+
+
 class PausedOut(Output, kw_only=True):
     name: str
     paused: bool
@@ -286,6 +376,8 @@ class RedriveOut(Output, kw_only=True):
     scan_limit: int
     already_redriven: int
     redriven: list[RedrivenOut]
+    copied: bool = False  # copies only: the dead letters stay waiting
+    left: int = 0  # chosen but left for the next redrive (a paced one takes what fits its time)
 
 
 class DeadLettersOut(Output, kw_only=True):
@@ -309,3 +401,35 @@ class HealthOut(Output, kw_only=True):
 class ErrorOut(Output, kw_only=True):
     code: str
     field: str | None
+
+
+class PushAttemptOut(Output, kw_only=True):
+    at: int  # epoch ms
+    message_id: str
+    attempt: int
+    outcome: str
+    latency_ms: float
+    error: str = ""
+
+
+class PushStatusOut(Output, kw_only=True):
+    """A push consumer's settings (no secret) and this gateway's latest attempts, newest first."""
+
+    name: str
+    endpoint: str
+    headers: list[str]  # their names only: values may be credentials
+    max_in_flight: int
+    timeout_s: float
+    ordering: str
+    backoff_initial_ms: int
+    backoff_max_ms: int
+    envelope: bool
+    previous_secret_until: int = 0
+    state: str  # "ok", "failing" (the latest attempt failed) or "idle" (none yet here)
+    attempts: list[PushAttemptOut]
+
+
+class PushSecretOut(Output, kw_only=True):
+    name: str
+    signing_secret: str
+    previous_secret_until: int

@@ -5,16 +5,21 @@ one's, is refused (401) on every route without parsing anything, and so is a kno
 can never hold the route's role (403: a producer's or consumer's token on an admin route). Whose
 call it is follows from the decoded request, which names the producer, the consumer or carries
 an ack token.
+
+A stream ticket (core/tokens.py `StreamTicket`, in the `ticket` query parameter or as the
+bearer) stands in for a consumer's token where a browser cannot send one: it opens that
+consumer's stream (role `stream`) and acks its batches (role `token`), and nothing else.
 """
 
 from __future__ import annotations
 
 import hmac
+import time
 from dataclasses import dataclass
 from typing import TypeVar
 
-from mqgate.core.tokens import AckToken
-from mqgate.errors import Forbidden, Unauthorized
+from mqgate.core.tokens import TICKET_PREFIX, TICKET_TOKEN_HASH_CHARS, AckToken, StreamTicket
+from mqgate.errors import Forbidden, MqgateError, Unauthorized
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, hash_token
 from mqgate.services.consume import Consuming
 from mqgate.services.topology import Topology
@@ -32,10 +37,20 @@ class TokenCaller:
     token: AckToken
 
 
-ADMIN = Admin()
+@dataclass(slots=True, frozen=True)
+class TicketHolder:
+    """The caller holds a stream ticket of `consumer` (and of its client `client_id`)."""
 
-# Who a bearer token belongs to: the admin, or the producer or consumer it was issued to.
-Credential = Admin | ProducerRecord | ConsumerRecord
+    consumer: ConsumerRecord
+    client_id: str
+
+
+ADMIN = Admin()
+TICKET_ROLES = frozenset({"stream", "token"})  # what a stream ticket may do
+
+# Who a bearer token belongs to: the admin, or the producer or consumer it was issued to, or
+# a consumer's stream ticket.
+Credential = Admin | ProducerRecord | ConsumerRecord | TicketHolder
 Holder = TypeVar("Holder", ProducerRecord, ConsumerRecord)
 
 
@@ -73,7 +88,11 @@ class RoleGuard:
                 raise Forbidden(
                     f"requestId belongs to another consumer than {inp.consumer}", field="consumer"
                 )
-            return TokenCaller(_own(credential, ConsumerRecord, token.consumer), token)
+            return TokenCaller(
+                _own(_ticket_for(credential, token.client_id), ConsumerRecord, token.consumer), token
+            )
+        if role == "stream":
+            credential = _ticket_for(credential, getattr(inp, "client_id", None) or "")
         if role == "reader" and credential is ADMIN:
             return ADMIN
         if inp.consumer is None:
@@ -90,9 +109,21 @@ class RoleGuard:
         """Who holds the bearer token. No token, or a token that is no one's, is 401 whatever
         the call names, so names cannot be probed with made-up tokens."""
         bearer = request.bearer
+        if not bearer and role == "stream":
+            tickets = request.query.get("ticket")
+            if tickets:
+                return self._ticket(tickets[0], "ticket")
         if not bearer:
             who = "admin token" if role == "admin" else "token"
             raise Unauthorized(f"Authorization: Bearer <{who}> is required", field="Authorization")
+        if bearer.startswith(TICKET_PREFIX):
+            ticket_holder = self._ticket(bearer, "Authorization")  # no one's: 401, as any token
+            if role not in TICKET_ROLES:
+                raise Forbidden(
+                    "a stream ticket opens its consumer's stream and acks its batches, nothing else",
+                    field="Authorization",
+                )
+            return ticket_holder
         if hmac.compare_digest(bearer.encode(), self._admin_token):
             return ADMIN
         token_hash = hash_token(bearer)
@@ -103,6 +134,22 @@ class RoleGuard:
             raise Unauthorized("the token is not valid", field="Authorization")
         return holder
 
+    def _ticket(self, text: str, field: str) -> TicketHolder:
+        """Whose stream ticket this is: 401 alike for one that is forged, expired, or of a
+        token since rotated or revoked (nothing tells which names exist)."""
+        try:
+            ticket: StreamTicket = self.consuming.ticket(text)
+        except MqgateError:
+            raise Unauthorized("the stream ticket is not valid", field=field) from None
+        if ticket.expires_ms <= time.time() * 1000:
+            raise Unauthorized("the stream ticket has expired: ask for a new one", field=field)
+        consumer = self.topology.ctx.registry.snapshot.consumers.get(ticket.consumer)
+        if consumer is None or not hmac.compare_digest(
+            consumer.token_hash[:TICKET_TOKEN_HASH_CHARS], ticket.token_hash
+        ):
+            raise Unauthorized("the stream ticket is not valid", field=field)
+        return TicketHolder(consumer, ticket.client_id)
+
     def _token_holders(self) -> dict[str, ProducerRecord | ConsumerRecord]:
         snapshot = self.topology.ctx.registry.snapshot
         if self._holders_of != (id(snapshot), snapshot.version):
@@ -112,6 +159,15 @@ class RoleGuard:
             holders.update((c.token_hash, c) for c in snapshot.consumers.values())
             self._holders, self._holders_of = holders, (id(snapshot), snapshot.version)
         return self._holders
+
+
+def _ticket_for(credential: Credential, client_id: str) -> Credential:
+    """A ticket's consumer, if the call is of the ticket's client; other credentials as they are."""
+    if not isinstance(credential, TicketHolder):
+        return credential
+    if credential.client_id != client_id:
+        raise Forbidden("the stream ticket is another client's", field="clientId")
+    return credential.consumer
 
 
 def _own(credential: Credential, kind: type[Holder], name: str) -> Holder:

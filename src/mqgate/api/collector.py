@@ -22,3 +22,19 @@ THRESHOLDS: Final = (10_000, 50, 100)
 def tune_for_serving() -> None:
     """For the process that serves (`mqgate serve` and its workers), not for library users."""
     gc.set_threshold(*THRESHOLDS)
+
+
+def collector_off_while_starting() -> None:
+    """No collections while the process loads and builds what it serves with (`serving_collector`
+    turns it back on): what the start makes lives as long as the process, and a pass over it
+    finds nothing to free."""
+    gc.disable()
+
+
+def serving_collector() -> None:
+    """Once the app is built: what exists now is moved out of the collector's sight
+    (`gc.freeze`: no later pass walks it again) and collections resume at the serving
+    thresholds."""
+    gc.freeze()
+    tune_for_serving()
+    gc.enable()

@@ -28,8 +28,9 @@ _JSON_HEADERS: Final = [(b"content-type", b"application/json")]
 
 # none: anyone; admin: the admin token; producer: the named producer's token (or admin);
 # consumer: the named consumer's token; token: the token of the consumer an ack token names;
-# reader: the admin token or the named consumer's token (a reader of the log).
-Role = Literal["none", "admin", "producer", "consumer", "token", "reader"]
+# reader: the admin token or the named consumer's token (a reader of the log); stream: the
+# named consumer's token or a stream ticket of it (api/auth.py; a ticket also acks: `token`).
+Role = Literal["none", "admin", "producer", "consumer", "token", "reader", "stream"]
 ROLES: Final = frozenset(get_args(Role))
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import msgspec
 
-from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS, Input, MessageIn, ProduceBatchIn
+from mqgate.api.shapes import SETTINGS_DEFAULTS, SETTINGS_LIMITS, HalfIn, Input, MessageIn, ProduceBatchIn
 from mqgate.errors import BadRequest, PayloadTooLarge
 from mqgate.settings import Settings
 
@@ -42,7 +42,7 @@ class SettingsLimits:
 
     def check(self, value: Input, prefix: str = "") -> None:
         self._check_fields(value, self._by_shape.get(type(value), ()), prefix)
-        if isinstance(value, ProduceBatchIn):
+        if isinstance(value, (ProduceBatchIn, HalfIn)):
             self._check_batch(value.messages)
 
     def _check_fields(self, value: Input, limits: Sequence[tuple[str, str, str, Any]], prefix: str) -> None:

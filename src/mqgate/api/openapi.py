@@ -29,6 +29,7 @@ _ROLE_STATUSES: Final = {
     "consumer": (401, 403, 404),
     "token": (401, 403, 404),
     "reader": (401, 403, 404, 429),  # 429: over max_concurrent_read_requests
+    "stream": (401, 403, 404),  # a consumer's token, or a stream ticket of it
 }
 # What any route may answer: a bad parameter or header (400), a method its path does not have
 # (405), headers too slow or too large (408, 431: refused before a route is chosen), a fault of
@@ -142,7 +143,9 @@ def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
             "operationId": r.method.lower() + "_" + re.sub(r"[^A-Za-z0-9]+", "_", r.path).strip("_"),
             "x-role": r.role,
         }
-        if r.role != "none":
+        if r.role == "stream":
+            op["security"] = [{"bearer": []}, {"ticket": []}]
+        elif r.role != "none":
             op["security"] = [{"bearer": []}]
         if r.shape is not None:
             schema = components[r.shape.__name__]
@@ -170,7 +173,11 @@ def build_openapi(routes: list[Route], settings: Settings) -> dict[str, Any]:
         "paths": paths,
         "components": {
             "schemas": components,
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer"},
+                # A consumer's stream ticket (POST /mq/stream/tickets), for browsers: also a bearer.
+                "ticket": {"type": "apiKey", "in": "query", "name": "ticket"},
+            },
         },
     }
 

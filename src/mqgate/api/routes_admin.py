@@ -11,6 +11,7 @@ from mqgate.api import answers as a
 from mqgate.api import shapes as s
 from mqgate.api.limits import SettingsLimits
 from mqgate.api.paging import KeyInt, KeyText, Paging
+from mqgate.api.push_settings import push_settings
 from mqgate.errors import BadRequest, NotFound
 from mqgate.names import INTERNAL_PREFIXES, TRACE_PREFIX
 from mqgate.registry.records import DEFAULT_PROJECT, ConsumerRecord, ProducerRecord, TopicRecord
@@ -128,6 +129,7 @@ class AdminRoutes:
 
     async def register_consumer(self, req: Request) -> Response:
         inp: s.ConsumerIn = req.input
+        push, secret = await push_settings(inp, self.gw.ctx.secret, self.gw.ctx.settings)
         rec, token = await self.gw.topology.register_consumer(
             inp.name,
             inp.topic,
@@ -135,10 +137,16 @@ class AdminRoutes:
             inp.start,
             inp.lock_timeout_s or self.limits.default(s.ConsumerIn, "lock_timeout_s"),
             inp.max_attempts or self.limits.default(s.ConsumerIn, "max_attempts"),
+            push=push,
         )
         return Response(
             a.ConsumerRegisteredOut(
-                name=rec.name, topic=rec.topic, mode=rec.mode, start=rec.start, token=token
+                name=rec.name,
+                topic=rec.topic,
+                mode=rec.mode,
+                start=rec.start,
+                token=token,
+                signing_secret=secret,
             )
         )
 

@@ -32,8 +32,13 @@ class DeadLetterRoutes:
             key=inp.key,
             since_ms=inp.since,
             until_ms=inp.until,
+            source=inp.source,
+            queue=inp.queue,
             everything=inp.everything,
             scan=inp.max,
+            start=inp.start,
+            copy=inp.copy,
+            rate_per_s=inp.messages_per_second,
         )
         return Response(out(await self.gw.dead_letters.redrive(inp.name, selection), a.RedriveOut))
 
@@ -79,7 +84,7 @@ class DeadLetterRoutes:
                 "/admin/consumers/{name}/dead-letters/redrive",
                 self.redrive,
                 "admin",
-                "Copy dead letters (one, a filter, or all) back to their original topic, each once",
+                "Copy dead letters (one, a filter, or all) back to their consumer, each once (or copy only)",
                 s.RedriveIn,
                 a.RedriveOut,
                 (404, 409, 507),

@@ -12,6 +12,7 @@ from msgspec import Meta
 
 from mqgate.core.scheduling import MAX_PRIORITY
 from mqgate.names import INTERNAL_PREFIXES
+from mqgate.services.deadletters import MAX_RATE_PER_S
 
 MAX_QUEUES: Final = 256
 MAX_DESTINATIONS: Final = 16  # per message
@@ -30,6 +31,7 @@ MAX_DELAY_MS: Final = 365 * DAY_MS  # how far ahead a message may be scheduled
 MAX_TTL_MS: Final = 10 * 365 * DAY_MS
 MAX_EPOCH_MS: Final = 2**47 - 1
 MAX_OFFSET: Final = 2**62
+MAX_REDRIVE_RATE: Final = MAX_RATE_PER_S  # dead letters copied back a second (one limit, the service's)
 # A page of an admin list (docs/PROTOCOL.md, "Paging"): at most this many items, and never
 # more bytes than `max_answer_bytes` (at least one item); `next` is where the next page starts.
 MAX_PAGE_ITEMS: Final = 10_000
@@ -147,6 +149,101 @@ class PullIn(Input, kw_only=True, frozen=True):
     wait: Annotated[float, Meta(ge=0.0)] = 0.0
 
 
+MAX_TICKET_CHARS: Final = 512  # a stream ticket is ~100
+MAX_TICKET_S: Final = 3600
+
+
+class StreamIn(Input, kw_only=True, frozen=True):
+    """A stream of a cluster or broadcast consumer's batches (docs/STREAM.md), as Server-Sent
+    Events or, with an Upgrade, over a WebSocket: at most `max` messages out in batches not yet
+    acked; a heartbeat every `heartbeat` seconds. `ticket`: a stream ticket in place of the
+    consumer's token (browsers)."""
+
+    topic: TopicName
+    consumer: Name
+    client_id: Name | None = None
+    max: Annotated[int, Meta(ge=1, le=10_000)] = 100
+    heartbeat: Annotated[float, Meta(ge=0.5, le=60.0)] = 15.0
+    ticket: Annotated[str, Meta(min_length=1, max_length=MAX_TICKET_CHARS)] | None = None
+    # Resume after this batch (acking it), as the Last-Event-ID header does: for a WebSocket,
+    # and a browser's new EventSource, which cannot send that header.
+    last_event_id: Annotated[str, Meta(min_length=1, max_length=1024)] | None = None
+    # End the stream after this many seconds (an `end` event, reason "timeout"): for a proxy or
+    # platform that bounds an answer's life; the client reconnects and resumes.
+    timeout: Annotated[float, Meta(ge=1.0, le=86_400.0)] | None = None
+
+
+class StreamTicketIn(Input, kw_only=True, frozen=True):
+    """A stream ticket for a browser (docs/STREAM.md): opens this consumer's (and client's)
+    stream and acks its batches for `expiresInS` seconds; a rotated token's tickets stop."""
+
+    topic: TopicName
+    consumer: Name
+    client_id: Name | None = None
+    expires_in_s: Annotated[float, Meta(ge=1.0, le=MAX_TICKET_S)] = 300.0
+
+
+MAX_RECEIPTS: Final = 100  # receipt handles one delete names at most
+
+
+class ReceiveIn(Input, kw_only=True, frozen=True):
+    """A message-level consumer's receive (mode=message): up to `max` visible messages, each
+    hidden for `visibility` seconds (the consumer's lock timeout when left out)."""
+
+    topic: TopicName | None = None
+    consumer: Name
+    max: Annotated[int, Meta(ge=1)] = 10
+    wait: Annotated[float, Meta(ge=0.0)] = 0.0
+    visibility: Annotated[float, Meta(ge=0.0, le=MAX_LOCK_TIMEOUT_S)] | None = None
+
+
+class ReceiptsIn(Input, kw_only=True, frozen=True):
+    """Delete the messages these receipt handles name."""
+
+    consumer: Name
+    receipt_handles: Annotated[list[Annotated[str, Meta(min_length=1, max_length=1024)]],
+                               Meta(min_length=1, max_length=MAX_RECEIPTS)]  # fmt: skip
+
+
+class VisibilityIn(Input, kw_only=True, frozen=True):
+    """Hide a received message for `seconds` from now (0: visible again at once)."""
+
+    consumer: Name
+    receipt_handle: Annotated[str, Meta(min_length=1, max_length=1024)]
+    seconds: Annotated[float, Meta(ge=0.0, le=MAX_LOCK_TIMEOUT_S)]
+
+
+MAX_HANDLE_CHARS: Final = 1024
+MAX_CHECK_AFTER_S: Final = 12 * 3600  # transactions/half.py's, as a protocol constant
+
+
+class HalfIn(Input, kw_only=True, frozen=True):
+    """Half (transactional) messages for the producer's topic (docs/PROTOCOL.md, "Half
+    messages"): stored, never delivered until committed; offered to a check after `checkAfterS`.
+    A message's QoS applies from its commit; it names no destinations."""
+
+    producer: Name
+    check_after_s: Annotated[
+        float, Meta(ge=0.0, le=MAX_CHECK_AFTER_S, description="seconds before the first check")
+    ] = 60.0
+    messages: Annotated[list[MessageIn], Meta(min_length=1)]
+
+
+class HalfCheckIn(Input, kw_only=True, frozen=True):
+    """The producer's topic's half messages due for a check, each with a new handle."""
+
+    producer: Name
+    max: Annotated[int, Meta(ge=1)] = 10
+    wait: Annotated[float, Meta(ge=0.0)] = 0.0
+
+
+class HalfDecideIn(Input, kw_only=True, frozen=True):
+    """Commit or roll back the half message a handle names (its put's or a check's)."""
+
+    producer: Name
+    handle: Annotated[str, Meta(min_length=1, max_length=MAX_HANDLE_CHARS)]
+
+
 class TokenIn(Input, kw_only=True, frozen=True):
     request_id: Annotated[str, Meta(min_length=1, description="the ack token of a pull")]
     consumer: Annotated[Name, Meta(description="if given, must be the consumer the token names")] | None = (
@@ -236,13 +333,31 @@ class ProducerIn(Input, kw_only=True, frozen=True):
     ] = []
 
 
+PushHeaders = Annotated[
+    dict[Annotated[str, Meta(max_length=64)], Annotated[str, Meta(max_length=1024)]], Meta(max_length=20)
+]
+
+
 class ConsumerIn(Input, kw_only=True, frozen=True):
     name: Name
     topic: TopicName
-    mode: Literal["cluster", "broadcast"] = "cluster"
+    # message: each message received, hidden and deleted by its own receipt (POST /mq/receive);
+    # push: message by message, POSTed by the gateway to `endpoint` (docs/PUSH.md)
+    mode: Literal["cluster", "broadcast", "message", "push"] = "cluster"
     start: Annotated[str, Meta(pattern=r"^(earliest|latest|[0-9]{1,15})$")] = "earliest"
     lock_timeout_s: Annotated[float, Meta(ge=1.0, le=MAX_LOCK_TIMEOUT_S)] | None = None
     max_attempts: Annotated[int, Meta(ge=1, le=MAX_ATTEMPTS)] | None = None
+    # mode=push only: where and how the gateway delivers (docs/PUSH.md)
+    endpoint: Annotated[str, Meta(max_length=2048, description="http(s) URL of a push consumer")] | None = (
+        None
+    )
+    headers: PushHeaders | None = None
+    max_in_flight: Annotated[int, Meta(ge=1, le=1000)] | None = None
+    timeout_s: Annotated[float, Meta(ge=0.1, le=60.0)] | None = None
+    ordering: Literal["none", "key"] | None = None
+    backoff_initial_ms: Annotated[int, Meta(ge=10, le=3_600_000)] | None = None
+    backoff_max_ms: Annotated[int, Meta(ge=10, le=3_600_000)] | None = None
+    envelope: bool | None = None
 
 
 class NamedIn(Input, kw_only=True, frozen=True):
@@ -281,8 +396,38 @@ class RedriveIn(NamedIn, kw_only=True, frozen=True):
     key: Item | None = None
     since: EpochMs | None = None
     until: EpochMs | None = None
+    source: (
+        Annotated[TopicName, Meta(description="read from this store topic (dlq.source, else dlq.topic)")]
+        | None
+    ) = None
+    queue: (
+        Annotated[int, Meta(ge=0, le=MAX_STORE_QUEUES, description="read from this store queue")] | None
+    ) = None
     everything: bool = msgspec.field(name="all", default=False)
     max: Annotated[int, Meta(ge=1, le=MAX_READ_MESSAGES, description="dead letters scanned at most")] = 1000
+    start: Annotated[Offset, Meta(description="scan from this offset, not the redrive position")] | None = (
+        None
+    )
+    copy: Annotated[bool, Meta(description="copy back, leaving them waiting (nothing recorded)")] = False
+    messages_per_second: (
+        Annotated[
+            float, Meta(gt=0.0, le=MAX_REDRIVE_RATE, description="copies a second at most; none: at once")
+        ]
+        | None
+    ) = None
+
+
+class PurgePlanIn(NamedIn, kw_only=True, frozen=True):
+    """A purge's scope: the topic (every consumer of it) or consumer `name`, on one store queue
+    of the topic (none: every queue; a consumer's retry queue and inbox too)."""
+
+    queue: Annotated[int, Meta(ge=0, le=MAX_STORE_QUEUES)] | None = None
+
+
+class PurgeIn(PurgePlanIn, kw_only=True, frozen=True):
+    confirm: Annotated[
+        str, Meta(min_length=1, max_length=MAX_ITEM_CHARS, description="the name purged, again")
+    ]
 
 
 class RateLimitIn(NamedIn, kw_only=True, frozen=True):
@@ -298,9 +443,14 @@ class AlertIn(NamedIn, kw_only=True, frozen=True):
 SETTINGS_LIMITS: Final[dict[tuple[type[Input], str], tuple[str, str]]] = {
     (PullIn, "max"): ("max_pull_messages", "max"),
     (PullIn, "wait"): ("max_wait_s", "max"),
+    (ReceiveIn, "max"): ("max_pull_messages", "max"),
+    (ReceiveIn, "wait"): ("max_wait_s", "max"),
     (ProduceIn, "body"): ("max_message_bytes", "max_bytes"),
     (MessageIn, "body"): ("max_message_bytes", "max_bytes"),
     (ProduceBatchIn, "messages"): ("max_batch_messages", "max_items"),
+    (HalfIn, "messages"): ("max_batch_messages", "max_items"),
+    (HalfCheckIn, "max"): ("max_pull_messages", "max"),
+    (HalfCheckIn, "wait"): ("max_wait_s", "max"),
 }
 # (shape, field) -> the Settings attribute that is its default when it is left out.
 SETTINGS_DEFAULTS: Final[dict[tuple[type[Input], str], str]] = {

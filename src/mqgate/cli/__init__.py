@@ -27,6 +27,7 @@ COMMAND_GROUPS: Final = (
     "mqgate.cli.check",
     "mqgate.cli.user",
     "mqgate.cli.cluster",
+    "mqgate.cli.access_key",
 )
 SERVE: Final = "serve"
 JSON_HELP: Final = "print the gateway's answer as JSON instead of text"

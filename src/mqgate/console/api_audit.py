@@ -49,13 +49,23 @@ ACTIONS: Final[dict[tuple[str, str], tuple[str, str]]] = {
     ("POST", "/admin/consumers/{name}/token"): ("consumer.token.rotate", "consumer"),
     ("DELETE", "/admin/consumers/{name}/token"): ("consumer.token.revoke", "consumer"),
     ("POST", "/admin/consumers/{name}/dead-letters/redrive"): ("deadletter.redrive", "consumer"),
+    ("POST", "/admin/topics/{name}/purge"): ("topic.purge", "topic"),
+    ("POST", "/admin/consumers/{name}/purge"): ("consumer.purge", "consumer"),
     ("POST", "/admin/projects"): ("project.create", "project"),
     ("DELETE", "/admin/projects/{name}"): ("project.delete", "project"),
+    ("PUT", "/admin/projects/{name}/clusters"): ("project.clusters", "project"),
+    ("POST", "/admin/projects/{name}/failback"): ("project.failback", "project"),
+    ("POST", "/admin/clusters"): ("cluster.add", ""),
+    ("DELETE", "/admin/clusters/{name}"): ("cluster.remove", ""),
     ("POST", "/admin/trace-policies"): ("trace_policy.add", "policy"),
     ("DELETE", "/admin/trace-policies/{id}"): ("trace_policy.delete", "policy"),
+    ("POST", "/admin/access-keys"): ("access_key.create", ""),  # the answer's secret is hidden
+    ("DELETE", "/admin/access-keys/{name}"): ("access_key.revoke", ""),
 }
 # Calls whose answer says more than the record does (what moved, what was redriven).
-KEEP_ANSWER: Final = frozenset({"consumer.reset", "deadletter.redrive"})
+KEEP_ANSWER: Final = frozenset({"consumer.reset", "deadletter.redrive", "topic.purge", "consumer.purge",
+                                "project.clusters", "project.failback"})  # fmt: skip
+PROJECT_PATH: Final = "/admin/projects/{name}"  # a route under it changes the project it names
 SECRET_WORDS: Final = ("token", "secret", "password", "requestid")
 MAX_LIST: Final = 50  # list items kept per list in an entry (a redrive of thousands)
 MAX_TEXT: Final = 1000  # characters kept per string (message bodies)
@@ -164,14 +174,21 @@ class ApiAudit:
             before = self._record_of(kind, name) if kind else None
             response = await inner(request)
             if response.status < 400:
-                await self._audit(request, response, action, kind, name, before)
+                await self._audit(request, response, action, kind, name, before, route.path)
             return response
 
         setattr(handler, AUDITED, True)
         return replace(route, handler=handler)
 
     async def _audit(
-        self, request: Request, response: Response, action: str, kind: str, name: str | None, before: Any
+        self,
+        request: Request,
+        response: Response,
+        action: str,
+        kind: str,
+        name: str | None,
+        before: Any,
+        path: str = "",
     ) -> None:
         try:
             if name is None:  # made by the call: its answer names it (a policy's id)
@@ -188,11 +205,20 @@ class ApiAudit:
                 before,
                 after,
                 via="cli" if agent.startswith(CLI_AGENT) else "api",
-                project=self._project_of(kind, name or "", record or before),
+                project=self._project_of(kind, name or "", record or before) or _project_named(path, request),
             )
         except Exception:  # the change is made and answered: a lost entry is logged, not a 500
             self.failures += 1
             log.exception("audit entry for %s %s was not written", request.method, request.path)
+
+
+def _project_named(path: str, request: Request) -> str:
+    """The project a call names, for one of no known kind: its path's (`/admin/projects/{name}/…`)
+    or its body's `project`; "" when it names none (a cluster, an access key)."""
+    if path.startswith(PROJECT_PATH):
+        return _name_of(request.input) or ""
+    found = getattr(request.input, "project", None)
+    return found if isinstance(found, str) else ""
 
 
 def _name_of(value: Any) -> str | None:

@@ -22,13 +22,17 @@ from typing import Any, Final, TypeVar
 from urllib.parse import parse_qs
 
 import jinja2
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.alerts.service import Alerts
+from mqgate.api.shapes import ConsumerIn
 from mqgate.console.accounts import Accounts
 from mqgate.console.applications import Applications
 from mqgate.console.audit import AuditLog
+from mqgate.console.formats import TEMPLATE_GLOBALS
 from mqgate.console.identity import IdentityProvider
+from mqgate.console.redrives import RedriveTasks
 from mqgate.console.roles import Principal
 from mqgate.console.sessions import Session, SessionPolicy, Sessions
 from mqgate.console.tables import create_tables, engine_for
@@ -48,7 +52,11 @@ HERE: Final = Path(__file__).parent
 # page asks for them with ?v=<version>, so a browser may keep them until the version changes.
 VENDORED: Final = {"uplot": "1.6.32"}
 VENDOR_CACHE: Final = b"public, max-age=31536000, immutable"
-STATIC_TYPES: Final = {".js": b"text/javascript; charset=utf-8", ".css": b"text/css; charset=utf-8"}
+STATIC_TYPES: Final = {
+    ".js": b"text/javascript; charset=utf-8",
+    ".css": b"text/css; charset=utf-8",
+    ".svg": b"image/svg+xml",
+}
 MOUNT: Final = "/console"
 SESSION_COOKIE: Final = "mqgate_console"
 SIGNIN_COOKIE: Final = "mqgate_console_signin"  # the sign-in form's double-submit token
@@ -71,6 +79,7 @@ class SessionCookie:
 
     session: Session
     value: str
+    pending: int = 0  # applications this user may decide (the navigation's badge)
 
 
 def principal(v: Request) -> Principal:
@@ -116,13 +125,20 @@ class Console:
         self.providers = providers
         self.trusted_proxies = trusted_networks(settings.console_trusted_proxies)
         self.cache: dict[str, Any] = {}  # what pages derive from a registry snapshot, for it
+        self.redrives = RedriveTasks(gateway.dead_letters, self._audit_as)  # paced, in the background
         self.templates = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
             autoescape=True,
             undefined=jinja2.StrictUndefined,
         )
         self.templates.globals.update(
-            url=self.url, when=when, when_ms=when_ms, mount=mount, vendored=VENDORED
+            url=self.url,
+            when=when,
+            when_ms=when_ms,
+            mount=mount,
+            vendored=VENDORED,
+            defaults=form_defaults(settings),
+            **TEMPLATE_GLOBALS,
         )
 
     def url(self, path: str) -> str:
@@ -136,11 +152,15 @@ class Console:
         html = self.templates.get_template(template).render(
             user=v.caller if isinstance(v.caller, Principal) else None,
             csrf=csrf_of(v),
+            awaiting=v.credential.pending if isinstance(v.credential, SessionCookie) else 0,
             note=v.arg("note"),
             path=v.path,
             **values,
         )
         return page(html.encode(), http_status)
+
+    async def _audit_as(self, actor: str, action: str, target: str, project: str, after: Any) -> None:
+        await self.db(self.audit.record, actor, action, target, via="console", project=project, after=after)
 
     async def audit_change(
         self, v: Request, action: str, target: str, project: str, before: Any = None, after: Any = None
@@ -155,6 +175,20 @@ class Console:
             before=before,
             after=after,
         )
+
+
+def form_defaults(settings: Settings) -> dict[str, Any]:
+    """What the console's forms start with: the API's own defaults (its request shapes and the
+    settings it fills a missing field from), so both doors make the same thing of a blank field."""
+    consumer = {f.name: f.default for f in msgspec.structs.fields(ConsumerIn)}
+    return {
+        "queues": settings.default_queues,
+        "retention_hours": settings.default_retention_ms / 3_600_000,
+        "mode": consumer["mode"],
+        "start": consumer["start"],
+        "modes": ("cluster", "broadcast", "message"),
+        "starts": ("earliest", "latest"),
+    }
 
 
 def when(ms: int | None) -> str:
@@ -241,8 +275,12 @@ class ConsoleDoor:
         if session is None:
             return
         user = await c.db(c.accounts.principal, session.user)
-        if user is not None:
-            v.credential, v.caller = SessionCookie(session, value), user
+        if user is None:
+            return
+        pending = 0
+        if user.can_change_any and v.method == "GET":
+            pending = await c.db(c.applications.pending_count, user.deciding)
+        v.credential, v.caller = SessionCookie(session, value, pending), user
 
     def _check_csrf(self, v: Request) -> None:
         """The form's token is the session's, and the form came from this origin."""

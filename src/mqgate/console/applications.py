@@ -114,6 +114,15 @@ class Applications:
             raise NotFound(f"application {app_id} does not exist", field="id")
         return _row(row)
 
+    def pending_count(self, projects: list[str] | None) -> int:
+        """Applications waiting for a decision in `projects` (None: every project)."""
+        c = t.applications.c
+        q = sa.select(sa.func.count()).select_from(t.applications).where(c.state == PENDING)
+        if projects is not None:
+            q = q.where(c.project.in_(projects))
+        with self.engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
     def list(self, *, applicant: str | None = None, projects: list[str] | None = None) -> list[Application]:
         q = sa.select(t.applications).order_by(t.applications.c.id.desc()).limit(500)
         if applicant is not None:

@@ -5,6 +5,7 @@ browser without script."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -38,6 +39,26 @@ class Chart:
             "times": self.times,
             "values": self.values,
         }
+
+
+@dataclass(slots=True, frozen=True)
+class ChartNote:
+    """What stands in a chart's place when there is nothing it could draw (a latency chart of a
+    topic nobody traces): why, and a link to what would change that; never an empty chart."""
+
+    key: str
+    title: str
+    text: str
+    link: str
+    link_text: str
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The nearest-rank `q` quantile (0 < q <= 1) of `values`; None for none."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[max(math.ceil(q * len(ordered)) - 1, 0)]
 
 
 def nice_ceiling(value: float) -> float:

@@ -75,5 +75,11 @@ class Principal:
         return any(LEVEL[g.role] >= LEVEL[OWNER] for g in self.grants)
 
     @property
+    def deciding(self) -> list[str] | None:
+        """The projects whose applications this user decides: None for every project."""
+        owned = [g.project for g in self.grants if LEVEL[g.role] >= LEVEL[OWNER]]
+        return None if EVERY_PROJECT in owned else sorted(set(owned))
+
+    @property
     def can_apply_any(self) -> bool:
         return any(LEVEL[g.role] >= LEVEL[MEMBER] for g in self.grants)

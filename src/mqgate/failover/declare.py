@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from mqgate.core.layout import Layout, inbox_topic, retry_topic
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.core.tokens import AckToken
-from mqgate.model import MODE_CLUSTER, QueueBounds
+from mqgate.model import MODE_BROADCAST, QueueBounds
 from mqgate.names import dlq_topic
 from mqgate.offsets.interface import OffsetStore
 from mqgate.registry.records import ConsumerRecord, Snapshot, TopicRecord
@@ -80,7 +80,7 @@ async def redeclare(
         for side in (retry_topic(c.name), inbox_topic(c.name)):
             await store.create_topic(TopicConfig(side, 1, t.retention_ms, t.retention_bytes))
             report.topics.append(side)
-        if c.mode == MODE_CLUSTER:
+        if c.mode != MODE_BROADCAST:  # one table (cluster and message mode)
             layout = Layout(c.name, c.topic, t.grid)
             starts = [b.min for b in await table_bounds(store, layout)]
             if await offsets.ensure_table(c.name, "", starts, now_ms):

@@ -30,6 +30,7 @@ import dataclasses
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from mqgate.errors import AlreadyExists, BadRequest, MqgateError, NotFound, Unav
 from mqgate.health import Health
 from mqgate.names import validate_name
 from mqgate.settings import Settings
+from mqgate.urls import redact
 
 log = logging.getLogger("mqgate.failover")
 
@@ -81,6 +83,18 @@ class ClusterStatus:
     probes: int
 
 
+PROBE_HISTORY: Final = 300  # probes a cluster keeps (5 minutes at the default interval)
+
+
+@dataclass(slots=True, frozen=True)
+class ProbePoint:
+    """One probe of a cluster: when, what it found, how long it took."""
+
+    at_ms: int
+    outcome: str
+    latency_ms: float
+
+
 def cluster_settings(base: Settings, spec: ClusterSpec) -> Settings:
     """The settings of a cluster: the gateway's, with the cluster's store and broker name.
     BadRequest naming `url` or `broker`."""
@@ -115,9 +129,7 @@ def _require_redis_driver() -> None:
 def redacted(url: str) -> str:
     if url.startswith(EMBEDDED_PREFIX):
         return url
-    from mqgate import redisio
-
-    return redisio.redact(url)
+    return redact(url)
 
 
 class Cluster:
@@ -135,6 +147,7 @@ class Cluster:
         self.last_probe_latency_ms = 0.0
         self.last_outcome = ""
         self.probes = 0
+        self.history: deque[ProbePoint] = deque(maxlen=PROBE_HISTORY)  # the latest probes, oldest first
         self._probe_client: Any = None
         # Rejoins and failures so far: an operation that started before the latest one says
         # nothing about the cluster since (a buffered answer read after a kill -9, say).
@@ -392,10 +405,18 @@ class ClusterPool:
         while True:
             started = loop.time()
             outcome, detail = await cluster.probe_once()
+            me = asyncio.current_task()
+            if me is not None and me.cancelling():
+                # Stopped while probing, and the client turned the cancellation into an error
+                # (redis-py may): the stop waits for this task, so it ends here.
+                raise asyncio.CancelledError
             cluster.probes += 1
             cluster.last_probe_ms = now_ms()
             cluster.last_probe_latency_ms = (loop.time() - started) * 1000
             self._record(cluster, outcome, detail)
+            cluster.history.append(
+                ProbePoint(cluster.last_probe_ms, outcome.value, cluster.last_probe_latency_ms)
+            )
             # A probe that timed out has used its interval already.
             await asyncio.sleep(max(0.0, self.probe_interval_s - (loop.time() - started)))
 

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
 from mqgate.failover.routing import ClusterRouter
@@ -148,6 +149,11 @@ class RoutedStore(_Facade):
         if self.direct:
             return await self.own.bounds(topic)
         return await self._on(topic, lambda s: s.bounds(topic))
+
+    async def queue_bytes(self, topic: str) -> list[int]:
+        if self.direct:
+            return await self.own.queue_bytes(topic)
+        return await self._on(topic, lambda s: s.queue_bytes(topic))
 
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         if self.direct:
@@ -291,6 +297,75 @@ class RoutedOffsets(_Facade):
         if self.direct:
             return await self.own.add_dead_letters(token, count, now_ms)
         return await self._token(token, lambda o: o.add_dead_letters(token, count, now_ms))
+
+    async def receive(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        visibility_ms: int,
+        max_attempts: int,
+        window: int,
+        first_queue: int,
+        ordered: bool = False,
+    ) -> list[Received]:
+        args: dict[str, Any] = {
+            "now_ms": now_ms,
+            "max_count": max_count,
+            "visibility_ms": visibility_ms,
+            "max_attempts": max_attempts,
+            "window": window,
+            "first_queue": first_queue,
+            "ordered": ordered,
+        }
+        if self.direct:
+            return await self.own.receive(group, client_id, bounds, **args)
+        return await self._group(group, lambda o: o.receive(group, client_id, bounds, **args))
+
+    async def delete_message(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        *,
+        dead_letter: bool = False,
+    ) -> MessageOutcome:
+        def call(o: OffsetStore) -> Awaitable[MessageOutcome]:
+            return o.delete_message(
+                group, client_id, queue, offset, receives, first_ms, now_ms, dead_letter=dead_letter
+            )
+
+        return await (call(self.own) if self.direct else self._group(group, call))
+
+    async def change_visibility(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        visible_ms: int,
+    ) -> MessageOutcome:
+        def call(o: OffsetStore) -> Awaitable[MessageOutcome]:
+            return o.change_visibility(
+                group, client_id, queue, offset, receives, first_ms, now_ms, visible_ms
+            )
+
+        return await (call(self.own) if self.direct else self._group(group, call))
+
+    async def receipt_counts(self, group: str, client_id: str, now_ms: int) -> dict[int, tuple[int, int]]:
+        if self.direct:
+            return await self.own.receipt_counts(group, client_id, now_ms)
+        return await self._group(group, lambda o: o.receipt_counts(group, client_id, now_ms))
 
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         if self.direct:

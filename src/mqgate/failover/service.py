@@ -317,9 +317,10 @@ class Failover:
             sorted(c for p, c in self._left if p == project),
         )
 
-    async def failback(self, project: str) -> ProjectFailover:
+    async def failback(self, project: str, expected_epoch: int | None = None) -> ProjectFailover:
+        """Back to the primary; with `expected_epoch`, only from that move (409 otherwise)."""
         await self.state_of(project)  # 404 for a project without clusters
-        await self.coordinator.failback(project)
+        await self.coordinator.failback(project, expected_epoch)
         return self.project(project)
 
     def spool_stats(self) -> SpoolStats:

@@ -30,7 +30,7 @@ from typing import Any, Protocol, TypeVar
 import sqlalchemy as sa
 
 from mqgate.core.failure_detection import ClusterState, choose_active
-from mqgate.errors import BadRequest, NotFound, Unavailable
+from mqgate.errors import BadRequest, Conflict, NotFound, Unavailable
 from mqgate.sqlschema import create_all_shared
 from mqgate.timeouts import wait_event
 
@@ -130,6 +130,7 @@ class SwitchEvent:
     epoch: int
     reason: str
     won: bool  # this gateway wrote it (False: adopted another gateway's switch)
+    changed_ms: int = 0  # the switch record's time (shared by every gateway), for the console's timeline
 
 
 @dataclass(slots=True)
@@ -252,7 +253,15 @@ class SwitchCoordinator:
                 old = self._views.get(project)
                 if old is not None and old.record.epoch < rec.epoch:
                     events.append(
-                        SwitchEvent(project, old.record.cluster, rec.cluster, rec.epoch, rec.reason, False)
+                        SwitchEvent(
+                            project,
+                            old.record.cluster,
+                            rec.cluster,
+                            rec.epoch,
+                            rec.reason,
+                            False,
+                            rec.changed_ms,
+                        )
                     )
             self._views[project] = _View(rec, read_at)
         self.checks += 1
@@ -274,13 +283,19 @@ class SwitchCoordinator:
         now_ms = int(time.time() * 1000)
         new = await self._in_thread(self.records.compare_and_set, project, expected, cluster, reason, now_ms)
         if new is not None:
-            return new, SwitchEvent(project, before, cluster, new.epoch, reason, True)
+            return new, SwitchEvent(project, before, cluster, new.epoch, reason, True, new.changed_ms)
         # Another gateway switched first: take its record (read again, it is newer than ours).
         latest = (await self._in_thread(self.records.read_all))[project]
-        return latest, SwitchEvent(project, before, latest.cluster, latest.epoch, latest.reason, False)
+        return latest, SwitchEvent(
+            project, before, latest.cluster, latest.epoch, latest.reason, False, latest.changed_ms
+        )
 
-    async def switch_to(self, project: str, cluster: str, reason: str) -> ActiveRecord:
-        """An operator's switch (e.g. a manual fail-back to the primary): written at once."""
+    async def switch_to(
+        self, project: str, cluster: str, reason: str, expected_epoch: int | None = None
+    ) -> ActiveRecord:
+        """An operator's switch (e.g. a manual fail-back to the primary): written at once. With
+        `expected_epoch`, only from that move: one another gateway made since the operator
+        looked is refused (409), not undone unseen."""
         clusters = self.projects().get(project)
         if clusters is None:
             raise NotFound(f"no project named {project!r}", field="project")
@@ -288,6 +303,12 @@ class SwitchCoordinator:
             raise BadRequest(f"{cluster} is neither primary nor backup of {project}", field="cluster")
         read_at = self.clock()
         rec = (await self._in_thread(self.records.read_all)).get(project)
+        if expected_epoch is not None and (rec.epoch if rec is not None else 0) != expected_epoch:
+            now = rec.epoch if rec is not None else 0
+            raise Conflict(
+                f"project {project} moved since (epoch {expected_epoch}, now {now}): look again",
+                field="epoch",
+            )
         if rec is not None and rec.cluster == cluster:
             self._views[project] = _View(rec, read_at)
             return rec  # already there (a retried request, or another gateway's): no new epoch
@@ -297,8 +318,8 @@ class SwitchCoordinator:
             await self.on_switch(event)
         return new
 
-    async def failback(self, project: str) -> ActiveRecord:
+    async def failback(self, project: str, expected_epoch: int | None = None) -> ActiveRecord:
         clusters = self.projects().get(project)
         if clusters is None:
             raise NotFound(f"no project named {project!r}", field="project")
-        return await self.switch_to(project, clusters.primary, "manual fail-back")
+        return await self.switch_to(project, clusters.primary, "manual fail-back", expected_epoch)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.message_window import MessageOutcome, Received, Window
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
 
@@ -33,6 +34,9 @@ class OffsetEntry:
     # The lock ts of the last commit, so a retried ack is answered `already_acked`. Embedded:
     # in memory only (after a restart such a retry answers `offset_moved`, as before).
     acked_lock_ts: int = 0
+    # A message-level consumer's receipts on this queue (core/message_window.py); None until
+    # its first receive, and after a reset.
+    window: Window | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -100,8 +104,61 @@ class OffsetStore(Protocol):
         """Count `count` messages as dead-lettered while the token's lock is held, without
         committing (part of a batch that is delivered otherwise)."""
 
+    async def receive(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        visibility_ms: int,
+        max_attempts: int,
+        window: int,
+        first_queue: int,
+        ordered: bool = False,
+    ) -> list[Received]:
+        """Message-level mode: up to `max_count` messages from the queues, from `first_queue`
+        on (the caller rotates it), each hidden for `visibility_ms` (core/message_window.py);
+        journaled before it returns. A message received `max_attempts` times comes back with
+        `dead_letter`: the caller moves it to the dead-letter topic and deletes it. `ordered`:
+        each queue in order, one batch at a time (`receive_ordered`)."""
+
+    async def delete_message(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        *,
+        dead_letter: bool = False,
+    ) -> MessageOutcome:
+        """Delete one received message by its receipt (counted as a dead letter if so)."""
+
+    async def change_visibility(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        visible_ms: int,
+    ) -> MessageOutcome:
+        """Hide a received message until `visible_ms` (`now_ms`: visible at once)."""
+
+    async def receipt_counts(self, group: str, client_id: str, now_ms: int) -> dict[int, tuple[int, int]]:
+        """A message-level consumer's receipts, by queue that has any: (messages received and
+        still hidden at `now_ms`, messages deleted past the committed offset). SQS's
+        ApproximateNumberOfMessagesNotVisible, and what its visible count leaves out."""
+
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
-        """Set the committed offset, drop any lock and the attempt count."""
+        """Set the committed offset, drop any lock, the attempt count and the queue's message
+        receipts (message mode)."""
 
     async def advance(
         self, group: str, client_id: str, offsets: dict[int, int], now_ms: int

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from mqgate.errors import MqgateError
-from mqgate.model import MODE_CLUSTER, MessageInput, QueueBounds
+from mqgate.model import MODE_BROADCAST, MessageInput, QueueBounds
 from mqgate.names import INTERNAL_PREFIXES
 from mqgate.queuestate.diagnosis import ProjectHealth, Thresholds, diagnose
 from mqgate.queuestate.history import QueueStateHistory
@@ -146,7 +146,7 @@ class QueueState(Feature, Observer):
                 self._probed_version = snap.version
                 self._cluster_consumers = {}
                 for c in snap.consumers.values():
-                    if c.mode == MODE_CLUSTER:
+                    if c.mode != MODE_BROADCAST:  # one table (cluster and message mode)
                         self._cluster_consumers.setdefault(c.topic, []).append(c)
             self.sampler.begin_full_round()
             names = [n for n in snap.topics if not n.startswith(INTERNAL_PREFIXES)]

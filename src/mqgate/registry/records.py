@@ -108,7 +108,7 @@ class ProducerRecord:
 class ConsumerRecord:
     name: str
     topic: str
-    mode: str  # "cluster" | "broadcast"
+    mode: str  # "cluster" | "broadcast" | "message" | "push"
     start: str  # "earliest" | "latest" | epoch ms as text
     lock_timeout_s: float
     max_attempts: int
@@ -117,6 +117,7 @@ class ConsumerRecord:
     alert_backlog: int  # 0 = no alert
     token_hash: str
     created_ms: int
+    push: str = ""  # a push consumer's settings, JSON (push/config.py); "" for the others
 
 
 @dataclass(slots=True, frozen=True)

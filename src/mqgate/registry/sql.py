@@ -81,6 +81,7 @@ consumers = sa.Table(
     sa.Column("alert_backlog", sa.BigInteger, nullable=False),
     sa.Column("token_hash", sa.String(64), nullable=False),
     sa.Column("created_ms", sa.BigInteger, nullable=False),
+    sa.Column("push", sa.Text, nullable=False, server_default=""),
 )
 # Secrets every gateway of a deployment must share (the ack-token key, the admin token).
 secrets = sa.Table(

@@ -79,6 +79,10 @@ class Scheduler(Protocol):
         """Sleep up to `timeout_s`; return early when a hold makes a destination
         due before what `next_due_ms` last said (in any gateway, for a shared backend)."""
 
+    async def held_for(self, target: str) -> int:
+        """Destinations held for `target` and not delivered yet (SQS's
+        ApproximateNumberOfMessagesDelayed)."""
+
     async def stats(self) -> SchedulerStats: ...
 
 

@@ -10,9 +10,17 @@ from mqgate.core.acks import AckRefusal
 from mqgate.core.budget import within_budget
 from mqgate.core.layout import Layout
 from mqgate.core.scheduling import is_expired
-from mqgate.core.tokens import AckToken, decode_token, encode_token
+from mqgate.core.tokens import (
+    TICKET_TOKEN_HASH_CHARS,
+    AckToken,
+    StreamTicket,
+    decode_ticket,
+    decode_token,
+    encode_ticket,
+    encode_token,
+)
 from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
-from mqgate.model import MODE_CLUSTER, decode_stored
+from mqgate.model import MODE_CLUSTER, MODE_MESSAGE, MODE_PUSH, decode_stored
 from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
 from mqgate.registry.records import ConsumerRecord
@@ -74,6 +82,16 @@ class Consuming:
         """The ack token a requestId carries, if this gateway cluster signed it."""
         return decode_token(request_id, self.ctx.secret)
 
+    def ticket(self, text: str) -> StreamTicket:
+        """The stream ticket `text` carries, if this gateway cluster signed it."""
+        return decode_ticket(text, self.ctx.secret)
+
+    def issue_ticket(self, c: ConsumerRecord, client_id: str | None, expires_in_s: float) -> tuple[str, int]:
+        """A stream ticket for `c`'s stream (and its client's): the ticket and when it expires."""
+        expires_ms = int(time.time() * 1000 + expires_in_s * 1000)
+        ticket = StreamTicket(c.name, client_id or "", c.token_hash[:TICKET_TOKEN_HASH_CHARS], expires_ms)
+        return encode_ticket(ticket, self.ctx.secret), expires_ms
+
     async def pull(
         self,
         c: ConsumerRecord,
@@ -100,6 +118,14 @@ class Consuming:
         owner: str,
     ) -> PullResult:
         ctx = self.ctx
+        if c.mode == MODE_MESSAGE:
+            raise BadRequest(
+                f"consumer {c.name} receives message by message: use POST /mq/receive", field="consumer"
+            )
+        if c.mode == MODE_PUSH:
+            raise BadRequest(
+                f"consumer {c.name} is a push consumer: the gateway delivers to it", field="consumer"
+            )
         ack_outcome: str | None = None
         if request_id:
             token = self.token(request_id)

@@ -23,6 +23,7 @@ from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
 from mqgate.services.deadletters import DeadLetters
 from mqgate.services.logread import LogReading
+from mqgate.services.messages import MessageConsuming
 from mqgate.services.observers import Observers
 from mqgate.services.operations import Operations
 from mqgate.services.produce import Producing, SpoolSink
@@ -68,6 +69,7 @@ class Gateway:
         self.producing = Producing(ctx, self.topology, observers, spool)
         self.consuming = Consuming(ctx, self.topology, observers)
         self.log_reading = LogReading(ctx, self.topology, self.consuming)
+        self.messages = MessageConsuming(ctx, self.topology, self.consuming, observers)
         # What moved in the store and the offsets, for the lag gauges and the alert checks.
         self.changes = Changes(ctx.store, ctx.offsets)
         self.operations = Operations(ctx, self.topology, self.consuming, self.changes)

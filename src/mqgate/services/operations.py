@@ -1,5 +1,11 @@
-"""Operating consumers (SPEC G9): per-queue progress and lag, offset resets, backlog alerts,
-and the lag gauges a metrics scrape reads.
+"""Operating consumers (SPEC G9): per-queue progress and lag, offset resets, purges, backlog
+alerts, and the lag gauges a metrics scrape reads.
+
+A purge (issue 29) is a reset to the end of a log, planned first: every consumer of a topic on
+one of its queues (or all), or one consumer on its queues (one of the topic's, or all of them,
+its retry queue and inbox included). Its plan counts what each committed offset skips; the purge
+itself moves each to the end the queue has when it runs (messages produced since the plan are
+skipped too, and counted in its answer). Nothing leaves the log: retention removes it.
 
 The lag gauges follow what changed (issue 27): a pass recomputes the consumers whose lag may
 have moved, as the store and the offset tables tell their moves (services/changes.py: a write
@@ -20,8 +26,9 @@ from typing import Final
 
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
-from mqgate.model import MODE_CLUSTER
+from mqgate.model import MODE_BROADCAST
 from mqgate.offsets.interface import OffsetEntry
+from mqgate.registry.records import ConsumerRecord
 from mqgate.services.changes import Changes
 from mqgate.services.consume import Consuming
 from mqgate.services.context import Context, now_ms
@@ -88,6 +95,41 @@ class ClampedOffset:
 class ResetOutcome:
     progress: ConsumerProgress
     clamped: list[ClampedOffset]
+
+
+@dataclass(slots=True, frozen=True)
+class PurgeMove:
+    """One committed offset a purge moves: from where the consumer stands to the queue's end."""
+
+    consumer: str
+    client_id: str | None  # broadcast clients only
+    source: str  # the store topic behind the queue (topic, retry or inbox)
+    queue: int  # a store queue of `source`
+    committed: int  # where it stands (never below the queue's first offset)
+    end: int
+
+    @property
+    def skipped(self) -> int:
+        return max(self.end - self.committed, 0)
+
+
+@dataclass(slots=True, frozen=True)
+class PurgePlan:
+    """What a purge of `topic` (every consumer of it) or of `consumer` does, or did."""
+
+    topic: str
+    consumer: str | None
+    queue: int | None  # a store queue of the topic; None: every queue
+    moves: list[PurgeMove]
+    purged: bool  # False: a preview
+
+    @property
+    def skipped(self) -> int:
+        return sum(m.skipped for m in self.moves)
+
+    @property
+    def consumers(self) -> list[str]:
+        return sorted({m.consumer for m in self.moves})
 
 
 class Operations:
@@ -182,11 +224,11 @@ class Operations:
         if to == "timestamp" and timestamp_ms is None:
             raise BadRequest("timestamp is required with to=timestamp", field="timestamp")
         clients = [client_id] if client_id is not None else await ctx.offsets.clients(name)
-        if c.mode == MODE_CLUSTER:
+        if c.mode != MODE_BROADCAST:
             clients = [""]
         clamped = []
         for client in clients:
-            if c.mode == MODE_CLUSTER or await ctx.offsets.table(name, client) is not None:
+            if c.mode != MODE_BROADCAST or await ctx.offsets.table(name, client) is not None:
                 await self.consuming.ensure_table(c, layout, client)
             if await ctx.offsets.table(name, client) is None:
                 raise NotFound(f"consumer {name} has no clientId {client}", field="clientId")
@@ -210,6 +252,92 @@ class Operations:
                 await ctx.offsets.reset(name, client, b.queue, target)
         ctx.store.wake(c.topic)
         return ResetOutcome(await self.progress(name), clamped)
+
+    # --- purge --------------------------------------------------------------------------
+
+    async def purge_plan(self, *, topic: str | None = None, consumer: str | None = None,
+                         queue: int | None = None) -> PurgePlan:  # fmt: skip
+        """What a purge would skip, per consumer (and broadcast client) and queue: nothing moves."""
+        return await self._purge(topic, consumer, queue, confirm=None)
+
+    async def purge(self, *, topic: str | None = None, consumer: str | None = None,
+                    queue: int | None = None, confirm: str) -> PurgePlan:  # fmt: skip
+        """Move the committed offsets of the plan to each queue's end. `confirm` must repeat
+        the topic's or the consumer's name: a purge skips a whole backlog, so a caller states
+        what it purges instead of clicking or retrying its way into it."""
+        return await self._purge(topic, consumer, queue, confirm=confirm)
+
+    async def _purge(
+        self, topic: str | None, consumer: str | None, queue: int | None, confirm: str | None
+    ) -> PurgePlan:
+        if (topic is None) == (consumer is None):
+            raise BadRequest("purge a topic or a consumer: give exactly one", field="topic")
+        if consumer is not None:
+            targets = [await self.topology.consumer(consumer)]
+            topic_name = targets[0].topic
+        else:
+            assert topic is not None
+            topic_name = (await self.topology.topic(topic)).name
+            snap = self.ctx.registry.snapshot
+            targets = sorted(
+                (c for c in snap.consumers.values() if c.topic == topic_name), key=lambda c: c.name
+            )
+        named = consumer if consumer is not None else topic_name
+        if confirm is not None and confirm != named:
+            what = "consumer" if consumer is not None else "topic"
+            raise BadRequest(f"confirm must repeat the {what}'s name, {named}", field="confirm")
+        grid = (await self.topology.topic(topic_name)).grid
+        if queue is not None and not 0 <= queue < grid.size:
+            raise BadRequest(f"queue must be between 0 and {grid.size - 1}", field="queue")
+        moves: list[PurgeMove] = []
+        for c in targets:
+            moves += await self._purge_consumer(
+                c, queue, whole=consumer is not None, apply=confirm is not None
+            )
+        if confirm is not None:
+            self.ctx.store.wake(topic_name)
+            where = "" if queue is None else f" queue {queue}"
+            log.warning("purge of %s%s: %d messages skipped", named, where, sum(m.skipped for m in moves))
+        return PurgePlan(topic_name, consumer, queue, moves, purged=confirm is not None)
+
+    async def _purge_consumer(
+        self, c: ConsumerRecord, queue: int | None, whole: bool, apply: bool
+    ) -> list[PurgeMove]:
+        """`whole`: with no queue named, the consumer's retry queue and inbox are purged too (its
+        backlog); a topic's purge leaves them (they hold only what that consumer was sent)."""
+        ctx = self.ctx
+        layout = await self.topology.layout(c)
+        bounds = await self.topology.bounds(layout)
+        wanted = None if queue is None else layout.grid.table_index(queue)
+        clients = [""] if c.mode != MODE_BROADCAST else await ctx.offsets.clients(c.name)
+        moves = []
+        tables: dict[str, list[OffsetEntry]] = {}
+        for client in clients:
+            if apply:
+                # Every table covers every queue first (a consumer that never pulled, a broadcast
+                # client's table from before the topic grew): no reset fails half-way for that.
+                try:
+                    await self.consuming.ensure_table(c, layout, client)
+                except NotFound:  # an expired broadcast client: nothing of it to purge
+                    continue
+            tables[client] = await ctx.offsets.table(c.name, client) or []
+        for client, table in tables.items():
+            for b in bounds:
+                slot = layout.slot(b.queue)
+                if wanted is not None and b.queue != wanted:
+                    continue
+                if wanted is None and not whole and slot.topic != c.topic:
+                    continue
+                committed = table[b.queue].committed if b.queue < len(table) else b.min
+                if apply:
+                    try:
+                        await ctx.offsets.reset(c.name, client, b.queue, b.max)
+                    except (NotFound, IndexError):  # the client expired meanwhile
+                        break
+                moves.append(
+                    PurgeMove(c.name, client or None, slot.topic, slot.queue, max(committed, b.min), b.max)
+                )
+        return moves
 
     # --- lag gauges ---------------------------------------------------------------------
 

@@ -151,7 +151,11 @@ class Redelivery:
         msgs: list[tuple[int, StoredMessage]],
         reason: str,
         delivered: int,
+        target: tuple[str, int] | None = None,
     ) -> None:
+        """Move `msgs` to the consumer's dead-letter topic, or to `target` (a topic and one of
+        its store queues: a dead-letter queue the consumer's owner chose, as SQS's redrive
+        policy does), marked with where they came from and why."""
         ts = now_ms()
         slot = self._slot(c, lease.queue)
         source = {"dlq.source": slot.topic} if slot.topic != c.topic else {}
@@ -175,7 +179,10 @@ class Redelivery:
             )
             for o, m in msgs
         ]
-        await self.ctx.store.append(dlq_topic(c.name), 0, moved)
+        into = dlq_topic(c.name) if target is None else target[0]
+        await self.ctx.store.append(into, 0 if target is None else target[1], moved)
+        if target is not None:
+            self.ctx.store.wake(into)  # its receivers wait on it like on any topic
         if self.observers.batch_hop:
             attempt = attempts(msgs, delivered)
             if reason == DLQ_REASON_EXPIRED:
@@ -189,7 +196,7 @@ class Redelivery:
                 status="error",
                 error_type=reason,
                 error_node=c.name,
-                detail=f"moved to {dlq_topic(c.name)}: {reason}",
+                detail=f"moved to {into}: {reason}",
             )
         self.ctx.metrics.child(self.ctx.metrics.dead_lettered, c.name).inc(len(moved))
         log.warning("consumer %s: %d messages dead-lettered (%s)", c.name, len(moved), reason)

@@ -23,8 +23,15 @@ from mqgate.errors import (
     StorageError,
     Unavailable,
 )
-from mqgate.model import MODE_BROADCAST, MODE_CLUSTER, QueueBounds
-from mqgate.names import INTERNAL_PREFIXES, REDRIVE_PREFIX, dlq_topic, validate_name, validate_topic_name
+from mqgate.model import MESSAGE_LEVEL_MODES, MODE_BROADCAST, MODE_CLUSTER, MODE_PUSH, QueueBounds
+from mqgate.names import (
+    INTERNAL_PREFIXES,
+    REDRIVE_PREFIX,
+    dlq_topic,
+    refuse_reserved,
+    validate_name,
+    validate_topic_name,
+)
 from mqgate.registry.cache import Removed
 from mqgate.registry.records import (
     DEFAULT_PROJECT,
@@ -183,10 +190,13 @@ class Topology:
         *,
         project: str = DEFAULT_PROJECT,
         internal: bool = False,
+        reserved: bool = False,
     ) -> TopicRecord:
         """A topic of `project` (SPEC P1); `internal` for the gateway's own topics, whose
-        project is taken as given."""
+        project is taken as given; `reserved` for an edge that owns a reserved name."""
         validate_topic_name(name, "name")
+        if not reserved:
+            refuse_reserved(name, "name")
         if not internal:
             validate_name(project, "project")
             if self.ctx.registry.project(project) is None:
@@ -302,9 +312,11 @@ class Topology:
                 self.ctx.store.forget_topic(side)
 
     async def register_producer(
-        self, name: str, topic: str, destinations: list[str] | None = None
+        self, name: str, topic: str, destinations: list[str] | None = None, *, reserved: bool = False
     ) -> tuple[ProducerRecord, str]:
         validate_name(name, "name")
+        if not reserved:
+            refuse_reserved(name, "name")
         await self.topic(topic)
         for d in destinations or []:
             if not d.startswith("inbox:"):
@@ -315,18 +327,42 @@ class Topology:
         return rec, token
 
     async def register_consumer(
-        self, name: str, topic: str, mode: str, start: str, lock_timeout_s: float, max_attempts: int
+        self,
+        name: str,
+        topic: str,
+        mode: str,
+        start: str,
+        lock_timeout_s: float,
+        max_attempts: int,
+        *,
+        reserved: bool = False,
+        push: str = "",
     ) -> tuple[ConsumerRecord, str]:
         validate_name(name, "name")
-        if mode not in (MODE_CLUSTER, MODE_BROADCAST):
-            raise BadRequest("mode must be 'cluster' or 'broadcast'", field="mode")
+        if not reserved:
+            refuse_reserved(name, "name")
+        if mode not in (MODE_CLUSTER, MODE_BROADCAST, *MESSAGE_LEVEL_MODES):
+            raise BadRequest("mode must be 'cluster', 'broadcast', 'message' or 'push'", field="mode")
+        if (mode == MODE_PUSH) != bool(push):
+            raise BadRequest("a push consumer, and only one, has push settings", field="mode")
         if start not in ("earliest", "latest") and not start.isdigit():
             raise BadRequest("start must be 'earliest', 'latest' or epoch milliseconds", field="start")
         t = await self.topic(topic)
         await self._ensure_store_topic(t)
         token = new_token("mqc")
         rec = ConsumerRecord(
-            name, topic, mode, start, lock_timeout_s, max_attempts, False, 0.0, 0, hash_token(token), now_ms()
+            name,
+            topic,
+            mode,
+            start,
+            lock_timeout_s,
+            max_attempts,
+            False,
+            0.0,
+            0,
+            hash_token(token),
+            now_ms(),
+            push,
         )
         if self.ctx.registry.topic(dlq_topic(name)) is None:
             await self.create_topic(
@@ -334,7 +370,7 @@ class Topology:
             )
         await self._ensure_side_topics(rec, t)
         await self.ctx.registry.change("add_consumer", rec)
-        if mode == MODE_CLUSTER:
+        if mode in (MODE_CLUSTER, *MESSAGE_LEVEL_MODES):  # one table, made now: its start is now
             layout = await self.layout(rec)
             await self.ctx.offsets.ensure_table(name, "", await self.start_offsets(rec, layout), now_ms())
         return rec, token

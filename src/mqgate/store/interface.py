@@ -156,6 +156,14 @@ class MessageStore(Protocol):
 
     async def bounds(self, topic: str) -> list[QueueBounds]: ...
 
+    async def queue_bytes(self, topic: str) -> list[int]:
+        """The bytes each of `topic`'s queues holds, in queue order (as `bounds`): the measure
+        its `retention_bytes` limits. The embedded store counts its queue's log segments (each
+        record with its framing), from what it keeps in memory: no I/O. Redis counts the stored
+        JSON of each message still in the queue's stream (the `bytes:<q>` counters of the
+        topic's meta hash: one round trip for every queue), not Redis's own memory for the
+        stream. For pages and reports only, never on the data path: unknown topic, NotFound."""
+
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         """The first offset whose message is at or after `timestamp_ms` (or `max`)."""
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import MqgateError
-from mqgate.model import MODE_CLUSTER
+from mqgate.model import MODE_BROADCAST
 from mqgate.services.context import Context, now_ms
 from mqgate.services.topology import Topology
 from mqgate.tracing.paths import MessagePath
@@ -91,7 +91,7 @@ class TraceLookup:
             # known for a cluster consumer once the stored hop names the queue.
             entry = None
             known = stored is not None and stored.queue is not None and stored.offset is not None
-            if known and topic is not None and c.mode == MODE_CLUSTER:
+            if known and topic is not None and c.mode != MODE_BROADCAST:
                 assert stored is not None and stored.queue is not None
                 table = await self.ctx.offsets.table(c.name, "") or []
                 index = topic.grid.table_index(stored.queue)
@@ -114,7 +114,7 @@ class TraceLookup:
             if mine and mine[-1].hop in ("redelivered", "released", "lock_expired", "due"):
                 out.append(GroupState(c.name, IN_RETRY, committed))
                 continue
-            if not known or topic is None or c.mode != MODE_CLUSTER:
+            if not known or topic is None or c.mode == MODE_BROADCAST:
                 out.append(GroupState(c.name, UNKNOWN))  # broadcast: see each client's progress
                 continue
             assert stored is not None and stored.offset is not None

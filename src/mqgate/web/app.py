@@ -9,17 +9,20 @@ A door supplies what differs: its guard and decoding, how an error is answered i
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Protocol
 
-from mqgate.errors import MqgateError, TooManyRequests
+from mqgate.errors import BadRequest, MqgateError, TooManyRequests
 from mqgate.web.asgi import ASGIApp, Receive, Scope, Send, headers_of, read_body
 from mqgate.web.request import Networks, Request, client_address
 from mqgate.web.response import Response, redirect
 from mqgate.web.route import Route
 from mqgate.web.router import Router
+from mqgate.web.websocket import INTERNAL_ERROR, POLICY_VIOLATION, Disconnected, WebSocket
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,8 @@ class WebApp:
         )
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            return await self._socket(scope, receive, send)
         started = time.perf_counter()
         door = self.door
         request = self.request_of(scope)
@@ -126,10 +131,56 @@ class WebApp:
         seconds = time.perf_counter() - started
         if self.timing_header:  # (not appended: an encoder may answer with a shared list)
             headers = [*headers, (b"server-timing", b"app;dur=%.2f" % (seconds * 1000))]
-        await send({"type": "http.response.start", "status": response.status, "headers": headers})
-        await send({"type": "http.response.body", "body": body_bytes})
+        try:
+            await send({"type": "http.response.start", "status": response.status, "headers": headers})
+            if response.stream is not None:
+                await stream_body(response.stream, receive, send)
+            else:
+                await send({"type": "http.response.body", "body": body_bytes})
+        finally:
+            if response.on_close is not None:
+                response.on_close()
         if self.observe is not None:
             self.observe(route_name, seconds, response.status)
+
+    async def _socket(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """A WebSocket: the same guard and decoding as the GET route of its path (its query
+        string only), then the route's socket handler; refused with the door's error answer."""
+        door = self.door
+        ws = WebSocket(scope, receive, send)
+        if not await ws.connected():
+            return
+        started = time.perf_counter()
+        request = self.request_of({**scope, "method": "GET"})
+        status = 101  # its latency is a stream's whole life: only refusals are observed
+        route_name = "unmatched"
+        try:
+            request.headers = headers_of(scope)
+            route, request.params = self.router.match("GET", request.path)
+            route_name = route.path
+            if route.websocket is None:
+                raise BadRequest(f"{route.path} does not take a WebSocket", field="Upgrade")
+            await door.admit(route, request)
+            door.decode(route, request, b"")
+            await door.authorize(route, request)
+            await route.websocket(request, ws)
+        except MqgateError as exc:
+            status = exc.http_status
+            if ws.accepted:
+                if status >= 500:  # the gateway's fault (a store down): said, and the socket ends
+                    log.warning("WebSocket of %s ended by a fault: %s", scope["path"], exc.message)
+                await ws.close(INTERNAL_ERROR if status >= 500 else POLICY_VIOLATION, exc.message)
+            else:
+                headers, body = door.encode(door.failed(request, exc))
+                await ws.refuse(exc.http_status, headers, body, exc.message)
+        except Disconnected:
+            pass
+        except Exception:
+            status = 500
+            log.exception("unexpected error on a WebSocket of %s", scope["path"])
+            await ws.close(INTERNAL_ERROR, "internal error")
+        if self.observe is not None and status >= 400:
+            self.observe("websocket " + route_name, time.perf_counter() - started, status)
 
     async def _serve(self, route: Route, request: Request, receive: Receive) -> Response:
         door = self.door
@@ -142,8 +193,10 @@ class WebApp:
 
 
 class Site:
-    """The gateway's one ASGI app: the lifespan events, and each request to its door: a path
-    under a mount point to the door mounted there, `/` to `home`, the rest to `default`."""
+    """The gateway's one ASGI app: the lifespan events, and each request to its door: a
+    request one of `edges` matches (from its scope: a compatibility edge reads its own body) to
+    the first such edge, a path under a mount point to the door mounted there, `/` to `home`,
+    the rest (WebSocket streams too) to `default`."""
 
     def __init__(
         self,
@@ -153,8 +206,10 @@ class Site:
         home: str | None = None,
         on_startup: Callable[[], Awaitable[None]] | None = None,
         on_shutdown: Callable[[], Awaitable[None]] | None = None,
+        edges: Sequence[tuple[Callable[[Scope], bool], ASGIApp]] = (),
     ) -> None:
         self.default = default
+        self.edges = tuple(edges)
         self.mounts = mounts or {}
         self.home = home
         self.on_startup = on_startup
@@ -164,11 +219,16 @@ class Site:
         kind = scope["type"]
         if kind == "http":
             path: str = scope["path"]
+            for matches, edge in self.edges:
+                if matches(scope):
+                    return await edge(scope, receive, send)
             if path == "/" and self.home is not None:
                 return await send_redirect(send, self.home)
             for mount, app in self.mounts.items():
                 if path == mount or path.startswith(mount + "/"):
                     return await app(scope, receive, send)
+            await self.default(scope, receive, send)
+        elif kind == "websocket":
             await self.default(scope, receive, send)
         elif kind == "lifespan":
             await self._lifespan(receive, send)
@@ -190,6 +250,43 @@ class Site:
                     await self.on_shutdown()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+async def _disconnected(receive: Receive) -> None:
+    while (await receive())["type"] != "http.disconnect":
+        pass
+
+
+async def stream_body(chunks: AsyncIterator[bytes], receive: Receive, send: Send) -> None:
+    """Each chunk as it comes, until the iterator ends or the client goes away (then the
+    iterator is closed where it waits: no work goes on for nobody)."""
+    gone = asyncio.ensure_future(_disconnected(receive))
+    it = chunks.__aiter__()
+    try:
+        while True:
+            following = asyncio.ensure_future(it.__anext__())
+            await asyncio.wait({following, gone}, return_when=asyncio.FIRST_COMPLETED)
+            if not following.done():
+                following.cancel()
+                with contextlib.suppress(asyncio.CancelledError, StopAsyncIteration):
+                    await following
+                return
+            try:
+                chunk = following.result()
+            except StopAsyncIteration:
+                break
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b""})
+    except OSError:
+        pass  # the connection went while writing
+    finally:
+        gone.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await gone
+        aclose = getattr(it, "aclose", None)
+        if aclose is not None:
+            with contextlib.suppress(RuntimeError):  # closed already, or running
+                await aclose()
 
 
 async def send_redirect(send: Send, location: str) -> None:

@@ -3,6 +3,7 @@ answer) or a value that the door's encoder turns into bytes (the API's JSON enve
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -19,6 +20,12 @@ class Response:
     headers: list[tuple[bytes, bytes]] = field(default_factory=list)
     body: bytes | None = None  # sent as it is
     content_type: bytes = JSON
+    # A long answer sent as its chunks come (Server-Sent Events): after the head, each chunk at
+    # once, until the iterator ends or the client goes (then it is closed).
+    stream: AsyncIterator[bytes] | None = None
+    # Called once the answer is over, however it ended (sent, failed, or the client gone first):
+    # what the handler took for it is given back here.
+    on_close: Callable[[], None] | None = None
 
     def set_cookie(
         self, name: str, value: str, *, path: str, secure: bool, max_age_s: int | None = None

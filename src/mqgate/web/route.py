@@ -5,14 +5,20 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
 
 from mqgate.web.request import Request
 from mqgate.web.response import Response
 
+if TYPE_CHECKING:
+    from mqgate.web.websocket import WebSocket
+
 Handler = Callable[[Request], Awaitable[Response]]
+# What takes a WebSocket on a GET route (an Upgrade request; web/websocket.py): called once the
+# guard let the caller in, before the socket is accepted.
+SocketHandler = Callable[[Request, "WebSocket"], Awaitable[None]]
 
 
 @dataclass(slots=True, frozen=True)
@@ -29,3 +35,4 @@ class Route:
     errors: tuple[int, ...] = ()  # error statuses beyond those of every route and of the role
     # "none": parameters in the query string, the body is not read; "form": a browser's form
     body: Literal["any", "json", "none", "form"] = "any"
+    websocket: SocketHandler | None = None  # a GET route that also takes a WebSocket

@@ -1,4 +1,5 @@
-"""The audit log page, users and their roles, and the projects' self-service setting."""
+"""The audit log page, users and their roles, the projects' self-service setting, and the
+settings in force."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from mqgate.console.pages.common import require_admin, require_change, required,
 from mqgate.console.pages.operations import parse_time
 from mqgate.console.projects import all_projects
 from mqgate.console.roles import EVERY_PROJECT, ROLES
+from mqgate.console.settings_view import setting_rows
 from mqgate.web.request import Request
 from mqgate.web.response import Response, redirect
 from mqgate.web.route import Route
@@ -48,6 +50,13 @@ class AdminPages:
         return self.c.page(
             v, "users.html", rows=rows, roles=ROLES, projects=[EVERY_PROJECT, *projects], auto=settings
         )
+
+    async def settings(self, v: Request) -> Response:
+        require_admin(v)
+        rows = setting_rows(self.c.settings)
+        changed = v.arg("show") != "all"
+        shown = [r for r in rows if r.source != "default"] if changed else rows
+        return self.c.page(v, "settings.html", rows=shown, total=len(rows), changed=changed)
 
     async def add_user(self, v: Request) -> Response:
         require_admin(v)
@@ -90,6 +99,7 @@ class AdminPages:
         return [
             route("GET", "/audit", self.audit),
             route("GET", "/users", self.users),
+            route("GET", "/settings", self.settings),
             route("POST", "/users", self.add_user),
             route("POST", "/users/{name}/grant", self.grant),
             route("POST", "/users/{name}/delete", self.delete_user),

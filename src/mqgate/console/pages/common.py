@@ -15,7 +15,7 @@ from mqgate.api.limits import SettingsLimits
 from mqgate.api.shapes import Input
 from mqgate.console.app import Console, principal
 from mqgate.console.projects import project_of, user_topics
-from mqgate.errors import BadRequest, Forbidden
+from mqgate.errors import BadRequest, Forbidden, NotFound
 from mqgate.registry.records import ConsumerRecord, ProducerRecord, Snapshot, TopicRecord
 from mqgate.web.request import Request
 from mqgate.web.response import Response, page
@@ -47,6 +47,20 @@ def require_view(v: Request, project: str) -> None:
 def require_change(v: Request, project: str) -> None:
     if not principal(v).can_change(project):
         raise Forbidden(f"changing project {project} needs the owner or admin role", field="project")
+
+
+async def consumer_for(c: Console, v: Request, change: bool = False) -> tuple[ConsumerRecord, str]:
+    """The consumer the path names and its project, if the user may see that project (and
+    change it, with `change`); one in a project the user cannot see answers as one that is not
+    registered, so its name and project stay hidden."""
+    name = v.params["name"]
+    rec = await c.gateway.topology.consumer(name)
+    project = project_of(snapshot(c), rec)
+    if not principal(v).can_view(project):
+        raise NotFound(f"consumer {name} is not registered", field="consumer")
+    if change:
+        require_change(v, project)
+    return rec, project
 
 
 def require_admin(v: Request) -> None:

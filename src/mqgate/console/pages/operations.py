@@ -4,18 +4,21 @@ how many messages it skips or replays, pause and resume, rate limit, alert thres
 from __future__ import annotations
 
 import asyncio
+import heapq
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
 from mqgate.alerts.service import ActiveAlert
-from mqgate.console.app import Console, principal, route
+from mqgate.console.app import Console, now_ms, principal, route
 from mqgate.console.pages.charts import SPANS, charts
-from mqgate.console.pages.common import plain, require_change, require_view, snapshot, visible_consumers
+from mqgate.console.pages.common import consumer_for, plain, visible_consumers
 from mqgate.console.pages.common import visible_topics as topics_of
-from mqgate.console.projects import project_of
-from mqgate.errors import BadRequest
+from mqgate.errors import BadRequest, MqgateError
+from mqgate.model import MODE_PUSH
+from mqgate.offsets.interface import OffsetEntry
+from mqgate.push.config import decode_config
 from mqgate.registry.records import ConsumerRecord
 from mqgate.services.operations import RESET_TARGETS, ConsumerProgress
 from mqgate.web.request import Request
@@ -85,8 +88,8 @@ async def overview_figures(c: Console, v: Request) -> dict[str, Any]:
     ops = c.gateway.operations
     consumers = visible_consumers(c, v)
     lags = gauged_lags(c)
-    ranked = sorted(consumers, key=lambda x: -lags.get(x.name, 0.0))  # by name where equal (stable)
-    shown = ranked[:OVERVIEW_CONSUMERS]
+    # The first of sorted(...) without sorting thousands: by name where equal (stable, as sorted).
+    shown = heapq.nsmallest(OVERVIEW_CONSUMERS, consumers, key=lambda x: -lags.get(x.name, 0.0))
     progress = await asyncio.gather(*(ops.progress(x.name) for x in shown), return_exceptions=True)
     rows = [(x, p) for x, p in zip(shown, progress, strict=True) if isinstance(p, ConsumerProgress)]
     rows.sort(key=lambda row: (-row[1].lag, row[0].name))
@@ -101,18 +104,48 @@ async def overview_figures(c: Console, v: Request) -> dict[str, Any]:
     }
 
 
-async def consumer_in_view(c: Console, v: Request, change: bool = False) -> tuple[ConsumerRecord, str]:
-    rec = await c.gateway.topology.consumer(v.params["name"])
-    project = project_of(snapshot(c), rec)
-    (require_change if change else require_view)(v, project)
-    return rec, project
-
-
 async def consumer_figures(c: Console, v: Request) -> dict[str, Any]:
     """What a consumer's live part shows: its state, lag and progress per queue, its alerts."""
-    rec, project = await consumer_in_view(c, v)
+    rec, project = await consumer_for(c, v)
     progress = await c.gateway.operations.progress(rec.name)
-    return {"c": rec, "p": progress, "project": project, "alerts": active_alerts(c, {rec.name})}
+    return {"c": rec, "p": progress, "project": project, "alerts": active_alerts(c, {rec.name}),
+            "expires": await lock_deadlines(c, progress), "now": now_ms()}  # fmt: skip
+
+
+async def lock_deadlines(c: Console, progress: ConsumerProgress) -> list[int | None]:
+    """When each held lock of `progress.queues` runs out (None: not held), read from the
+    consumer's tables as `Operations.progress` lists them (each client's entries in order), so
+    the consumer page says "expires in 34.9 s" as the topic page does."""
+    offsets = c.gateway.ctx.offsets
+    tables: dict[str, list[OffsetEntry]] = {}
+    seen: dict[str, int] = {}
+    found: list[int | None] = []
+    for q in progress.queues:
+        client = q.client_id or ""
+        if client not in tables:
+            try:
+                tables[client] = await offsets.table(progress.consumer, client) or []
+            except MqgateError:
+                tables[client] = []
+        i = seen[client] = seen.get(client, -1) + 1
+        entry = tables[client][i] if i < len(tables[client]) else None
+        found.append(entry.lock_deadline_ms if q.locked and entry is not None else None)
+    return found
+
+
+PUSH_ATTEMPTS_SHOWN: Final = 20
+
+
+def push_view(c: Console, rec: ConsumerRecord) -> dict[str, Any] | None:
+    """A push consumer's endpoint, its state and this gateway's latest attempts (docs/PUSH.md)."""
+    push = c.platform.push
+    if rec.mode != MODE_PUSH or push is None:
+        return None
+    config = decode_config(rec.push)
+    attempts = push.latest(rec.name, PUSH_ATTEMPTS_SHOWN)
+    failed = sum(1 for a in attempts if a.outcome != "ok")
+    state = "idle" if not attempts else "ok" if attempts[0].outcome == "ok" else "failing"
+    return {"config": config, "attempts": attempts, "failed": failed, "state": state}
 
 
 class OperationsPages:
@@ -132,15 +165,26 @@ class OperationsPages:
         )
 
     async def _consumer(self, v: Request, change: bool) -> tuple[ConsumerRecord, str]:
-        return await consumer_in_view(self.c, v, change)
+        return await consumer_for(self.c, v, change)
 
     async def consumer(self, v: Request) -> Response:
+        from mqgate.console.pages.topic import consumer_charts  # topic.py reads messages.py, which reads this
+
         figures = await consumer_figures(self.c, v)
+        span = v.arg("range", "hour")
+        if span not in SPANS:
+            raise BadRequest(f"range must be one of {', '.join(SPANS)}", field="range")
+        rec = figures["c"]
+        topic = self.c.gateway.ctx.registry.snapshot.topics.get(rec.topic)
         return self.c.page(
             v,
             "consumer.html",
+            push=push_view(self.c, rec),
             can_change=principal(v).can_change(figures["project"]),
             targets=RESET_TARGETS,
+            charts=await consumer_charts(self.c, topic, rec, span) if topic is not None else [],
+            span=span,
+            spans=SPANS,
             **figures,
         )
 

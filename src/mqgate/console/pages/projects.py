@@ -10,6 +10,7 @@ from urllib.parse import urlencode
 import sqlalchemy as sa
 
 from mqgate.console.app import Console, now_ms, principal, route
+from mqgate.console.pages.clusters import where_it_lives
 from mqgate.console.pages.common import (
     fragment,
     paginate,
@@ -151,6 +152,7 @@ class ProjectPages:
             can_change=principal(v).can_change(name),
             settings=self.c.settings,
             report=_report_of(self.c, name),
+            where=where_it_lives(self.c, v, name),
         )
 
     async def health(self, v: Request) -> Response:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mqgate.api.shapes import TopicIn
+from mqgate.api.shapes import ConsumerIn, TopicIn
 from mqgate.console.app import Console, principal, route
 from mqgate.console.applications import APPROVED, FAILED, KINDS, PENDING, REJECTED, Application
 from mqgate.console.pages.common import form_input, require_change, required, snapshot, visible_topics
@@ -61,8 +61,16 @@ class SelfServicePages:
             topic = required(v, "topic")
             project = topic_project(await self.c.gateway.topology.topic(topic))
             settings = {"topic": topic}
-            if kind == "consumer":
-                settings |= {"mode": v.arg("mode", "cluster"), "start": v.arg("start", "latest")}
+            if kind == "consumer":  # checked and defaulted as the API does, now, not when approved
+                wanted = form_input(
+                    self.c,
+                    ConsumerIn,
+                    name=name,
+                    topic=topic,
+                    mode=v.arg("mode") or None,
+                    start=v.arg("start") or None,
+                )
+                settings |= {"mode": wanted.mode, "start": wanted.start}
         if not principal(v).can_apply(project):
             raise Forbidden(f"applying in project {project} needs the member role", field="project")
         apps = self.c.applications

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mqgate.api.shapes import TopicChangeIn, TopicIn
+from mqgate.api.shapes import ConsumerIn, TopicChangeIn, TopicIn
 from mqgate.console.app import Console, principal, route
 from mqgate.console.pages.common import (
     form_input,
@@ -216,7 +216,9 @@ async def register_client(c: Console, kind: str, name: str, topic: str, mode: st
     if kind != "consumer":
         raise BadRequest("kind must be producer or consumer", field="kind")
     s = c.settings
+    # The API's request shape: its defaults (mode, start) and its checks, one source for both doors.
+    wanted = form_input(c, ConsumerIn, name=name, topic=topic, mode=mode or None, start=start or None)
     _, token = await topology.register_consumer(
-        name, topic, mode or "cluster", start or "latest", s.default_lock_timeout_s, s.default_max_attempts
+        name, topic, wanted.mode, wanted.start, s.default_lock_timeout_s, s.default_max_attempts
     )
     return token

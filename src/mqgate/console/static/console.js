@@ -45,7 +45,7 @@ document.querySelectorAll("[data-live-src]").forEach((part) => {
         }
         if (answer.status === 200 || answer.status === 304) {
           loaded = true;
-          say(`updated ${new Date().toLocaleTimeString()}`);
+          say(`updated ${new Date().toISOString().slice(11, 19)} UTC`); // UTC, as every page
         }
         else say(`not updated: the gateway answered ${answer.status}`);
       } catch (err) {

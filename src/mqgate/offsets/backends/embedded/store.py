@@ -20,6 +20,21 @@ from typing import Any, Final
 import msgspec
 
 from mqgate.core.acks import AckRefusal, ack_refusal
+from mqgate.core.message_window import (
+    ALREADY,
+    CHANGED,
+    STALE,
+    MessageOutcome,
+    Received,
+    Window,
+    change_visibility,
+    delete,
+    in_flight,
+    receive,
+    receive_ordered,
+    window_from,
+    window_state,
+)
 from mqgate.core.queue_choice import QueueView, choose_queue, next_lock_ts
 from mqgate.core.ratelimit import TokenBucket
 from mqgate.core.tokens import AckToken
@@ -30,7 +45,15 @@ from mqgate.durable.space import DiskSpace
 from mqgate.errors import NotFound
 from mqgate.health import Health
 from mqgate.model import QueueBounds
-from mqgate.offsets.backends.embedded.journal import TableKey, commit_record, replay, table_record
+from mqgate.offsets.backends.embedded.journal import (
+    TableKey,
+    commit_record,
+    deleted_record,
+    received_record,
+    replay,
+    table_record,
+    visibility_record,
+)
 from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
 
 JOURNAL_FILE: Final = "journal.log"
@@ -51,6 +74,9 @@ class EmbeddedOffsetStore:
         self._space = DiskSpace(self.directory, 0, self.health)
         self._retry_compaction_at = 0  # after a failed compaction, not before this many records
         self._tables: dict[TableKey, list[OffsetEntry]] = {}
+        # Each group's client ids (its tables' keys): a group's clients are read per consumer on
+        # every progress, expiry and drop, which must not pass over every group's tables.
+        self._clients: dict[str, set[str]] = {}
         self._seen_ms: dict[TableKey, int] = {}
         self._journal: AppendFile | None = None
         self._records = 0
@@ -71,6 +97,9 @@ class EmbeddedOffsetStore:
             data = b""
         replayed = replay(data)
         self._tables, self._seen_ms = replayed.tables, replayed.seen_ms
+        self._clients = {}
+        for group, client in self._tables:
+            self._clients.setdefault(group, set()).add(client)
         good_end, dropped = replayed.valid_bytes, replayed.dropped
         where = str(self._path)
         if dropped:
@@ -166,6 +195,7 @@ class EmbeddedOffsetStore:
         entries = [OffsetEntry(committed=s) for s in starts]
         self._log(table_record(key, entries, now_ms))
         self._tables[key] = entries
+        self._clients.setdefault(group, set()).add(client_id)
         self._seen_ms[key] = now_ms
         self._moved(group)
         self._maybe_compact()
@@ -177,7 +207,7 @@ class EmbeddedOffsetStore:
         return None if table is None else [OffsetEntry(**_fields(e)) for e in table]
 
     async def clients(self, group: str) -> list[str]:
-        return sorted(c for g, c in self._tables if g == group)
+        return sorted(self._clients.get(group, ()))
 
     def watch(self, listener: GroupListener) -> None:
         self._watchers.append(listener)
@@ -308,12 +338,133 @@ class EmbeddedOffsetStore:
             e.lock_deadline_ms = now_ms + int(seconds * 1000)
         return refusal
 
+    # --- message-level mode (core/message_window.py) -------------------------------------
+
+    async def receive(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        visibility_ms: int,
+        max_attempts: int,
+        window: int,
+        first_queue: int,
+        ordered: bool = False,
+    ) -> list[Received]:
+        table = self._entries(group, client_id)
+        take = receive_ordered if ordered else receive
+        key = (group, client_id)
+        self._seen_ms[key] = now_ms
+        n = len(bounds)
+        steps: list[tuple[OffsetEntry, Window, int, list[Received]]] = []
+        wanted = max_count
+        for i in range(n):
+            if wanted <= 0:
+                break
+            b = bounds[(first_queue + i) % n]
+            e = table[b.queue]
+            w = e.window if e.window is not None else Window(e.committed, e.committed)
+            # Work on a copy: the journal is written before anything shows in memory.
+            trial = window_from(w.committed, window_state(w))
+            got = take(
+                trial, b.queue, min_offset=b.min, max_offset=b.max, now_ms=now_ms, want=wanted,
+                visibility_ms=visibility_ms, max_attempts=max_attempts, limit=window,
+            )  # fmt: skip
+            if got or trial.committed != e.committed:
+                steps.append((e, trial, b.queue, got))
+                wanted -= len(got)
+        if not steps:
+            return []
+        self._log(*(received_record(key, queue, trial, got) for _, trial, queue, got in steps))
+        for e, trial, _, _ in steps:
+            e.window = trial
+            e.committed = trial.committed
+        self._moved(group)
+        self._maybe_compact()
+        await self.committer.durable()
+        return [r for _, _, _, got in steps for r in got]
+
+    def _window(self, group: str, client_id: str, queue: int) -> tuple[OffsetEntry, Window]:
+        table = self._entries(group, client_id)
+        if not 0 <= queue < len(table):
+            raise NotFound(f"queue {queue} is not a queue of consumer {group}", field="receiptHandle")
+        e = table[queue]
+        if e.window is None:
+            e.window = Window(e.committed, e.committed)
+        return e, e.window
+
+    async def delete_message(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        *,
+        dead_letter: bool = False,
+    ) -> MessageOutcome:
+        e, w = self._window(group, client_id, queue)
+        f = w.inflight.get(offset)
+        if offset < w.committed or offset in w.deleted:
+            return ALREADY
+        if f is None or f.receives != receives or f.first_ms != first_ms:
+            return STALE
+        key = (group, client_id)
+        dead = e.dead_lettered + (1 if dead_letter else 0)
+        self._log(deleted_record(key, queue, offset, dead, now_ms))
+        outcome = delete(w, offset, receives, first_ms)
+        e.dead_lettered = dead
+        moved = e.committed != w.committed
+        e.committed = w.committed
+        self._seen_ms[key] = now_ms
+        if moved:
+            self._moved(group)
+        self._maybe_compact()
+        await self.committer.durable()
+        return outcome
+
+    async def change_visibility(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        visible_ms: int,
+    ) -> MessageOutcome:
+        _, w = self._window(group, client_id, queue)
+        trial = window_from(w.committed, window_state(w))
+        outcome = change_visibility(trial, offset, receives, first_ms, now_ms, visible_ms)
+        if outcome != CHANGED:
+            return outcome
+        self._log(visibility_record((group, client_id), queue, offset, visible_ms))
+        change_visibility(w, offset, receives, first_ms, now_ms, visible_ms)
+        self._maybe_compact()
+        await self.committer.durable()
+        return outcome
+
+    async def receipt_counts(self, group: str, client_id: str, now_ms: int) -> dict[int, tuple[int, int]]:
+        table = self._tables.get((group, client_id)) or []
+        return {
+            q: (in_flight(e.window, now_ms), sum(1 for o in e.window.deleted if o >= e.committed))
+            for q, e in enumerate(table)
+            if e.window is not None
+        }
+
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
         table = self._entries(group, client_id)
         e = table[queue]
         key = (group, client_id)
         self._log(commit_record(key, queue, offset, e.dead_lettered, self._seen_ms.get(key, 0)))
         e.committed = offset
+        e.window = None
         _unlock(e)
         e.attempts = 0
         e.delivered_end = 0
@@ -336,6 +487,7 @@ class EmbeddedOffsetStore:
             for queue, offset in moves.items():
                 e = table[queue]
                 e.committed = offset
+                e.window = None
                 e.attempts = 0
                 e.delivered_end = 0
             self._seen_ms[key] = now_ms
@@ -345,29 +497,38 @@ class EmbeddedOffsetStore:
         return {queue: table[queue].committed for queue in offsets}
 
     async def expire_clients(self, group: str, idle_before_ms: int) -> list[str]:
-        gone = [c for (g, c), seen in self._seen_ms.items() if g == group and c and seen < idle_before_ms]
+        seen = self._seen_ms
+        gone = [c for c in self._clients.get(group, ()) if c and seen.get((group, c), 0) < idle_before_ms]
         if gone:
             self._log(*(["x", group, c] for c in gone))
             for c in gone:
-                self._tables.pop((group, c), None)
-                self._seen_ms.pop((group, c), None)
+                self._forget((group, c))
             self._moved(group)
             self._maybe_compact()
             await self.committer.durable()
         return gone
 
     async def drop_group(self, group: str) -> None:
-        gone = [k for k in self._tables if k[0] == group]
+        gone = [(group, c) for c in sorted(self._clients.get(group, ()))]
         if gone:
             # Journal first: the tables go from memory only once their removal is written.
             self._log(*(["x", g, c] for g, c in gone))
             for key in gone:
-                del self._tables[key]
-                self._seen_ms.pop(key, None)
+                self._forget(key)
             self._moved(group)
             self._maybe_compact()
             await self.committer.durable()
         self._buckets.pop(group, None)
+
+    def _forget(self, key: TableKey) -> None:
+        group, client = key
+        self._tables.pop(key, None)
+        self._seen_ms.pop(key, None)
+        clients = self._clients.get(group)
+        if clients is not None:
+            clients.discard(client)
+            if not clients:
+                del self._clients[group]
 
     # --- rate limit (one process: the bucket lives here) ---------------------------------
 

@@ -11,6 +11,15 @@ from __future__ import annotations
 from typing import Any, Final
 
 from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
+from mqgate.core.message_window import (
+    ALREADY,
+    CHANGED,
+    DELETED,
+    NOT_IN_FLIGHT,
+    STALE,
+    MessageOutcome,
+    Received,
+)
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
@@ -27,11 +36,17 @@ SCRIPTS: Final = (
     "expire_clients",
     "rate",
     "drop_group",
+    "receive",
+    "settle_message",
 )
 NO_TABLE: Final = -1
 MISMATCH: Final = -2
 _REFUSALS: Final[dict[str, AckRefusal]] = {
     r: r for r in (LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ALREADY_ACKED)
+}
+
+_OUTCOMES: Final[dict[str, MessageOutcome]] = {
+    o: o for o in (DELETED, ALREADY, STALE, CHANGED, NOT_IN_FLIGHT)
 }
 
 # Hash field suffix -> OffsetEntry attribute; a missing field is the attribute's default.
@@ -81,6 +96,11 @@ class RedisOffsetStore:
 
     def _rate_key(self, group: str) -> str:
         return f"{self._group(group)}:rate"
+
+    def _receipt_keys(self, group: str, client_id: str) -> list[str]:
+        """A message-level consumer's receipts hash and visibility zset."""
+        suffix = f":{client_id}" if client_id else ""
+        return [f"{self._group(group)}:m{suffix}", f"{self._group(group)}:mv{suffix}"]
 
     async def _run(
         self, what: str, script: str, keys: list[str], args: list[Any], wait: ReplicaWait | None = None
@@ -193,8 +213,107 @@ class RedisOffsetStore:
     async def extend(self, token: AckToken, now_ms: int, seconds: float) -> AckRefusal | None:
         return await self._settle("extend", token, now_ms, "extend", now_ms + int(seconds * 1000))
 
+    # --- message-level mode (core/message_window.py; receive.lua, settle_message.lua) -----
+
+    async def receive(
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds],
+        *,
+        now_ms: int,
+        max_count: int,
+        visibility_ms: int,
+        max_attempts: int,
+        window: int,
+        first_queue: int,
+        ordered: bool = False,
+    ) -> list[Received]:
+        n = len(bounds)
+        order = [bounds[(first_queue + i) % n] for i in range(n)]
+        args: list[Any] = [
+            now_ms, max_count, visibility_ms, max_attempts, window, client_id, self.broker, int(ordered)
+        ]  # fmt: skip
+        for b in order:
+            args += (b.queue, b.min, b.max)
+        keys = [
+            self._table_key(group, client_id),
+            self._clients_key(group),
+            *self._receipt_keys(group, client_id),
+        ]
+        got = await self._run("receive messages", "receive", keys, args, self._wait)
+        if got == NO_TABLE:
+            raise _no_table(group, client_id)
+        if got and got[0] == MISMATCH:
+            raise ValueError(f"a queue of the bounds is not in the table of {got[1]} queues")
+        self._moved(group)
+        return [
+            Received(int(got[i]), int(got[i + 1]), int(got[i + 2]), int(got[i + 3]), bool(int(got[i + 4])))
+            for i in range(0, len(got), 5)
+        ]
+
+    async def _settle_message(self, what: str, group: str, client_id: str, args: list[Any]) -> MessageOutcome:
+        keys = [self._table_key(group, client_id), *self._receipt_keys(group, client_id)]
+        got = await self._run(what, "settle_message", keys, [*args[:1], self.broker, *args[1:]], self._wait)
+        if got == NO_TABLE:
+            raise _no_table(group, client_id)
+        if got == MISMATCH:
+            raise NotFound(f"queue {args[1]} is not a queue of consumer {group}", field="receiptHandle")
+        outcome = _OUTCOMES[_text(got)]
+        if outcome == DELETED:
+            self._moved(group)
+        return outcome
+
+    async def delete_message(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        *,
+        dead_letter: bool = False,
+    ) -> MessageOutcome:
+        args = ["delete", queue, offset, receives, first_ms, now_ms, 1 if dead_letter else 0]
+        return await self._settle_message("delete a message", group, client_id, args)
+
+    async def change_visibility(
+        self,
+        group: str,
+        client_id: str,
+        queue: int,
+        offset: int,
+        receives: int,
+        first_ms: int,
+        now_ms: int,
+        visible_ms: int,
+    ) -> MessageOutcome:
+        args = ["visibility", queue, offset, receives, first_ms, now_ms, visible_ms]
+        return await self._settle_message("change a message's visibility", group, client_id, args)
+
+    async def receipt_counts(self, group: str, client_id: str, now_ms: int) -> dict[int, tuple[int, int]]:
+        # The receipts hash holds `<q>:<offset>` → `d` (deleted, waiting for the ones before it:
+        # always past the committed offset) or `<visible ms>:<receives>:<first ms>`; `<q>:end` too.
+        with translated("count message receipts"):
+            raw = await self.client.hgetall(self._receipt_keys(group, client_id)[0])
+        counts: dict[int, tuple[int, int]] = {}
+        for name, value in raw.items():
+            queue, _, offset = _text(name).partition(":")
+            if offset == "end" or not queue.isdigit():
+                continue
+            hidden, deleted = counts.get(int(queue), (0, 0))
+            text = _text(value)
+            if text == "d":
+                deleted += 1
+            elif int(text.split(":", 1)[0]) > now_ms:
+                hidden += 1
+            counts[int(queue)] = (hidden, deleted)
+        return counts
+
     async def reset(self, group: str, client_id: str, queue: int, offset: int) -> None:
-        keys = [self._table_key(group, client_id)]
+        keys = [self._table_key(group, client_id), *self._receipt_keys(group, client_id)]
         got = await self._run("reset offset", "reset", keys, [self.broker, queue, offset])
         self._moved(group)
         if got == NO_TABLE:
@@ -206,9 +325,8 @@ class RedisOffsetStore:
         self, group: str, client_id: str, offsets: dict[int, int], now_ms: int
     ) -> dict[int, int]:
         pairs = [x for q, o in offsets.items() for x in (q, o)]
-        got = await self._run(
-            "advance offsets", "advance", [self._table_key(group, client_id)], [self.broker, *pairs]
-        )
+        keys = [self._table_key(group, client_id), *self._receipt_keys(group, client_id)]
+        got = await self._run("advance offsets", "advance", keys, [self.broker, *pairs])
         self._moved(group)
         if got == NO_TABLE:
             raise _no_table(group, client_id)
@@ -234,6 +352,7 @@ class RedisOffsetStore:
         with translated("list offset clients"):
             clients = [_text(m) for m in await self.client.zrange(clients_key, 0, -1)]
         keys = [clients_key, self._rate_key(group), *(self._table_key(group, c) for c in clients)]
+        keys += [k for c in clients for k in self._receipt_keys(group, c)]
         await self._run("drop group", "drop_group", keys, clients)
         self._moved(group)
 

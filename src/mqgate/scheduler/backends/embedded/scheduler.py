@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Final
@@ -60,6 +60,9 @@ class EmbeddedScheduler:
         self._held: dict[int, Add] = {}
         self._index = DueIndex(self._held)
         self._destinations = 0
+        # Destinations held per target, counted from the first `held_for` on (a pass over what
+        # is held then), so a start with millions held does not pay for it.
+        self._by_target: Counter[str] | None = None
         self._next_seq = 1
         self._file: AppendFile | None = None
         self._records = 0
@@ -249,6 +252,8 @@ class EmbeddedScheduler:
             self._held[rec.seq] = rec
             self._index.add(rec.seq, rec.dests)
             self._destinations += len(rec.dests)
+            if self._by_target is not None:
+                self._by_target.update(d.target for d in rec.dests if d is not None)
             for d in rec.dests:
                 if d is not None and d.deliver_at_ms < earliest:
                     earliest = d.deliver_at_ms
@@ -284,6 +289,9 @@ class EmbeddedScheduler:
             if not removed:
                 continue
             for i in removed:
+                gone = dests[i]
+                if self._by_target is not None and gone is not None:
+                    self._by_target[gone.target] -= 1
                 dests[i] = None
             if any(d is not None for d in dests):
                 kept = Add(seq, rec.payload, tuple(dests))
@@ -322,6 +330,13 @@ class EmbeddedScheduler:
     async def wait(self, timeout_s: float) -> None:
         await wait_event(self._wake, timeout_s)
         self._wake.clear()
+
+    async def held_for(self, target: str) -> int:
+        if self._by_target is None:
+            self._by_target = Counter(
+                d.target for rec in self._held.values() for d in rec.dests if d is not None
+            )
+        return max(self._by_target[target], 0)
 
     async def stats(self) -> SchedulerStats:
         return SchedulerStats(

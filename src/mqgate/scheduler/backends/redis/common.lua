@@ -8,10 +8,11 @@
 --   KEYS[6] ready   zset    member -> rank (priority, deliver_at_ms), due and unclaimed
 --   KEYS[7] claims  zset    member -> claim deadline ms
 --   KEYS[8] tries   hash    member -> times claimed
+--   KEYS[9] targets hash    target -> destinations held for it, not settled yet
 -- A member is '<seq:015d>:<index:05d>': zero-padded, so members of equal score sort by seq
 -- then index, exactly like mqgate.core.scheduling.delivery_order.
 
-local SEQ, MSG, DST, LEFT, DUE, READY, CLAIMS, TRIES = 1, 2, 3, 4, 5, 6, 7, 8
+local SEQ, MSG, DST, LEFT, DUE, READY, CLAIMS, TRIES, TARGETS = 1, 2, 3, 4, 5, 6, 7, 8, 9
 
 local function member(seq, index)
   return string.format('%015d:%05d', seq, index)

@@ -1,7 +1,7 @@
 --! include common.lua
 -- Hold messages. KEYS: see common.lua.
 -- ARGV[1] wake channel, ARGV[2] message count n, then per message:
---   payload, destination count k, then k times: destination msgpack, deliver_at_ms
+--   payload, destination count k, then k times: destination msgpack, deliver_at_ms, target
 -- Returns the first seq; the messages get first .. first + n - 1, in order.
 local n = tonumber(ARGV[2])
 local first = redis.call('INCRBY', KEYS[SEQ], n) - n + 1
@@ -18,9 +18,10 @@ for m = 0, n - 1 do
     local mem = member(first + m, j)
     redis.call('HSET', KEYS[DST], mem, ARGV[i])
     redis.call('ZADD', KEYS[DUE], ARGV[i + 1], mem)
+    redis.call('HINCRBY', KEYS[TARGETS], ARGV[i + 2], 1)
     local at = tonumber(ARGV[i + 1])
     if not earliest or at < earliest then earliest = at end
-    i = i + 2
+    i = i + 3
   end
 end
 wake_if_sooner(ARGV[1], earliest, current)

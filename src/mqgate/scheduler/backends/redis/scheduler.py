@@ -28,7 +28,7 @@ from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_d
 PACKAGE: Final = "mqgate.scheduler.backends.redis"
 SCRIPTS: Final = ("hold", "claim", "settle")
 # Order matters: the scripts address the keys by position (common.lua).
-KEY_NAMES: Final = ("seq", "msg", "dst", "left", "due", "ready", "claims", "tries")
+KEY_NAMES: Final = ("seq", "msg", "dst", "left", "due", "ready", "claims", "tries", "targets")
 # Members moved per claim script call: bounds how long one call blocks Redis.
 MOVE_CAP: Final = 5_000
 _SEQ_DIGITS: Final = 15
@@ -86,7 +86,7 @@ class RedisScheduler:
             check_destinations(dests)
             args += [payload, len(dests)]
             for d in dests:
-                args += [_encode(d), d.deliver_at_ms]
+                args += [_encode(d), d.deliver_at_ms, d.target]
         first = int(await self._run("schedule hold", "hold", args, self._wait))
         return list(range(first, first + len(items)))
 
@@ -166,6 +166,11 @@ class RedisScheduler:
             # No wake-ups without Redis: sleep it out; the next claim reports the failure.
             await self._drop_subscription()
             await asyncio.sleep(max(deadline - loop.time(), 0.0))
+
+    async def held_for(self, target: str) -> int:
+        with translated("schedule count"):
+            count = await self.client.hget(self.keys[8], target)
+        return max(int(count or 0), 0)
 
     async def stats(self) -> SchedulerStats:
         with translated("schedule stats"):

@@ -6,7 +6,13 @@ local removed = 0
 for i = 1, #ARGV, 2 do
   local seq = ARGV[i]
   local mem = member(tonumber(seq), tonumber(ARGV[i + 1]))
-  if redis.call('HDEL', KEYS[DST], mem) == 1 then
+  local raw = redis.call('HGET', KEYS[DST], mem)
+  if raw then
+    redis.call('HDEL', KEYS[DST], mem)
+    local target = cmsgpack.unpack(raw)[1]
+    if redis.call('HINCRBY', KEYS[TARGETS], target, -1) <= 0 then
+      redis.call('HDEL', KEYS[TARGETS], target)  -- 0, or below for what was held before counting
+    end
     removed = removed + 1
     redis.call('ZREM', KEYS[DUE], mem)
     redis.call('ZREM', KEYS[READY], mem)

@@ -425,6 +425,10 @@ class EmbeddedStore:
             for i, q in enumerate(self._topic(topic).queues)
         ]
 
+    async def queue_bytes(self, topic: str) -> list[int]:
+        # Each segment's size is kept as it is written (and read from a stat at start-up).
+        return [q.size_bytes for q in self._topic(topic).queues]
+
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         log = self._queue(topic, queue)
         lo, hi = log.min_offset, log.visible_end

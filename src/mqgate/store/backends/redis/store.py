@@ -301,6 +301,22 @@ class RedisStore:
             for q in range(queues)
         ]
 
+    async def queue_bytes(self, topic: str) -> list[int]:
+        # The counters append.lua and retention.lua keep (README.md): one HMGET for every queue
+        # this gateway knows of, and one more if another gateway grew the topic since.
+        t = await self._topic(topic)
+        known = len(t.streams)
+        while True:
+            with translated("reading queue sizes"):
+                row = await self._client.hmget(t.meta, [b"queues", *(b"bytes:%d" % q for q in range(known))])
+            if row[0] is None:
+                self._topics.pop(topic, None)
+                raise NotFound(f"topic {topic} does not exist", field="topic")
+            queues = int(row[0])
+            if queues <= known:
+                return [int(n or 0) for n in row[1 : queues + 1]]
+            known = queues
+
     async def offset_for_time(self, topic: str, queue: int, timestamp_ms: int) -> int:
         t, stream = await self._queue(topic, queue)
         with translated("finding an offset by time"):
