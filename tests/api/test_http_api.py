@@ -241,6 +241,21 @@ class TestOperations:
         c.server.admin("POST", f"/admin/consumers/{topic}-c/resume")
         assert result(c.pull(topic, f"{topic}-c"))["status"] == "FOUND"
 
+    def test_a_long_poll_begun_before_a_pause_answers_paused(self, topic_client: Any) -> None:
+        """Not the message produced after the pause (it was handed out before)."""
+        topic, c = topic_client
+        got: list[Any] = []
+        waiter = threading.Thread(target=lambda: got.append(result(c.pull(topic, f"{topic}-c", wait=20))))
+        waiter.start()
+        gauge = f'mqgate_waiting_pulls{{consumer="{topic}-c"}} 1.0'
+        wait_until(lambda: gauge in httpx.get(c.server.url + "/metrics", timeout=10).text, 20, "the poll")
+        c.server.admin("POST", f"/admin/consumers/{topic}-c/pause")
+        c.produce(f"{topic}-p", "after the pause")
+        waiter.join(25)
+        assert [g["status"] for g in got] == ["PAUSED"]
+        c.server.admin("POST", f"/admin/consumers/{topic}-c/resume")
+        assert [m["message"] for m in result(c.pull(topic, f"{topic}-c"))["msgList"]] == ["after the pause"]
+
     def test_rate_limit_is_enforced_across_requests(self, topic_client: Any) -> None:
         topic, c = topic_client
         c.produce_batch(f"{topic}-p", [{"message": str(i), "orderKey": "k"} for i in range(40)])

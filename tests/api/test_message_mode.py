@@ -157,6 +157,30 @@ def test_a_long_poll_is_woken_by_a_produce(shared_server: Server) -> None:
     assert got and len(got[0]) == 1
 
 
+def test_a_long_poll_begun_before_a_pause_hands_out_nothing_produced_after_it(shared_server: Server) -> None:
+    """A push consumer's loop waits in such a poll: a message produced after the pause was
+    delivered to its endpoint (CI, this stop). The poll now asks again when it wakes."""
+    srv = shared_server
+    topic, ptoken, ctoken = setup(srv)
+    import threading
+
+    got: list[list[dict[str, Any]]] = []
+    waiter = threading.Thread(target=lambda: got.append(receive(srv, topic, ctoken, max=5, wait=20)))
+    waiter.start()
+    name = f'mqgate_waiting_pulls{{consumer="{topic}-c"}}'
+
+    def waiting() -> bool:
+        return metric_samples(httpx.get(srv.url + "/metrics", timeout=10).text).get(name, 0) >= 1
+
+    wait_until(waiting, 20, "the receive to wait")
+    srv.admin("POST", f"/admin/consumers/{topic}-c/pause")
+    produce(srv, topic, ptoken, 1)
+    waiter.join(25)
+    assert got == [[]]
+    srv.admin("POST", f"/admin/consumers/{topic}-c/resume")
+    assert len(receive(srv, topic, ctoken, max=5)) == 1
+
+
 @pytest.mark.parametrize("store", STORES)
 def test_kill9_loses_no_delete_and_redelivers_what_was_in_flight(tmp_path: Path, store: str) -> None:
     srv, cleanup = store_server(tmp_path / "data", store)

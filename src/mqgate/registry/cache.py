@@ -164,6 +164,12 @@ class RegistryCache:
     def consumer(self, name: str) -> ConsumerRecord | None:
         return self.snapshot.consumers.get(name)
 
+    def paused(self, name: str) -> bool:
+        """Whether consumer `name` is paused now: a long poll that began before a pause asks
+        when it wakes, and hands out nothing more."""
+        found = self.snapshot.consumers.get(name)
+        return found is not None and found.paused
+
     def project(self, name: str) -> ProjectRecord | None:
         return self.snapshot.projects.get(name)
 

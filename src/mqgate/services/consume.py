@@ -191,11 +191,14 @@ class Consuming:
                     await ctx.store.wait_for_data(c.topic, remaining, (c.name, table_client), LOCK_RECHECK_S)
                 finally:
                     waiting.dec()
-                if not self.closing:
+                paused = ctx.registry.paused(c.name)  # since the poll began: nothing more
+                if not self.closing and not paused:
                     continue
+            else:
+                paused = False
             if limited:
                 await ctx.offsets.return_tokens(c.name, c.rate_limit_per_s, granted)
-            return PullResult(NO_NEW_MSG, ack=ack_outcome)
+            return PullResult(PAUSED if paused else NO_NEW_MSG, ack=ack_outcome)
 
     async def _serve(
         self, c: ConsumerRecord, layout: Layout, client: str, lease: Lease

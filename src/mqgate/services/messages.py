@@ -103,7 +103,7 @@ class MessageConsuming:
                     await self.ctx.store.wait_for_data(c.topic, remaining, (c.name, ""), VISIBILITY_RECHECK_S)
                 finally:
                     waiting.dec()
-                if self.consuming.closing:
+                if self.consuming.closing or self.ctx.registry.paused(c.name):
                     return []
 
     async def _receive_once(
