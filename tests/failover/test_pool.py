@@ -60,7 +60,7 @@ def test_kill9_is_detected_and_a_restarted_server_rejoins(tmp_path: Path) -> Non
             status = pool.statuses()[0]
             assert status.state == "failed" and "connect_failed" in status.reason, status
             print(f"\nkill -9 detected in {took:.2f}s ({status.reason})")
-            assert took < PROBE_INTERVAL_S * RULES.fail_after + PROBE_TIMEOUT_S + 1
+            assert took < PROBE_INTERVAL_S * RULES.fail_after + PROBE_TIMEOUT_S + 2  # + a loaded machine
             redis.start()  # same port, same files
             back = await until(lambda: pool.get("a").state is ClusterState.HEALTHY, 10, "HEALTHY")
             print(f"rejoined {back:.2f}s after the restart")
@@ -96,7 +96,7 @@ def test_a_hung_server_is_detected_by_time_outs(tmp_path: Path) -> None:
             took = await until(lambda: cluster.state is ClusterState.FAILED, 5, "FAILED")
             print(f"\nSIGSTOP detected in {took:.2f}s ({cluster.detector.reason})")
             assert "timed_out" in cluster.detector.reason
-            assert took < RULES.fail_after * (PROBE_TIMEOUT_S + PROBE_INTERVAL_S) + 0.5
+            assert took < RULES.fail_after * (PROBE_TIMEOUT_S + PROBE_INTERVAL_S) + 2  # + a loaded machine
             with pytest.raises(Unavailable, match="send timeout"):
                 await send
             waited = time.monotonic() - paused

@@ -132,7 +132,7 @@ def test_waiters_that_timed_out_are_not_kept(kind: str, tmp_path: Path) -> None:
         await s.bounds("t")
         started = time.monotonic()
         await asyncio.gather(*(s.wait_for_data("t", 0.05, ("c", "")) for _ in range(WAITERS)))
-        assert time.monotonic() - started < 2
+        assert time.monotonic() - started < 10  # each timed out (a loaded machine's margin)
         # The next write wakes the one waiting now, not the dead ones ahead of it in line.
         (late,) = await start_waiting(s, "t", ("c", ""), 1)
         assert await woken_after([late], lambda: s.append("t", 0, [msg(0)])) == 1
@@ -259,7 +259,7 @@ def test_a_change_reads_only_the_rows_it_changed(registry_url: str) -> None:
         for statements in (read_here, read_there):
             assert not statements.full_reads("mqgate_consumers"), statements.seen
         assert here.full_reloads == there.full_reloads == 1  # the start
-        assert took_s < 2.0
+        assert took_s < 10.0  # a loaded machine's margin: the statements read are the check
         assert not await there.refresh()  # nothing new: nothing read but the log
         await here.stop()
         await there.stop()
@@ -339,7 +339,7 @@ def test_a_metrics_scrape_renders_gauges_without_reading_the_store(tmp_path: Pat
             for _ in range(5):
                 text = (await routes.metrics(scrape)).body or b""
             assert store.reads == before, "a scrape read the store"
-            assert time.monotonic() - started < 1.0
+            assert time.monotonic() - started < 5.0  # a loaded machine's margin: reads are the check
             assert b'mqgate_consumer_lag{consumer="c3"} 2.0' in text
             assert b'mqgate_consumer_lag{consumer="c19"}' in text  # registered: gauged at once
         finally:

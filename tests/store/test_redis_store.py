@@ -161,7 +161,7 @@ def test_a_wake_that_lands_while_bounds_is_answered_is_not_lost(shared_redis: No
             # The wake came before A waited; the wait must not sleep through it.
             started = time.monotonic()
             await a.wait_for_data("t", 5)
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 2.5  # not its whole 5 s
             assert [x.max for x in await a.bounds("t")] == [1]
             # Once looked at again, a wait waits.
             started = time.monotonic()
@@ -268,7 +268,7 @@ def test_the_listener_survives_a_redis_restart(own_redis: RedisServer) -> None:
             started = time.monotonic()
             assert await b.append("t", 0, [msg(2)]) == 0
             await asyncio.wait_for(task, 5)
-            assert time.monotonic() - started < 0.5
+            assert time.monotonic() - started < 2.5  # woken, not timed out (5 s)
             assert await eventually(lambda: a.read("t", 0, 0, 10)) == [(0, msg(2))]
 
     asyncio.run(go())
