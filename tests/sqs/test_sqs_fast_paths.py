@@ -15,9 +15,11 @@ import time
 import uuid
 from collections.abc import Mapping
 
+import msgspec
 import pytest
 
 from mqgate.sqs import answers, protocol, sigv4
+from mqgate.sqs.errors import SqsError
 
 STAMP = "%Y%m%dT%H%M%SZ"
 
@@ -201,6 +203,110 @@ def test_canonical_path_and_query_shortcuts() -> None:
     assert sigv4.canonical_query([]) == ""
 
 
+# --- the Authorization header ------------------------------------------------------------
+
+CREDENTIAL = "AKIDEXAMPLE/20250101/us-east-1/sqs/aws4_request"
+
+
+def general_parts(value: str) -> tuple[str, dict[str, str]]:
+    """The header's algorithm and parts as the reading before the shortcut made them."""
+    algorithm, _, rest = value.strip().partition(" ")
+    parts: dict[str, str] = {}
+    if algorithm == sigv4.ALGORITHM:
+        for part in rest.split(","):
+            name, eq, found = part.strip().partition("=")
+            if eq and name in ("Credential", "SignedHeaders", "Signature"):
+                parts[name] = found.strip()
+    return algorithm, parts
+
+
+def general_key_id(value: str) -> str | None:
+    _, _, rest = value.partition(" ")
+    for part in rest.split(","):
+        name, _, found = part.strip().partition("=")
+        if name == "Credential":
+            return found.split("/", 1)[0] or None
+    return None
+
+
+def authorization_spellings() -> list[str]:
+    """The SDKs' spelling and its near misses: spaces, order, case, repeated or missing parts."""
+    parts = [
+        f"Credential={CREDENTIAL}",
+        "SignedHeaders=content-type;host;x-amz-date",
+        "Signature=" + "a" * 64,
+    ]
+    usual = "AWS4-HMAC-SHA256 " + ", ".join(parts)
+    out = [
+        usual,
+        usual + "  ",
+        "  " + usual,
+        "AWS4-HMAC-SHA256 " + ",".join(parts),
+        "AWS4-HMAC-SHA256  " + ", ".join(parts),
+        "AWS4-HMAC-SHA256 " + ", ".join(reversed(parts)),
+        "AWS4-HMAC-SHA256 " + ", ".join([*parts, "Signature=" + "b" * 64]),
+        "AWS4-HMAC-SHA256 " + ", ".join([parts[2], *parts]),
+        "AWS4-HMAC-SHA256 " + ", ".join([parts[0], "Credential=other/x", *parts[1:]]),
+        "AWS4-HMAC-SHA256 " + ", ".join(["Credential", *parts]),
+        "AWS4-HMAC-SHA256 " + ", ".join(parts[:2]) + ", Signature=",
+        "AWS4-HMAC-SHA256 " + ", ".join(parts[:2]) + ", Signature= a,b",
+        "AWS4-HMAC-SHA256 " + ", ".join(parts[:2]) + ", Signature=a=b",
+        "AWS4-HMAC-SHA256 , Signature=x",
+        "AWS4-HMAC-SHA256 Credential=/x/y, SignedHeaders=host, Signature=x",
+        "AWS4-HMAC-SHA1 " + ", ".join(parts),
+        "AWS4-HMAC-SHA256\t" + ", ".join(parts),
+    ]
+    rng = random.Random(30)
+    for _ in range(3_000):  # random damage to the usual spelling
+        chars = list(usual)
+        for _ in range(rng.randrange(1, 4)):
+            at = rng.randrange(len(chars))
+            if rng.random() < 0.5:
+                chars[at] = rng.choice(" ,=/;\t\xa0aS-")
+            else:
+                chars.insert(at, rng.choice(" ,=/;\t\xa0aS-"))
+        out.append("".join(chars))
+    return out
+
+
+def test_the_usual_authorization_is_read_as_the_general_reading_reads_it() -> None:
+    usual = 0
+    for value in authorization_spellings():
+        assert sigv4.access_key_id_of({b"authorization": value.encode("latin-1")}, b"") == general_key_id(
+            value
+        )
+        read = sigv4._usual(value)
+        if read is None:
+            continue
+        usual += 1
+        head, signature = read
+        algorithm, parts = general_parts(value)
+        assert algorithm == sigv4.ALGORITHM, value
+        assert {**head.parts, "Signature": signature.strip()} == parts, value
+    assert usual > 1000
+    assert len(sigv4._HEADS) <= sigv4._HEADS_KEPT
+
+
+# --- the canonical header lines ---------------------------------------------------------
+
+
+def test_canonical_header_lines_kept_are_those_made_and_bounded() -> None:
+    signed = ("content-type", "host", "x-amz-date", "x-amz-target")
+    rng = random.Random(30)
+    for i in range(sigv4._LINES_KEPT * 2):
+        values = {
+            b"content-type": b"application/x-amz-json-1.0",
+            b"host": f"h{rng.randrange(50)}:80".encode(),
+            b"x-amz-date": f"  2025  0101T{i:06d}Z ".encode(),
+            b"x-amz-target": b"AmazonSQS.SendMessage" + b" " * rng.randrange(3) + b"x" * rng.randrange(300),
+        }
+        made = sigv4.canonical_request("POST", "/", [], values, signed, b"{}")
+        lines = [f"{n}:{' '.join(values[n.encode()].decode().split())}" for n in signed]
+        assert made.split("\n")[3:7] == lines
+        assert len(sigv4._LINES) <= sigv4._LINES_KEPT
+    assert all(len(value) <= sigv4._LINE_VALUE_CHARS for _, value in sigv4._LINES)
+
+
 # --- request ids ------------------------------------------------------------------------
 
 
@@ -237,6 +343,87 @@ def test_another_process_draws_its_own_request_ids() -> None:
     os.waitpid(pid, 0)
     assert uuid.UUID(child_id).version == 4
     assert child_id[:19] != protocol.new_request_id()[:19]
+
+
+# --- a plain SendMessage --------------------------------------------------------------------
+
+
+def general_send(body: bytes) -> object:
+    """SendMessage's params as the general JSON reading makes them, or its error."""
+    try:
+        return protocol._json_struct(protocol.INPUTS["SendMessage"], msgspec.json.decode(body), "")
+    except SqsError as exc:
+        return (exc.kind, exc.message)
+
+
+def send_bodies() -> list[bytes]:
+    url = '"QueueUrl":"http://h:1/000000000000/q"'
+    out = [
+        b"{" + url.encode() + b',"MessageBody":"x"}',
+        b'{"MessageBody":"x",' + url.encode() + b"}",
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":5}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":null}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":5.0}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":"5"}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":true}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":2147483648}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":-2147483649}',
+        b"{" + url.encode() + b',"MessageBody":"x","DelaySeconds":-2147483648}',
+        b"{" + url.encode() + b',"MessageBody":"x","MessageGroupId":"g","MessageDeduplicationId":"d"}',
+        b"{" + url.encode() + b',"MessageBody":"x","MessageGroupId":7}',
+        b"{" + url.encode() + b',"MessageBody":"x","MessageAttributes":{"a":{"DataType":"String"}}}',
+        b"{" + url.encode() + b',"MessageBody":"x","MessageAttributes":null}',
+        b"{" + url.encode() + b',"MessageBody":"x","Unknown":[1,2,{"deep":[[[]]]}]}',
+        b"{" + url.encode() + b',"MessageBody":"a","MessageBody":"b"}',
+        b"{" + url.encode() + b',"MessageBody":null}',
+        b"{" + url.encode() + b',"MessageBody":""}',
+        b"{" + url.encode() + b"}",
+        b'{"QueueUrl":5,"MessageBody":"x"}',
+        b"{" + url.encode() + b',"MessageBody":"\\ud800 \\u00e9 \\u0000"}',
+    ]
+    rng = random.Random(30)
+    members = ["QueueUrl", "MessageBody", "DelaySeconds", "MessageGroupId", "MessageDeduplicationId", "X"]
+    values = ['"s"', '""', "0", "-1", "900", "1.5", "1e3", "null", "true", "[]", "{}", '"\\u00e9"']
+    for _ in range(3_000):
+        picked = rng.sample(members, rng.randrange(0, len(members) + 1))
+        if rng.random() < 0.7:  # the two required ones, as strings: the plain sends' shape
+            picked = ["QueueUrl", "MessageBody", *(m for m in picked if m not in ("QueueUrl", "MessageBody"))]
+        required = ("QueueUrl", "MessageBody")
+        parts = [
+            f'"{m}":{rng.choice(values[:2] if m in required and rng.random() < 0.9 else values)}'
+            for m in picked
+        ]
+        out.append(("{" + ",".join(parts) + "}").encode())
+    return out
+
+
+def test_a_plain_send_is_read_as_the_general_reading_reads_it() -> None:
+    fast = 0
+    for body in send_bodies():
+        plain = protocol._plain_send(body)
+        if plain is None:
+            continue  # the general reading's, and its error if any
+        fast += 1
+        assert plain == general_send(body), body
+        assert list(plain) == list(general_send(body)), body  # type: ignore[call-overload]
+    assert fast > 300
+
+
+# --- flat answers ---------------------------------------------------------------------------
+
+
+def test_flat_answers_are_what_the_shape_walk_makes() -> None:
+    rng = random.Random(30)
+    texts = ["abc", "", "é\x00\ud800x", "0" * 32, None, 7]
+    assert "SendMessage" in answers._FLAT_OUTPUTS
+    for action, names in answers._FLAT_OUTPUTS.items():
+        shape = answers.OUTPUTS[action]
+        assert shape is not None
+        for _ in range(200):
+            result = {n: rng.choice(texts) for n in names if rng.random() < 0.8}
+            request = protocol.SqsRequest(action, {}, "json")
+            _, _, body = answers.encode_result(request, action, result)
+            assert msgspec.json.decode(body) == answers._json_struct(shape, result), result
 
 
 # --- the decoder's headers ----------------------------------------------------------------
@@ -283,6 +470,9 @@ def test_the_decoder_reads_the_headers_it_reads_as_before(
         k: v for k, v in old_header_map(headers).items() if k in ("x-amz-target", "content-type", "host")
     }
     assert protocol._header_map(headers) == wanted
+    if all(isinstance(k, bytes) and k == k.lower() for k in headers):  # as ASGI gives them
+        asgi: Mapping[bytes, bytes] = headers  # type: ignore[assignment]
+        assert protocol.read_asgi_headers(asgi) == (wanted, old_detect(headers))
 
 
 # --- the answers' text --------------------------------------------------------------------

@@ -148,12 +148,26 @@ _REQUIRED_LISTS_OF: Final[dict[str, tuple[str, ...]]] = {
 }
 
 
+# The output shapes made of strings only (SendMessage's, a queue URL): their members' names.
+_FLAT_OUTPUTS: Final[dict[str, tuple[str, ...]]] = {
+    action: tuple(shape.members)
+    for action, shape in OUTPUTS.items()
+    if shape is not None
+    and all(isinstance(m.shape, Scalar) and m.shape.kind == "string" for m in shape.members.values())
+}
+
+
 def encode_result(request: SqsRequest, action: str, result: dict[str, Any] | None) -> Answer:
     """The answer to a request that succeeded, in the request's protocol."""
     shape = OUTPUTS.get(action)
     result = result or {}
     if request.protocol == "json":
-        document = _json_struct(shape, result) if shape is not None else {}
+        flat = _FLAT_OUTPUTS.get(action)
+        document: dict[str, Any]
+        if flat is not None:  # `_json_struct`'s work without its walk of the shape
+            document = {name: _clean(str(v)) for name in flat if (v := result.get(name)) is not None}
+        else:
+            document = _json_struct(shape, result) if shape is not None else {}
         for name in _REQUIRED_LISTS_OF.get(action, ()):
             document.setdefault(name, [])
         body = msgspec.json.encode(document)

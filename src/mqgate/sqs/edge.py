@@ -33,7 +33,7 @@ from mqgate.sqs.protocol import (
     Protocol,
     SqsRequest,
     decode_request,
-    read_headers,
+    read_asgi_headers,
 )
 from mqgate.sqs.service import Caller, SqsService
 from mqgate.web.asgi import Receive, Scope, Send, headers_of, read_body
@@ -119,7 +119,7 @@ class SqsEdge:
         request: SqsRequest | None = None
         try:
             headers = headers_of(scope)
-            wanted, protocol = read_headers(headers)  # the few the decoder reads, as text
+            wanted, protocol = read_asgi_headers(headers)  # the few the decoder reads, as text
             target = headers.get(b"x-amz-target", b"").decode("latin-1")
             named = target.removeprefix(JSON_TARGET_PREFIX)
             if named in KNOWN_ACTIONS:
@@ -131,7 +131,8 @@ class SqsEdge:
             key_id = sigv4.access_key_id_of(headers, query)
             if key_id is None and b"authorization" not in headers and b"X-Amz-Algorithm" not in query:
                 raise sigv4.MissingAuthenticationToken(sigv4.MISSING_TOKEN, field="Authorization")
-            await self.keys.ready(key_id)
+            if not self.keys.ready_now(key_id):
+                await self.keys.ready(key_id)
             if key_id is not None and self.keys.secret_for(key_id) is None:
                 raise sigv4.InvalidClientTokenId(sigv4.INVALID_TOKEN, field="Credential")
             body = await read_body(receive, headers, MAX_REQUEST_BYTES)

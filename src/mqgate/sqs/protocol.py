@@ -38,7 +38,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qsl
 
 import msgspec
@@ -354,6 +354,17 @@ def read_headers(headers: Mapping[bytes, bytes] | Mapping[str, str]) -> tuple[di
     return h, _protocol_of(h)
 
 
+def read_asgi_headers(headers: Mapping[bytes, bytes]) -> tuple[dict[str, str], Protocol]:
+    """`read_headers` of an ASGI request's headers (their names are lower case: the three are
+    taken, not looked for)."""
+    out = _HeaderMap()
+    for raw, name in _WANTED_HEADER_BYTES.items():
+        value = headers.get(raw)
+        if value is not None:
+            out[name] = value.decode("latin-1")
+    return out, _protocol_of(out)
+
+
 def _protocol_of(h: dict[str, str]) -> Protocol:
     if "x-amz-target" in h or h.get("content-type", "").lower().startswith(_JSON_CONTENT_PREFIX):
         return "json"
@@ -388,6 +399,10 @@ def _decode_json(method: str, h: dict[str, str], body: bytes) -> tuple[str, dict
     shape = INPUTS.get(action)
     if shape is None or method.upper() != "POST":
         raise SqsError(e.INVALID_ACTION, f"The action or operation {target or '(none)'} is not supported.")
+    if action == "SendMessage":
+        plain = _plain_send(body)
+        if plain is not None:
+            return action, plain
     try:
         document = msgspec.json.decode(body) if body.strip() else {}
     except (msgspec.DecodeError, RecursionError, UnicodeDecodeError) as exc:
@@ -395,6 +410,36 @@ def _decode_json(method: str, h: dict[str, str], body: bytes) -> tuple[str, dict
     if not isinstance(document, dict):
         raise SqsError(e.SERIALIZATION, "The request body must be a JSON object.")
     return action, _json_struct(shape, document, "")
+
+
+class _PlainSend(msgspec.Struct, forbid_unknown_fields=True):
+    """A SendMessage of the plain, most frequent kind: no attributes, every member of its
+    type. Whatever does not decode as this is read by `_json_struct`, which says why."""
+
+    QueueUrl: str
+    MessageBody: str
+    DelaySeconds: Annotated[int, msgspec.Meta(ge=-MAX_INT32 - 1, le=MAX_INT32)] | None = None
+    MessageDeduplicationId: str | None = None
+    MessageGroupId: str | None = None
+
+
+_PLAIN_SEND: Final = msgspec.json.Decoder(_PlainSend)
+
+
+def _plain_send(body: bytes) -> dict[str, Any] | None:
+    """SendMessage's params as `_json_struct` reads them, for a plain send; None otherwise."""
+    try:
+        plain = _PLAIN_SEND.decode(body)
+    except (msgspec.DecodeError, RecursionError, UnicodeDecodeError):
+        return None
+    params: dict[str, Any] = {"QueueUrl": plain.QueueUrl, "MessageBody": plain.MessageBody}
+    if plain.DelaySeconds is not None:
+        params["DelaySeconds"] = plain.DelaySeconds
+    if plain.MessageDeduplicationId is not None:
+        params["MessageDeduplicationId"] = plain.MessageDeduplicationId
+    if plain.MessageGroupId is not None:
+        params["MessageGroupId"] = plain.MessageGroupId
+    return params
 
 
 def _json_struct(shape: Struct, value: dict[str, Any], where: str) -> dict[str, Any]:
@@ -618,6 +663,11 @@ def _query_scalar(shape: Scalar, text: str, where: str) -> Any:
 def _check(request: SqsRequest) -> None:
     p = request.params
     action = request.action
+    if action == "SendMessage":  # the most frequent action, and only this check is its
+        problem = message_error(p)
+        if problem is not None:
+            raise problem
+        return
     if action == "CreateQueue":
         name = p["QueueName"]
         base = name[: -len(".fifo")] if name.endswith(".fifo") else name
@@ -644,10 +694,6 @@ def _check(request: SqsRequest) -> None:
         _check_receive(p)
     if action == "ChangeMessageVisibility":
         _check_range(p, "VisibilityTimeout", 0, MAX_VISIBILITY_TIMEOUT_S)
-    if action == "SendMessage":
-        problem = message_error(p)
-        if problem is not None:
-            raise problem
     if action in BATCH_ACTIONS:
         _check_batch(request)
 

@@ -166,6 +166,16 @@ class Queue:
     topic: TopicRecord
     consumer: ConsumerRecord
     row: QueueRow
+    # What every send reads of its attributes, read once.
+    max_message_bytes: int = field(init=False)
+    delay_s: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        attributes = self.row.attributes
+        object.__setattr__(
+            self, "max_message_bytes", int(attributes.get("MaximumMessageSize", MAX_MESSAGE_BYTES))
+        )
+        object.__setattr__(self, "delay_s", int(attributes.get("DelaySeconds", 0)))
 
     @property
     def fifo(self) -> bool:
@@ -704,7 +714,7 @@ class SqsService:
     # --- messages ---------------------------------------------------------------------------
 
     def _message(self, q: Queue, entry: dict[str, Any], caller: Caller) -> SqsMessage:
-        limit = int(q.row.attributes.get("MaximumMessageSize", MAX_MESSAGE_BYTES))
+        limit = q.max_message_bytes
         size = message_bytes(entry)
         if size > limit:
             raise e.invalid_parameter_value(
@@ -723,7 +733,7 @@ class SqsService:
         if q.fifo:
             return self._fifo_message(q, entry, properties)
         if delay is None:
-            delay = int(q.row.attributes.get("DelaySeconds", 0))
+            delay = q.delay_s
         return SqsMessage(entry["MessageBody"], properties, delay * 1000 if delay else None)
 
     @staticmethod

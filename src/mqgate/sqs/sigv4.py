@@ -138,12 +138,11 @@ def access_key_id_of(headers: Mapping[bytes, bytes], query_string: bytes) -> str
     a caller can have the key at hand before `verify` (`AccessKeys.ready`)."""
     auth = headers.get(b"authorization")
     if auth is not None:
-        _, _, rest = auth.decode("latin-1").partition(" ")
-        for part in rest.split(","):
-            name, _, value = part.strip().partition("=")
-            if name == "Credential":
-                return value.split("/", 1)[0] or None
-        return None
+        text = auth.decode("latin-1")
+        usual = _usual(text)
+        if usual is not None:
+            return usual[0].key_id
+        return _first_key_id(text.partition(" ")[2])
     for name, value in _query_pairs(query_string):
         if name == Q_CREDENTIAL:
             return value.split("/", 1)[0] or None
@@ -191,16 +190,74 @@ def verify(
 # --- reading the signature --------------------------------------------------------------
 
 
-def _from_header(value: str, headers: Mapping[bytes, bytes]) -> _Signature:
-    algorithm, _, rest = value.strip().partition(" ")
-    if algorithm != ALGORITHM and algorithm.startswith("AWS4-"):
-        raise IncompleteSignature(f"Unsupported AWS 'algorithm': '{algorithm}'", field="Authorization")
+def _first_key_id(rest: str) -> str | None:
+    """The access key id of the first `Credential` part (`access_key_id_of`'s reading)."""
+    for part in rest.split(","):
+        name, _, value = part.strip().partition("=")
+        if name == "Credential":
+            return value.split("/", 1)[0] or None
+    return None
+
+
+def _parts(rest: str) -> dict[str, str]:
+    """The signature's parts after the algorithm, the last of each name (`_from_header`'s reading)."""
     parts: dict[str, str] = {}
-    if algorithm == ALGORITHM:
-        for part in rest.split(","):
-            name, eq, found = part.strip().partition("=")
-            if eq and name in ("Credential", "SignedHeaders", "Signature"):
-                parts[name] = found.strip()
+    for part in rest.split(","):
+        name, eq, found = part.strip().partition("=")
+        if eq and name in _PART_NAMES:
+            parts[name] = found.strip()
+    return parts
+
+
+class _Head(NamedTuple):
+    """What an Authorization header says before its signature, read once for every request
+    that repeats it (an SDK's are the same all day but for the signature)."""
+
+    parts: dict[str, str]  # as `_parts` reads them
+    key_id: str | None  # as `_first_key_id` reads it
+
+
+def _usual(value: str) -> tuple[_Head, str] | None:
+    """(its head, its signature) of an Authorization header that starts with the algorithm and
+    a space and ends with `, Signature=` and a signature without a comma (the way every SDK
+    writes it); None for any other. Read so, it gives what the general reading gives: the
+    signature is the last part, the head's parts come before it."""
+    if not value.startswith(_ALGORITHM_SPACE):
+        return None
+    cut = value.rfind(_SIGNATURE_PART)
+    if cut < 0:
+        return None
+    signature = value[cut + len(_SIGNATURE_PART) :]
+    if "," in signature:
+        return None
+    text = value[len(_ALGORITHM_SPACE) : cut]
+    head = _HEADS.get(text)
+    if head is None:
+        head = _Head(_parts(text), _first_key_id(text))
+        if len(text) <= _HEAD_CHARS:
+            if len(_HEADS) >= _HEADS_KEPT:
+                _HEADS.clear()
+            _HEADS[text] = head
+    return head, signature
+
+
+_PART_NAMES: Final = ("Credential", "SignedHeaders", "Signature")
+_ALGORITHM_SPACE: Final = ALGORITHM + " "
+_SIGNATURE_PART: Final = ", Signature="
+_HEADS_KEPT: Final = 1024
+_HEAD_CHARS: Final = 1024
+_HEADS: dict[str, _Head] = {}
+
+
+def _from_header(value: str, headers: Mapping[bytes, bytes]) -> _Signature:
+    usual = _usual(value)
+    if usual is not None:
+        parts = {**usual[0].parts, "Signature": usual[1].strip()}
+    else:
+        algorithm, _, rest = value.strip().partition(" ")
+        if algorithm != ALGORITHM and algorithm.startswith("AWS4-"):
+            raise IncompleteSignature(f"Unsupported AWS 'algorithm': '{algorithm}'", field="Authorization")
+        parts = _parts(rest) if algorithm == ALGORITHM else {}
     date = _date_header(headers)
     if date is not None and parts.get("Credential") and parts.get("Signature") and parts.get("SignedHeaders"):
         stamp, signed_at = date
@@ -449,15 +506,23 @@ def canonical_request(
             if len(_SIGNED_BYTES) >= _SIGNED_NAMES_KEPT:
                 _SIGNED_BYTES.clear()
             _SIGNED_BYTES[signed] = names
+    kept = _LINES
     for name, raw_name in zip(signed, names, strict=True):
         value = headers.get(raw_name)
         if value is None:
             raise SignatureDoesNotMatch(
                 f"{MISMATCH} The signed header '{name}' is not in the request.", field=name
             )
-        # Kept as bytes (surrogates for what is not UTF-8), so the hash sees what was sent.
-        text = value.decode("utf-8", "surrogateescape")
-        lines.append(f"{name}:{' '.join(text.split())}")
+        line = kept.get((raw_name, value))
+        if line is None:
+            # Kept as bytes (surrogates for what is not UTF-8), so the hash sees what was sent.
+            text = value.decode("utf-8", "surrogateescape")
+            line = f"{name}:{' '.join(text.split())}"
+            if len(value) <= _LINE_VALUE_CHARS:
+                if len(kept) >= _LINES_KEPT:
+                    kept.clear()
+                kept[raw_name, value] = line
+        lines.append(line)
     hashed = hashlib.sha256(body).hexdigest()
     claimed = headers.get(b"x-amz-content-sha256")
     if claimed is not None and claimed.decode("latin-1").strip().lower() != hashed:
@@ -481,6 +546,12 @@ def canonical_request(
 
 
 _SIGNED_BYTES: dict[tuple[str, ...], tuple[bytes, ...]] = {}
+# Canonical header lines by (name, value) as sent: a client repeats its host, content type,
+# target and (for a second) its date on every request; a value unique to each request (an SDK's
+# invocation id) takes a place until the next clearing.
+_LINES_KEPT: Final = 4096
+_LINE_VALUE_CHARS: Final = 256
+_LINES: dict[tuple[bytes, bytes], str] = {}
 
 
 def canonical_path(path: str) -> str:
