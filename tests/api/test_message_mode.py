@@ -6,6 +6,7 @@ was in flight."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
@@ -138,11 +139,10 @@ def test_out_of_receives_to_the_dead_letter_topic(shared_server: Server) -> None
     assert lag(srv, topic) == 0
 
 
-def test_a_long_poll_is_woken_by_a_produce(shared_server: Server) -> None:
-    srv = shared_server
-    topic, ptoken, ctoken = setup(srv)
-    import threading
-
+def waiting_receive(
+    srv: Server, topic: str, ctoken: str
+) -> tuple[threading.Thread, list[list[dict[str, Any]]]]:
+    """A receive (max 5, wait 20 s) in a thread, once it waits: (the thread, what it got)."""
     got: list[list[dict[str, Any]]] = []
     waiter = threading.Thread(target=lambda: got.append(receive(srv, topic, ctoken, max=5, wait=20)))
     waiter.start()
@@ -152,6 +152,13 @@ def test_a_long_poll_is_woken_by_a_produce(shared_server: Server) -> None:
         return metric_samples(httpx.get(srv.url + "/metrics", timeout=10).text).get(name, 0) >= 1
 
     wait_until(waiting, 20, "the receive to wait")
+    return waiter, got
+
+
+def test_a_long_poll_is_woken_by_a_produce(shared_server: Server) -> None:
+    srv = shared_server
+    topic, ptoken, ctoken = setup(srv)
+    waiter, got = waiting_receive(srv, topic, ctoken)
     produce(srv, topic, ptoken, 1)
     waiter.join(25)
     assert got and len(got[0]) == 1
@@ -162,17 +169,7 @@ def test_a_long_poll_begun_before_a_pause_hands_out_nothing_produced_after_it(sh
     delivered to its endpoint (CI, this stop). The poll now asks again when it wakes."""
     srv = shared_server
     topic, ptoken, ctoken = setup(srv)
-    import threading
-
-    got: list[list[dict[str, Any]]] = []
-    waiter = threading.Thread(target=lambda: got.append(receive(srv, topic, ctoken, max=5, wait=20)))
-    waiter.start()
-    name = f'mqgate_waiting_pulls{{consumer="{topic}-c"}}'
-
-    def waiting() -> bool:
-        return metric_samples(httpx.get(srv.url + "/metrics", timeout=10).text).get(name, 0) >= 1
-
-    wait_until(waiting, 20, "the receive to wait")
+    waiter, got = waiting_receive(srv, topic, ctoken)
     srv.admin("POST", f"/admin/consumers/{topic}-c/pause")
     produce(srv, topic, ptoken, 1)
     waiter.join(25)
