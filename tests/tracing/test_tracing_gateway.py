@@ -274,7 +274,7 @@ def test_a_policy_made_on_one_gateway_traces_on_another(gateways: Any) -> None: 
         msg_id = client_b.produce("mt-p", "m").json()["result"]["msgId"]
         return bool(traces(a, msgId=msg_id)["paths"])
 
-    wait_until(traced_on_b, 3, "B to trace by A's policy", interval_s=0.2)
+    wait_until(traced_on_b, 15, "B to trace by A's policy (its refresh is 60 s)", interval_s=0.2)
     client_b.close()
 
 
