@@ -497,18 +497,7 @@ def test_required_lists_are_those_of_each_output_shape() -> None:
 
 def test_the_signature_hmac_is_rfc_2104_hmac_sha256() -> None:
     rng = random.Random(33)
-    keys = [b"", b"k", bytes(32), bytes(range(64)), bytes(range(65)), bytes(200), os.urandom(32)]
-    keys += [sigv4.signing_key("s", "20250304", "us-east-1")]
-    for key in keys:
-        for size in (0, 1, 55, 64, 200, 3000):
-            message = rng.randbytes(size)
-            assert sigv4._hmac_hex(key, message) == hmac.new(key, message, hashlib.sha256).hexdigest()
-            # Kept pads are copied, never consumed: the same again.
-            assert sigv4._hmac_hex(key, message) == hmac.new(key, message, hashlib.sha256).hexdigest()
-
-
-def test_the_kept_pads_are_bounded_and_per_key() -> None:
-    for i in range(sigv4._SIGNING_KEYS_KEPT + 10):
-        key = sigv4.signing_key(f"secret-{i}", "20250304", "us-east-1")
-        assert sigv4._hmac_hex(key, b"to sign") == hmac.new(key, b"to sign", hashlib.sha256).hexdigest()
-        assert len(sigv4._PADS) <= sigv4._SIGNING_KEYS_KEPT
+    key = sigv4.signing_key("s", "20250304", "us-east-1")
+    for size in (0, 1, 55, 64, 200, 3000):
+        message = rng.randbytes(size)
+        assert sigv4._hmac_hex(key, message) == hmac.new(key, message, hashlib.sha256).hexdigest()

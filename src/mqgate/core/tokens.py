@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import re
 from typing import Final, TypeVar
 
 import msgspec
 
+from mqgate.core.mac import hmac_sha256
 from mqgate.errors import BadRequest, Forbidden
 
 T = TypeVar("T")
@@ -66,7 +66,7 @@ _ticket_decoder: Final = msgspec.msgpack.Decoder(StreamTicket)
 
 
 def _mac(secret: bytes, payload: bytes) -> bytes:
-    return hmac.new(secret, payload, hashlib.sha256).digest()[:MAC_BYTES]
+    return hmac_sha256(secret, payload)[:MAC_BYTES]
 
 
 def encode_token(token: AckToken, secret: bytes) -> str:

@@ -48,6 +48,7 @@ from email.utils import parsedate_tz
 from typing import Final, NamedTuple
 from urllib.parse import quote, unquote_to_bytes
 
+from mqgate.core.mac import hmac_sha256
 from mqgate.errors import MqgateError
 
 ALGORITHM: Final = "AWS4-HMAC-SHA256"
@@ -604,31 +605,7 @@ def _sha256_hex(text: str) -> str:
 
 
 def _hmac_hex(key: bytes, message: bytes) -> str:
-    """HMAC-SHA256 of `message` under a signing key, in hex: RFC 2104 over SHA-256 states primed
-    with the key's inner and outer pads, kept per key. Not `hmac.digest`: that one-shot releases
-    the GIL around every HMAC, and the event loop then waits to get it back from the store's
-    threads; nor `hmac.new`, which pays for its Python object each time."""
-    pads = _PADS.get(key)
-    if pads is None:
-        if len(_PADS) >= _SIGNING_KEYS_KEPT:
-            _PADS.clear()
-        short = key if len(key) <= _SHA256_BLOCK else hashlib.sha256(key).digest()
-        block = short.ljust(_SHA256_BLOCK, b"\0")
-        pads = _PADS[key] = (
-            hashlib.sha256(block.translate(_INNER_PAD)),
-            hashlib.sha256(block.translate(_OUTER_PAD)),
-        )
-    inner = pads[0].copy()
-    inner.update(message)
-    outer = pads[1].copy()
-    outer.update(inner.digest())
-    return outer.hexdigest()
-
-
-_SHA256_BLOCK: Final = 64
-_INNER_PAD: Final = bytes(b ^ 0x36 for b in range(256))
-_OUTER_PAD: Final = bytes(b ^ 0x5C for b in range(256))
-_PADS: dict[bytes, tuple[hashlib._Hash, hashlib._Hash]] = {}
+    return hmac_sha256(key, message).hex()
 
 
 @functools.lru_cache(maxsize=_SIGNING_KEYS_KEPT)
