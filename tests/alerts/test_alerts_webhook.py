@@ -12,6 +12,7 @@ import hmac
 import json
 import re
 import socket
+import statistics
 import threading
 import time
 from collections.abc import Iterator
@@ -275,7 +276,11 @@ def test_a_hanging_webhook_is_counted_and_disturbs_nothing(tmp_path: Path) -> No
             produce(server, ptoken, "busy-p", 5)
             assert drain(server, "busy", "busy-c", ctoken) == 5
             rounds.append(time.monotonic() - started)
-        assert len(rounds) >= 5 and max(rounds) < ATTEMPT_S / 2, rounds
+        # Not held up by the hanging attempts: a held round would wait out one (6 s). A loaded
+        # CI machine took up to 3.8 s for a round (median 1.6); a quiet one about 0.05.
+        assert len(rounds) >= 5 and statistics.median(rounds) < ATTEMPT_S / 2 and max(rounds) < ATTEMPT_S, (
+            rounds
+        )
         assert metric(server, "mqgate_alert_webhook_errors_total", reason="timeout") >= 2
         assert metric(server, "mqgate_alert_notifications_total", status="firing", outcome="sent") == 0
         assert "alert webhook: gave up on firing lag:busy-watch" in server.log_tail()
