@@ -6,6 +6,7 @@ but the entry points (`mqgate serve`, `mqgate.app.create_app`)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import secrets
@@ -58,7 +59,7 @@ from mqgate.services.context import Context
 from mqgate.services.gateway import Gateway
 from mqgate.services.observers import Observers
 from mqgate.services.topology import Topology
-from mqgate.settings import Settings, load_settings
+from mqgate.settings import STORE_PROCESS_ENV, Settings, load_settings
 from mqgate.sqs.edge import SqsEdge, is_sqs_request
 from mqgate.sqs.service import SqsService
 from mqgate.sqs.tables import QueueTable
@@ -335,4 +336,8 @@ def create_app() -> Site:
     """Entry point for ASGI servers that import the app by name (`mqgate serve --workers N`
     starts each worker here): settings from `MQGATE_*`."""
     tune_for_serving()
-    return build_app(load_settings())
+    settings = load_settings()
+    store_process = os.environ.get(STORE_PROCESS_ENV)
+    if store_process and not settings.uses_redis:
+        settings = dataclasses.replace(settings, store_process=store_process)
+    return build_app(settings)

@@ -61,6 +61,42 @@ def backends_for(settings: Settings, health: Health | None = None) -> Backends:
             functools.partial(redisio.close_idle_connections, client),
         )
     health = health or Health()
+    if settings.store_process:
+        return remote_backends(settings, health)
+    return embedded_backends(settings, health)
+
+
+def remote_backends(settings: Settings, health: Health) -> Backends:
+    """A worker of `mqgate serve --workers N` on the embedded store: its store process's."""
+    from mqgate.offsets.backends.remote import RemoteOffsetStore
+    from mqgate.scheduler.backends.remote import RemoteScheduler
+    from mqgate.store.backends.remote import RemoteStore
+    from mqgate.storeproc.client import StoreClient
+    from mqgate.storeproc.health_mirror import HealthMirror
+    from mqgate.storeproc.notices import StoreProcessNotices
+
+    client = StoreClient(Path(settings.store_process))
+    mirror = HealthMirror(client, health)
+
+    async def start() -> None:
+        mirror.start()
+
+    async def stop() -> None:
+        await mirror.stop()
+        await client.close()
+
+    return Backends(
+        RemoteStore(client, settings.broker_name),
+        RemoteOffsetStore(client),
+        RemoteScheduler(client),
+        start,
+        stop,
+        StoreProcessNotices(client),
+    )
+
+
+def embedded_backends(settings: Settings, health: Health) -> Backends:
+    """The embedded store's backends, owned by this process (a gateway, or a store process)."""
     committer = GroupCommitter(settings.fsync_interval_ms, health)
     store = EmbeddedStore(
         Path(settings.data_dir),

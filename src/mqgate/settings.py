@@ -19,6 +19,8 @@ from mqgate.names import validate_name
 KIB: Final = 1024
 MIB: Final = 1024 * KIB
 ENV_PREFIX: Final = "MQGATE_"
+# Set by `mqgate serve --workers N` on the embedded store for its workers: the store process's socket.
+STORE_PROCESS_ENV: Final = ENV_PREFIX + "STORE_PROCESS"
 REDIS_SCHEMES: Final = ("redis://", "rediss://", "unix://", "redis+cluster://", "redis+sentinel://")
 MAX_WORKERS: Final = 64
 
@@ -47,7 +49,8 @@ class Settings:
     # SQLAlchemy URL of the registry; empty means an SQLite file in the data directory.
     # Gateways on several machines share one registry: use PostgreSQL.
     registry: str = ""
-    # Gateway processes `mqgate serve` starts on one port (more than 1 needs a Redis store).
+    # Gateway processes `mqgate serve` starts on one port. On the embedded store, more than one
+    # runs beside a store process that owns the data directory's files (docs/WORKERS.md).
     workers: int = 1
     # Empty means: generate one on first start and keep it in <data_dir>/admin.token.
     admin_token: str = ""
@@ -174,6 +177,9 @@ class Settings:
     failover_check_s: float = 1.0
     failover_failback_dwell_s: float = 60.0
     spool_max_bytes: int = 256 * MIB
+    # The store process's socket, for a worker of `mqgate serve --workers N` on the embedded
+    # store (set by the serve command, from MQGATE_STORE_PROCESS); empty: the backends in process.
+    store_process: str = field(default="", metadata={"internal": True})
     # Where each setting that is not its default came from ("file <path>", "env MQGATE_…",
     # "command line"): filled by load_settings, shown to admins (the console's settings page).
     sources: dict[str, str] = field(
@@ -315,10 +321,4 @@ def load_settings(
         raise BadRequest("disk_free_floor_bytes must be 0 (off) or more", field="disk_free_floor_bytes")
     if not 1 <= settings.workers <= MAX_WORKERS:
         raise BadRequest(f"workers must be between 1 and {MAX_WORKERS}", field="workers")
-    if settings.workers > 1 and not settings.uses_redis:
-        raise BadRequest(
-            "workers > 1 needs a shared store (store = 'redis://...'): the embedded store "
-            "belongs to one process",
-            field="workers",
-        )
     return settings

@@ -28,7 +28,11 @@ def add_parser(commands: Any) -> None:
     serve.add_argument("--fsync", help="always (default) or interval:<ms>")
     serve.add_argument("--store", help="embedded (default) or a Redis URL, e.g. redis://127.0.0.1:6379/0")
     serve.add_argument("--registry", help="SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db")
-    serve.add_argument("--workers", type=int, help="gateway processes on this port (needs --store redis://)")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        help="gateway processes on this port (embedded store: beside a store process owning its files)",
+    )
     serve.set_defaults(func=run)
 
 
@@ -72,5 +76,18 @@ def run(args: argparse.Namespace) -> int:
     for name, value in flags.items():
         if value is not None:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
-    uvicorn.run("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
+    store_process = None
+    if not settings.uses_redis:
+        from mqgate.settings import STORE_PROCESS_ENV
+        from mqgate.storeproc.supervisor import StoreProcess
+
+        # One process owns the data directory's files; the workers call it (docs/WORKERS.md).
+        store_process = StoreProcess(Path(settings.data_dir))
+        store_process.start()
+        os.environ[STORE_PROCESS_ENV] = str(store_process.path)
+    try:
+        uvicorn.run("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
+    finally:
+        if store_process is not None:
+            store_process.stop()
     return 0

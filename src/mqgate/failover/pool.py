@@ -104,7 +104,9 @@ def cluster_settings(base: Settings, spec: ClusterSpec) -> Settings:
         directory = url[len(EMBEDDED_PREFIX) :]
         if not directory:
             raise BadRequest("an embedded cluster is 'embedded:<data directory>'", field="url")
-        return dataclasses.replace(base, store="embedded", data_dir=Path(directory), broker_name=broker)
+        return dataclasses.replace(
+            base, store="embedded", data_dir=Path(directory), broker_name=broker, store_process=""
+        )
     settings = dataclasses.replace(base, store=url, broker_name=broker)
     if not settings.uses_redis:
         raise BadRequest(f"a cluster url is a Redis URL or 'embedded:<dir>', not {url!r}", field="url")

@@ -1,0 +1,232 @@
+"""The store process: the embedded backends of one data directory, served to gateway workers.
+
+Each call runs as its own task, so a long poll (`wait_for_data`, the scheduler's `wait`) holds
+up nothing else; a worker that cancels a call (its request went away) cancels that task. The
+backends are the same objects a single-process gateway uses, so every guarantee of theirs (one
+writer per file, the group commit, crash recovery, the disk-full floor) holds unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import struct
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Final, cast
+
+from mqgate.errors import MqgateError, StorageError
+from mqgate.health import Health
+from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FrameReader, frame
+
+log = logging.getLogger(__name__)
+
+# What a worker may call on each backend: the contract's methods that run in the store
+# process. Not `open`/`close` (the store process owns its backends' life), not `watch` or
+# `wake_all` (a worker's own listeners and long polls), not the properties.
+STORE_METHODS: Final = frozenset(
+    {
+        "create_topic",
+        "delete_topic",
+        "append",
+        "append_many",
+        "append_encoded",
+        "read",
+        "read_raw",
+        "bounds",
+        "queue_bytes",
+        "offset_for_time",
+        "wait_for_data",
+        "wake",
+        "enforce_retention",
+    }
+)
+OFFSETS_METHODS: Final = frozenset(
+    {
+        "ensure_table",
+        "table",
+        "clients",
+        "lease",
+        "ack",
+        "release",
+        "extend",
+        "record_dead_letters",
+        "add_dead_letters",
+        "receive",
+        "delete_message",
+        "change_visibility",
+        "receipt_counts",
+        "reset",
+        "advance",
+        "expire_clients",
+        "drop_group",
+        "take_tokens",
+        "return_tokens",
+    }
+)
+SCHEDULER_METHODS: Final = frozenset(
+    {"hold", "claim_due", "settle", "next_due_ms", "wait", "held_for", "stats"}
+)
+_PEERCRED: Final = struct.Struct("3i")
+
+
+class StoreServer:
+    def __init__(self, store: Any, offsets: Any, scheduler: Any, health: Health) -> None:
+        self.health = health
+        self._methods: dict[int, dict[str, Callable[..., Any]]] = {
+            STORE: {name: getattr(store, name) for name in STORE_METHODS},
+            OFFSETS: {name: getattr(offsets, name) for name in OFFSETS_METHODS},
+            SCHEDULER: {name: getattr(scheduler, name) for name in SCHEDULER_METHODS},
+            CONTROL: {"health": health.snapshot, "subscribe": self._subscribe, "announce": self._announce},
+        }
+        self._connections: set[_ServerConnection] = set()
+        self._subscribers: set[_ServerConnection] = set()
+        self._current: _ServerConnection | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self.calls = 0
+
+    async def start(self, path: Path) -> None:
+        with_suffix = path.with_name(path.name + ".new")
+        with_suffix.unlink(missing_ok=True)
+        loop = asyncio.get_running_loop()
+        # Made under another name and renamed into place once it has its mode: a worker never
+        # connects to a socket that is not ready, nor to one another user could have opened.
+        old = os.umask(0o177)
+        try:
+            self._server = await loop.create_unix_server(lambda: _ServerConnection(self), str(with_suffix))
+        finally:
+            os.umask(old)
+        os.replace(with_suffix, path)
+        log.info("store process serving %s", path)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self._connections):
+            connection.close()
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    def method(self, target: int, name: str) -> Callable[..., Any] | None:
+        methods = self._methods.get(target)
+        return None if methods is None else methods.get(name)
+
+    def _subscribe(self) -> None:
+        assert self._current is not None
+        self._subscribers.add(self._current)
+
+    def _announce(self, version: int) -> None:
+        notice = frame((0, NOTICE, version))
+        for connection in self._subscribers:
+            connection.send(notice)
+
+
+class _ServerConnection(asyncio.Protocol):
+    def __init__(self, server: StoreServer) -> None:
+        self.server = server
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader()
+        self.tasks: dict[int, asyncio.Task[None]] = {}
+        self.out: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+            _pid, uid, _gid = _PEERCRED.unpack(creds)
+            if uid != os.getuid():
+                log.error("store process: refused a connection from uid %d", uid)
+                transport.close()
+                return
+        self.server._connections.add(self)
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def send(self, data: bytes) -> None:
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.out.append(data)
+
+    def flush(self) -> None:
+        out, self.out = self.out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            frames = self.reader.feed(data)
+        except Exception as exc:
+            log.error("store process: unreadable call (%s); closing the connection", exc)
+            self.close()
+            return
+        server = self.server
+        for call_id, target, name, args, kwargs in frames:
+            server.calls += 1
+            if target == CANCEL:
+                task = self.tasks.pop(call_id, None)
+                if task is not None:
+                    task.cancel()
+                continue
+            method = server.method(target, name)
+            if method is None:
+                self.reply(call_id, False, StorageError(f"the store process has no method {target}.{name}"))
+                continue
+            server._current = self
+            try:
+                result = method(*args, **kwargs)
+            except Exception as exc:
+                self.reply(call_id, False, _as_error(exc, name))
+                continue
+            finally:
+                server._current = None
+            if asyncio.iscoroutine(result):
+                task = asyncio.get_running_loop().create_task(self.finish(call_id, name, result))
+                if call_id and not task.done():
+                    self.tasks[call_id] = task
+            else:
+                self.reply(call_id, True, result)
+
+    async def finish(self, call_id: int, name: str, call: Any) -> None:
+        try:
+            value = await call
+        except asyncio.CancelledError:
+            return  # the worker cancelled it: it waits for no answer
+        except Exception as exc:
+            self.reply(call_id, False, _as_error(exc, name))
+        else:
+            self.reply(call_id, True, value)
+        finally:
+            self.tasks.pop(call_id, None)
+
+    def reply(self, call_id: int, ok: bool, value: Any) -> None:
+        if not call_id:
+            if not ok:
+                log.error("store process: a call without an answer failed: %s", value)
+            return
+        try:
+            data = frame((call_id, ok, value))
+        except Exception as exc:  # an answer that cannot travel: say so rather than hang the call
+            log.exception("store process: an answer could not be encoded")
+            data = frame(
+                (call_id, False, StorageError(f"the store process could not send its answer: {exc}"))
+            )
+        self.send(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.server._connections.discard(self)
+        self.server._subscribers.discard(self)
+        for task in self.tasks.values():
+            task.cancel()
+        self.tasks.clear()
+
+
+def _as_error(exc: Exception, name: str) -> MqgateError:
+    if isinstance(exc, MqgateError):
+        return exc
+    log.error("store process: %s failed", name, exc_info=exc)
+    return StorageError(f"the store process failed in {name}: {type(exc).__name__}: {exc}")
