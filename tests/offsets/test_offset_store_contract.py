@@ -17,8 +17,10 @@ from mqgate.durable.group_commit import GroupCommitter
 from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.backends.redis import RedisOffsetStore
+from mqgate.offsets.backends.remote import RemoteOffsetStore
 from mqgate.offsets.interface import Lease, OffsetStore
 from tests.conftest import require_service
+from tests.storeproc.served import Served
 
 NOW = 10_000_000
 LEASE = {"max_count": 10, "lock_timeout_ms": 1000, "max_attempts": 3, "owner": "t"}
@@ -55,7 +57,15 @@ async def redis_backend(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable
     return store, close
 
 
-BACKENDS = {"embedded": embedded, "redis": redis_backend}
+async def remote(path: Path) -> tuple[OffsetStore, Callable[[], Awaitable[None]]]:
+    """The embedded offset store behind a store process's server (`serve --workers N`)."""
+    served = await Served(path).start()
+    store = RemoteOffsetStore(await served.client())
+    await store.open()
+    return store, served.stop
+
+
+BACKENDS = {"embedded": embedded, "redis": redis_backend, "remote": remote}
 
 
 def redis_test_prefix() -> str:

@@ -23,8 +23,10 @@ from mqgate.redisio import connect
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.backends.redis import RedisScheduler
 from mqgate.scheduler.backends.redis.scheduler import MOVE_CAP
+from mqgate.scheduler.backends.remote import RemoteScheduler
 from mqgate.scheduler.interface import Destination, Due, Scheduler
 from tests.conftest import require_service
+from tests.storeproc.served import Served
 
 NOW = 1_763_000_000_000
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -119,7 +121,34 @@ async def redis_backend(tmp_path: Path) -> AsyncIterator[RedisHarness]:
             await cleaner.aclose()
 
 
-BACKENDS = {"embedded": embedded, "redis": redis_backend}
+class RemoteHarness:
+    """The embedded scheduler behind a store process's server (`serve --workers N`); a peer
+    is another worker's connection."""
+
+    def __init__(self, served: Served) -> None:
+        self.served = served
+        self.scheduler: Scheduler = RemoteScheduler(served.clients[0])
+
+    async def reopen(self) -> Scheduler:
+        await self.served.restart()
+        self.scheduler = RemoteScheduler(await self.served.client())
+        return self.scheduler
+
+    async def peer(self) -> Scheduler:
+        return RemoteScheduler(await self.served.client())
+
+
+@asynccontextmanager
+async def remote(tmp_path: Path) -> AsyncIterator[RemoteHarness]:
+    served = await Served(tmp_path).start()
+    await served.client()
+    try:
+        yield RemoteHarness(served)
+    finally:
+        await served.stop()
+
+
+BACKENDS = {"embedded": embedded, "redis": redis_backend, "remote": remote}
 Body = Callable[[Harness], Awaitable[None]]
 
 

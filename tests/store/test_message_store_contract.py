@@ -1,7 +1,8 @@
 """The message-store contract, one suite for every backend.
 
 "redis" runs against the machine's Redis on 6379 with a random key prefix per test and
-deletes its own keys afterwards (the server is shared: never FLUSHDB).
+deletes its own keys afterwards (the server is shared: never FLUSHDB). "remote" is the
+embedded store served by a store process's server (`serve --workers N`), in the test's loop.
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ from mqgate.errors import BadRequest, MqgateError, NotFound
 from mqgate.model import StoredMessage
 from mqgate.redisio import connect
 from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.backends.remote import RemoteStore
 from mqgate.store.interface import Companions, MessageStore, TopicConfig
 from tests.conftest import require_service
+from tests.storeproc.served import Served
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 REDIS_URL = "redis://127.0.0.1:6379/0"
@@ -42,11 +45,16 @@ class Harness:
         self.prefix = f"test-{secrets.token_hex(6)}"
         self.client: Any = None
         self.opened: list[MessageStore] = []
+        self.served: Served | None = None
 
     async def open(self) -> MessageStore:
         store: MessageStore
         if self.kind == "embedded":
             store = EmbeddedStore(self.tmp_path, segment_bytes=SEGMENT_BYTES)
+        elif self.kind == "remote":
+            if self.served is None:
+                self.served = await Served(self.tmp_path, segment_bytes=SEGMENT_BYTES).start()
+            store = RemoteStore(await self.served.client(), "local")
         else:
             from mqgate.store.backends.redis import RedisStore
 
@@ -60,11 +68,15 @@ class Harness:
     async def reopen(self, store: MessageStore) -> MessageStore:
         await store.close()
         self.opened.remove(store)
+        if self.served is not None:  # a restart of the store process
+            await self.served.restart()
         return await self.open()
 
     async def cleanup(self) -> None:
         for store in self.opened:
             await store.close()
+        if self.served is not None:
+            await self.served.stop()
         if self.client is not None:
             keys = [k async for k in self.client.scan_iter(match=self.prefix + ":*", count=1000)]
             if keys:
@@ -72,7 +84,7 @@ class Harness:
             await self.client.aclose()
 
 
-@pytest.fixture(params=["embedded", "redis"])
+@pytest.fixture(params=["embedded", "redis", "remote"])
 def kind(request: pytest.FixtureRequest) -> str:
     if request.param == "redis":
         require_service("127.0.0.1", 6379, "Redis")

@@ -105,11 +105,28 @@ class StoreClient:
 
     async def call(self, target: int, method: str, *args: Any, **kwargs: Any) -> Any:
         connection = self._connection or await self._connected()
+        return await self._answer(connection, self._begin(connection, target, method, args, kwargs))
+
+    def started(self, target: int, method: str, *args: Any, **kwargs: Any) -> Awaitable[Any]:
+        """`call`, its frame sent before this returns when connected: the store process then
+        carries out a call made after this one (a wake-up after a long poll began) after it."""
+        connection = self._connection
+        if connection is None:
+            return self.call(target, method, *args, **kwargs)
+        return self._answer(connection, self._begin(connection, target, method, args, kwargs))
+
+    def _begin(
+        self, connection: _Connection, target: int, method: str, args: Any, kwargs: Any
+    ) -> tuple[int, asyncio.Future[Any]]:
         self._next_id += 1
         call_id = self._next_id
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._calls[call_id] = future
         connection.send(frame((call_id, target, method, args, kwargs)))
+        return call_id, future
+
+    async def _answer(self, connection: _Connection, begun: tuple[int, asyncio.Future[Any]]) -> Any:
+        call_id, future = begun
         try:
             return await future
         except asyncio.CancelledError:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, cast
 
-from mqgate.errors import MqgateError, StorageError
+from mqgate.errors import StorageError
 from mqgate.health import Health
 from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FrameReader, frame
 
@@ -69,6 +69,8 @@ OFFSETS_METHODS: Final = frozenset(
 SCHEDULER_METHODS: Final = frozenset(
     {"hold", "claim_due", "settle", "next_due_ms", "wait", "held_for", "stats"}
 )
+# The methods that are not coroutines: run in call order after the calls before them.
+_INLINE: Final = frozenset({"wake", "health", "topics", "subscribe", "announce"})
 _PEERCRED: Final = struct.Struct("3i")
 
 
@@ -79,7 +81,12 @@ class StoreServer:
             STORE: {name: getattr(store, name) for name in STORE_METHODS},
             OFFSETS: {name: getattr(offsets, name) for name in OFFSETS_METHODS},
             SCHEDULER: {name: getattr(scheduler, name) for name in SCHEDULER_METHODS},
-            CONTROL: {"health": health.snapshot, "subscribe": self._subscribe, "announce": self._announce},
+            CONTROL: {
+                "health": health.snapshot,
+                "topics": store.topic_names,
+                "subscribe": self._subscribe,
+                "announce": self._announce,
+            },
         }
         self._connections: set[_ServerConnection] = set()
         self._subscribers: set[_ServerConnection] = set()
@@ -176,28 +183,40 @@ class _ServerConnection(asyncio.Protocol):
             if method is None:
                 self.reply(call_id, False, StorageError(f"the store process has no method {target}.{name}"))
                 continue
-            server._current = self
+            if name in _INLINE:
+                # After the calls before it have begun (a long poll registers its waiter in its
+                # task's first step): a wake-up sent after a wait reaches that wait.
+                asyncio.get_running_loop().call_soon(self.run_inline, call_id, method, args, kwargs)
+                continue
             try:
                 result = method(*args, **kwargs)
             except Exception as exc:
-                self.reply(call_id, False, _as_error(exc, name))
+                self.reply(call_id, False, exc)
                 continue
-            finally:
-                server._current = None
-            if asyncio.iscoroutine(result):
-                task = asyncio.get_running_loop().create_task(self.finish(call_id, name, result))
-                if call_id and not task.done():
-                    self.tasks[call_id] = task
-            else:
-                self.reply(call_id, True, result)
+            task = asyncio.get_running_loop().create_task(self.finish(call_id, result))
+            if call_id and not task.done():
+                self.tasks[call_id] = task
 
-    async def finish(self, call_id: int, name: str, call: Any) -> None:
+    def run_inline(self, call_id: int, method: Callable[..., Any], args: Any, kwargs: Any) -> None:
+        self.server._current = self
+        try:
+            result = method(*args, **kwargs)
+        except Exception as exc:
+            self.reply(call_id, False, exc)
+        else:
+            self.reply(call_id, True, result)
+        finally:
+            self.server._current = None
+
+    async def finish(self, call_id: int, call: Any) -> None:
         try:
             value = await call
         except asyncio.CancelledError:
             return  # the worker cancelled it: it waits for no answer
         except Exception as exc:
-            self.reply(call_id, False, _as_error(exc, name))
+            # As the backend raised it (an unknown queue's IndexError too): the worker's caller
+            # sees what it would see in one process.
+            self.reply(call_id, False, exc)
         else:
             self.reply(call_id, True, value)
         finally:
@@ -223,10 +242,3 @@ class _ServerConnection(asyncio.Protocol):
         for task in self.tasks.values():
             task.cancel()
         self.tasks.clear()
-
-
-def _as_error(exc: Exception, name: str) -> MqgateError:
-    if isinstance(exc, MqgateError):
-        return exc
-    log.error("store process: %s failed", name, exc_info=exc)
-    return StorageError(f"the store process failed in {name}: {type(exc).__name__}: {exc}")

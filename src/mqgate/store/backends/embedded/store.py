@@ -311,6 +311,10 @@ class EmbeddedStore:
     def forget_topic(self, topic: str) -> None:
         """One process owns an embedded store: no other gateway can have deleted a topic."""
 
+    def topic_names(self) -> list[str]:
+        """The topics this store serves (its store process tells a worker that opens)."""
+        return list(self._topics)
+
     def has_topic(self, topic: str) -> bool:
         return topic in self._topics
 

@@ -16,7 +16,7 @@ from mqgate.model import QueueBounds, StoredMessage
 from mqgate.store.interface import Companions, Encoded, TopicConfig, TopicListener, write_companions
 from mqgate.store.waiters import ANY_READER, Reader
 from mqgate.storeproc.client import StoreClient
-from mqgate.storeproc.wire import STORE
+from mqgate.storeproc.wire import CONTROL, STORE
 
 
 class RemoteStore:
@@ -37,7 +37,7 @@ class RemoteStore:
         return False
 
     async def open(self) -> None:
-        await self._client.connect()
+        self._topics = set(await self._client.call(CONTROL, "topics"))
 
     async def close(self) -> None:
         self.wake_all()
@@ -115,8 +115,9 @@ class RemoteStore:
         woken = self._woken
         if woken is None or woken.done():
             woken = self._woken = asyncio.get_running_loop().create_future()
+        # Asked before this returns to its caller: a wake-up sent after it reaches it.
         waiting = asyncio.ensure_future(
-            self._client.call(STORE, "wait_for_data", topic, timeout_s, reader, recheck_s)
+            self._client.started(STORE, "wait_for_data", topic, timeout_s, reader, recheck_s)
         )
         try:
             await asyncio.wait((waiting, woken), return_when=asyncio.FIRST_COMPLETED)
