@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqgate.health import Health
 from mqgate.settings import Settings
 from mqgate.storeproc.client import StoreClient
 from mqgate.storeproc.process import serve
@@ -19,13 +20,15 @@ class Served:
         self.settings = Settings(data_dir=data_dir, **settings)
         self.path = socket_path(data_dir)
         self.clients: list[StoreClient] = []
+        self.health: Health | None = None
         self._stop: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
 
     async def start(self) -> Served:
         self.path.unlink(missing_ok=True)
         self._stop = asyncio.Event()
-        self._task = asyncio.create_task(serve(self.settings, self._stop))
+        self.health = Health()
+        self._task = asyncio.create_task(serve(self.settings, self._stop, health=self.health))
         deadline = time.monotonic() + 30
         while not self.path.exists():  # made (renamed into place) once the backends are open
             if self._task.done():

@@ -18,11 +18,16 @@ from mqgate.storeproc.wire import socket_path
 log = logging.getLogger(__name__)
 
 
-async def serve(settings: Settings, stop: asyncio.Event | None = None, parent_pid: int | None = None) -> None:
+async def serve(
+    settings: Settings,
+    stop: asyncio.Event | None = None,
+    parent_pid: int | None = None,
+    health: Health | None = None,
+) -> None:
     """Serve until `stop` is set (default: SIGTERM), or `parent_pid` is no longer this
     process's parent (the serve command was killed: its data directory must not stay locked
     by an orphan)."""
-    health = Health()
+    health = health or Health()
     backends = embedded_backends(settings, health)
     await backends.start()
     store, offsets, scheduler = backends.store, backends.offsets, backends.scheduler

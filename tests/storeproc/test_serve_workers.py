@@ -1,0 +1,179 @@
+"""`mqgate serve --workers N` on the embedded store: N gateway processes on one port beside a
+store process that owns the data directory's files (real processes, real kills)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.conftest import Client, Server, wait_until
+
+# Starts gateways process by process: `make test` runs it, `make test-fast` leaves it out.
+pytestmark = pytest.mark.slow
+
+
+def children(parent: int) -> dict[int, bytes]:
+    """The live processes whose parent is `parent`, with their command lines."""
+    found: dict[int, bytes] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+        if int(ppid) == parent and state != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def store_process_pid(serve_pid: int) -> int | None:
+    """The store process the serve command started (its child running mqgate.storeproc)."""
+    pids = [pid for pid, cmdline in children(serve_pid).items() if b"mqgate.storeproc" in cmdline]
+    return pids[0] if pids else None
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def drain(client: Client, topic: str, expected: int) -> list[str]:
+    seen: list[str] = []
+    deadline = time.monotonic() + 60
+    while len(seen) < expected and time.monotonic() < deadline:
+        result = client.pull(topic, f"{topic}-c", max=100, wait=1).json()["result"]
+        if result["status"] != "FOUND":
+            continue
+        seen += [m["message"] for m in result["msgList"]]
+        assert client.call("/mq/ack", consumer=f"{topic}-c", requestId=result["requestId"]).status_code == 200
+    return seen
+
+
+def test_workers_share_the_store_process_messages_offsets_and_registry(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data", extra_args=["--workers", "2"]).start()
+    try:
+        assert srv.proc is not None
+        pids = set()
+        deadline = time.monotonic() + 20
+        while len(pids) < 2 and time.monotonic() < deadline:
+            with httpx.Client(base_url=srv.url) as fresh:  # a new connection: any worker
+                pids.add(fresh.get("/healthz").json()["result"]["pid"])
+        assert len(pids) == 2, pids
+        store_pid = store_process_pid(srv.proc.pid)
+        assert store_pid is not None and store_pid not in pids
+        ptoken, ctoken = srv.setup_topic("w", queues=4)
+        # Fresh connections land on either worker; each one's produce is in the one store.
+        for i in range(40):
+            with httpx.Client(base_url=srv.url) as fresh:
+                r = fresh.post(
+                    "/mq/produce",
+                    json={"producer": "w-p", "message": f"m{i}"},
+                    headers={"Authorization": f"Bearer {ptoken}"},
+                )
+                assert r.status_code == 200, r.text
+        client = Client(srv, ptoken, ctoken)
+        assert sorted(drain(client, "w", 40)) == sorted(f"m{i}" for i in range(40))
+        progress = srv.admin("GET", "/admin/consumers/w-c/progress")
+        assert progress["lag"] == 0 and sum(q["committed"] for q in progress["queues"]) == 40
+        client.close()
+    finally:
+        srv.stop()
+    assert store_pid is not None
+    wait_until(lambda: not alive(store_pid), 10, "the store process to stop with the serve command")
+
+
+def test_kill9_of_the_store_process_under_load_loses_nothing_acknowledged(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data", extra_args=["--workers", "2"]).start()
+    try:
+        assert srv.proc is not None
+        ptoken, ctoken = srv.setup_topic("k", queues=4)
+        acknowledged: list[str] = []
+        refused: list[int] = []
+        stop = threading.Event()
+
+        def produce(n: int) -> None:
+            with httpx.Client(base_url=srv.url, timeout=30) as http:
+                i = 0
+                while not stop.is_set():
+                    message = f"p{n}-{i}"
+                    i += 1
+                    try:
+                        r = http.post(
+                            "/mq/produce",
+                            json={"producer": "k-p", "message": message},
+                            headers={"Authorization": f"Bearer {ptoken}"},
+                        )
+                    except httpx.HTTPError:
+                        continue
+                    if r.status_code == 200:
+                        acknowledged.append(message)
+                    else:
+                        refused.append(r.status_code)
+
+        threads = [threading.Thread(target=produce, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        wait_until(lambda: len(acknowledged) >= 200, 30, "200 produces before the kill")
+        store_pid = store_process_pid(srv.proc.pid)
+        assert store_pid is not None
+        os.kill(store_pid, signal.SIGKILL)
+        # The serve command starts another; the workers reconnect to it.
+        wait_until(
+            lambda: (pid := store_process_pid(srv.proc.pid)) is not None and pid != store_pid,  # type: ignore[union-attr]
+            20,
+            "a new store process",
+        )
+        at_restart = len(acknowledged)
+        wait_until(lambda: len(acknowledged) >= at_restart + 200, 30, "200 produces after the restart")
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert set(refused) <= {503}, refused  # in flight at the kill: 503, to retry
+        client = Client(srv, ptoken, ctoken)
+        seen = drain(client, "k", len(acknowledged))
+        assert set(acknowledged) <= set(seen), len(set(acknowledged) - set(seen))
+        client.close()
+        assert "the store process exited" in srv.log_tail() or "restart 1" in (
+            (tmp_path / f"server-{srv.port}.log").read_text()
+        )
+        health = httpx.get(srv.url + "/healthz").json()["result"]
+        assert health["healthy"], health
+    finally:
+        srv.stop()
+
+
+def test_a_killed_serve_command_leaves_no_store_process_holding_the_data(tmp_path: Path) -> None:
+    srv = Server(tmp_path / "data", extra_args=["--workers", "2"]).start()
+    assert srv.proc is not None
+    ptoken, ctoken = srv.setup_topic("o", queues=2)
+    client = Client(srv, ptoken, ctoken)
+    assert client.produce("o-p", "kept").status_code == 200
+    client.close()
+    store_pid = store_process_pid(srv.proc.pid)
+    assert store_pid is not None
+    workers = [pid for pid in children(srv.proc.pid) if pid != store_pid]
+    srv.kill9()
+    # Orphaned, it notices and stops (closing its files), so the data directory is free again.
+    wait_until(lambda: not alive(store_pid), 15, "the orphaned store process to stop")
+    for pid in workers:  # uvicorn's workers outlive a killed parent: not this test's subject
+        os.kill(pid, signal.SIGKILL)
+    again = Server(srv.data_dir, admin_token=srv.admin_token).start()
+    try:
+        client = Client(again, ptoken, ctoken)
+        assert drain(client, "o", 1) == ["kept"]
+        client.close()
+    finally:
+        again.stop()

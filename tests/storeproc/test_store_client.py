@@ -1,0 +1,168 @@
+"""The store process's calls as workers see them: two connections are two workers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+import pytest
+
+from mqgate.errors import StorageError, Unavailable
+from mqgate.health import Health
+from mqgate.model import StoredMessage
+from mqgate.store.backends.remote import RemoteStore
+from mqgate.store.interface import TopicConfig
+from mqgate.storeproc.health_mirror import UNREACHABLE, HealthMirror
+from mqgate.storeproc.wire import HEADER, MAX_FRAME_BYTES, STORE, FrameReader, frame
+from tests.conftest import run_bounded
+from tests.storeproc.served import Served
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+
+
+def msg(i: int) -> StoredMessage:
+    return StoredMessage(f"id{i:08d}", 1_000, "p", f"m{i}", [], [], {})
+
+
+def test_a_produce_through_one_worker_wakes_a_long_poll_of_another(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            a, b = RemoteStore(await served.client(), "local"), RemoteStore(await served.client(), "local")
+            await a.create_topic(TopicConfig("t", 2, WEEK_MS))
+            waiter = asyncio.ensure_future(b.wait_for_data("t", 30))
+            await asyncio.sleep(0)
+            started = time.monotonic()
+            await a.append("t", 0, [msg(1)])
+            await asyncio.wait_for(waiter, 20)
+            assert time.monotonic() - started < 20  # woken, not its 30 s timeout
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_a_cancelled_long_poll_takes_no_wake_up_from_a_live_one(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            a, b = RemoteStore(await served.client(), "local"), RemoteStore(await served.client(), "local")
+            await a.create_topic(TopicConfig("t", 1, WEEK_MS))
+            reader = ("c", "")
+            gone = asyncio.ensure_future(a.wait_for_data("t", 30, reader))
+            await asyncio.sleep(0.05)  # registered, and longest waiting of its reader
+            gone.cancel()
+            live = asyncio.ensure_future(b.wait_for_data("t", 30, reader))
+            await asyncio.sleep(0.05)
+            # One queue written: one waiter of the reader is woken, which must be the live one.
+            await a.append("t", 0, [msg(1)])
+            await asyncio.wait_for(live, 20)
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_a_lost_store_process_is_a_503_and_the_next_call_reconnects(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            store = RemoteStore(client, "local")
+            moved: list[str | None] = []
+            store.watch(moved.append)
+            await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+            await store.append("t", 0, [msg(1)])
+            served.clients.remove(client)  # keep it open across the restart
+            await served.restart()
+            moved.clear()
+            # The old connection is gone; the first call finds out, or connects anew.
+            with contextlib.suppress(Unavailable):
+                await store.bounds("t")
+            assert [b.max for b in await store.bounds("t")] == [1]  # recovered from its files
+            assert None in moved  # told that anything may have moved meanwhile
+            await served.stop()
+            with pytest.raises(Unavailable):
+                await store.bounds("t")
+            await client.close()
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_registry_notices_reach_every_other_worker(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            a, b = await served.client(), await served.client()
+            heard: asyncio.Queue[int] = asyncio.Queue()
+
+            async def on_notice(version: int) -> None:
+                await heard.put(version)
+
+            await b.listen(on_notice)
+            await a.announce(42)
+            assert await asyncio.wait_for(heard.get(), 20) == 42
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_a_worker_shows_the_store_process_faults_and_when_it_cannot_reach_it(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            local = Health()
+            mirror = HealthMirror(client, local)
+            served_health = served.health
+            assert served_health is not None
+            served_health.fault("message_log", "torn_tail_cut", "q0 cut at 17", count=2)
+            served_health.degrade("disk_full", "below the floor")
+            await mirror.poll()
+            assert local.count("message_log", "torn_tail_cut") == 2
+            assert local.degraded == {"disk_full": "below the floor"}
+            served_health.fault("message_log", "torn_tail_cut", "q1 cut at 9")
+            served_health.restore("disk_full")
+            await mirror.poll()
+            assert local.count("message_log", "torn_tail_cut") == 3  # counted once each
+            assert local.degraded == {}
+            served.clients.remove(client)
+            await served.stop()
+            await mirror.poll()
+            assert UNREACHABLE in local.degraded
+            await client.close()
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_a_worker_can_call_the_contract_only(tmp_path: Path) -> None:
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            with pytest.raises(StorageError, match="no method"):
+                await client.call(STORE, "close")  # the store process owns its backends' life
+            with pytest.raises(StorageError, match="no method"):
+                await client.call(STORE, "_topics")
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_frames_split_anywhere_are_read_whole_and_an_oversized_one_is_refused() -> None:
+    data = frame((1, True, "x" * 1000)) + frame((2, False, None))
+    reader = FrameReader()
+    got = []
+    for i in range(0, len(data), 7):
+        got += reader.feed(data[i : i + 7])
+    assert got == [(1, True, "x" * 1000), (2, False, None)]
+    with pytest.raises(ValueError, match="frame of"):
+        FrameReader().feed(HEADER.pack(MAX_FRAME_BYTES + 1))
