@@ -69,8 +69,11 @@ OFFSETS_METHODS: Final = frozenset(
 SCHEDULER_METHODS: Final = frozenset(
     {"hold", "claim_due", "settle", "next_due_ms", "wait", "held_for", "stats"}
 )
-# The methods that are not coroutines: run in call order after the calls before them.
-_INLINE: Final = frozenset({"wake", "health", "topics", "subscribe", "announce"})
+# Calls whose first step must already run in a task of their own: the scheduler's wait
+# (asyncio.timeout). A backend method that starts to use the current task belongs here; the
+# remote contract suites fail without it ("Timeout should be used inside a task").
+_IN_A_TASK: Final = frozenset({(SCHEDULER, "wait")})
+_FIRST: Final = object()  # `resume` runs the call's first step itself
 _PEERCRED: Final = struct.Struct("3i")
 
 
@@ -183,42 +186,59 @@ class _ServerConnection(asyncio.Protocol):
             if method is None:
                 self.reply(call_id, False, StorageError(f"the store process has no method {target}.{name}"))
                 continue
-            if name in _INLINE:
-                # After the calls before it have begun (a long poll registers its waiter in its
-                # task's first step): a wake-up sent after a wait reaches that wait.
-                asyncio.get_running_loop().call_soon(self.run_inline, call_id, method, args, kwargs)
-                continue
+            server._current = self
             try:
-                result = method(*args, **kwargs)
+                call = method(*args, **kwargs)
+                if not asyncio.iscoroutine(call):
+                    self.reply(call_id, True, call)
+                    continue
+                # The call's first step runs now, in call order: most calls (bounds, reads, a
+                # lease) end in it without a task or a turn of the loop, and a long poll has
+                # registered its waiter before a wake-up sent after it is read. Not a call that
+                # needs to be in a task from its start (asyncio.timeout reads the current task).
+                yielded = _FIRST if (target, name) in _IN_A_TASK else call.send(None)
+            except StopIteration as done:
+                self.reply(call_id, True, done.value)
+                continue
             except Exception as exc:
                 self.reply(call_id, False, exc)
                 continue
-            task = asyncio.get_running_loop().create_task(self.finish(call_id, result))
+            finally:
+                server._current = None
+            task = asyncio.get_running_loop().create_task(self.resume(call_id, call, yielded))
             if call_id and not task.done():
                 self.tasks[call_id] = task
 
-    def run_inline(self, call_id: int, method: Callable[..., Any], args: Any, kwargs: Any) -> None:
-        self.server._current = self
+    async def resume(self, call_id: int, call: Any, yielded: Any) -> None:
+        """Drive a call whose first step waits on `yielded` (a future, or None for a bare turn
+        of the loop), as a task would have, to its answer."""
         try:
-            result = method(*args, **kwargs)
-        except Exception as exc:
-            self.reply(call_id, False, exc)
-        else:
-            self.reply(call_id, True, result)
-        finally:
-            self.server._current = None
-
-    async def finish(self, call_id: int, call: Any) -> None:
-        try:
-            value = await call
+            if yielded is _FIRST:
+                yielded = call.send(None)
+            while True:
+                cancelled = False
+                try:
+                    if yielded is None:
+                        await asyncio.sleep(0)
+                    else:
+                        # Taken over from the call, as a task does before it waits on it.
+                        yielded._asyncio_future_blocking = False
+                        await yielded
+                except asyncio.CancelledError:
+                    # This task was cancelled (the worker's cancel): the call hears it, from
+                    # its future or, if that had finished meanwhile, thrown in.
+                    cancelled = yielded is None or not yielded.cancelled()
+                except Exception:
+                    pass  # the call reads its future's outcome when it goes on
+                yielded = call.throw(asyncio.CancelledError()) if cancelled else call.send(None)
+        except StopIteration as done:
+            self.reply(call_id, True, done.value)
         except asyncio.CancelledError:
             return  # the worker cancelled it: it waits for no answer
         except Exception as exc:
             # As the backend raised it (an unknown queue's IndexError too): the worker's caller
             # sees what it would see in one process.
             self.reply(call_id, False, exc)
-        else:
-            self.reply(call_id, True, value)
         finally:
             self.tasks.pop(call_id, None)
 
