@@ -32,6 +32,7 @@ from bench import (
     sqs,
     store,
     trace,
+    workers,
 )
 from bench.procs import stop_on_sigterm
 
@@ -52,6 +53,7 @@ MODULES = (
     sqs,
     aliyun,
     push,
+    workers,
 )
 
 

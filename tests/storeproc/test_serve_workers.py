@@ -43,11 +43,10 @@ def store_process_pid(serve_pid: int) -> int | None:
 
 def alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
         return False
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
 
 
 def drain(client: Client, topic: str, expected: int) -> list[str]:
@@ -158,18 +157,22 @@ def test_kill9_of_the_store_process_under_load_loses_nothing_acknowledged(tmp_pa
 def test_a_killed_serve_command_leaves_no_store_process_holding_the_data(tmp_path: Path) -> None:
     srv = Server(tmp_path / "data", extra_args=["--workers", "2"]).start()
     assert srv.proc is not None
-    ptoken, ctoken = srv.setup_topic("o", queues=2)
-    client = Client(srv, ptoken, ctoken)
-    assert client.produce("o-p", "kept").status_code == 200
-    client.close()
-    store_pid = store_process_pid(srv.proc.pid)
-    assert store_pid is not None
-    workers = [pid for pid in children(srv.proc.pid) if pid != store_pid]
-    srv.kill9()
-    # Orphaned, it notices and stops (closing its files), so the data directory is free again.
-    wait_until(lambda: not alive(store_pid), 15, "the orphaned store process to stop")
-    for pid in workers:  # uvicorn's workers outlive a killed parent: not this test's subject
-        os.kill(pid, signal.SIGKILL)
+    spawned = children(srv.proc.pid)
+    try:
+        ptoken, ctoken = srv.setup_topic("o", queues=2)
+        client = Client(srv, ptoken, ctoken)
+        assert client.produce("o-p", "kept").status_code == 200
+        client.close()
+        store_pid = store_process_pid(srv.proc.pid)
+        assert store_pid is not None
+        srv.kill9()
+        # Orphaned, it notices and stops (closing its files), so the data directory is free again.
+        wait_until(lambda: not alive(store_pid), 15, "the orphaned store process to stop")
+    finally:
+        srv.stop()
+        for pid in spawned:  # uvicorn's workers outlive a killed parent: not this test's subject
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
     again = Server(srv.data_dir, admin_token=srv.admin_token).start()
     try:
         client = Client(again, ptoken, ctoken)

@@ -17,8 +17,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final, cast
 
-from mqgate.errors import StorageError
+from mqgate.errors import MqgateError, StorageError
 from mqgate.health import Health
+from mqgate.model import QueueBounds
 from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FrameReader, frame
 
 log = logging.getLogger(__name__)
@@ -80,6 +81,7 @@ _PEERCRED: Final = struct.Struct("3i")
 class StoreServer:
     def __init__(self, store: Any, offsets: Any, scheduler: Any, health: Health) -> None:
         self.health = health
+        self._store_bounds = store.bounds
         self._methods: dict[int, dict[str, Callable[..., Any]]] = {
             STORE: {name: getattr(store, name) for name in STORE_METHODS},
             OFFSETS: {name: getattr(offsets, name) for name in OFFSETS_METHODS},
@@ -87,6 +89,7 @@ class StoreServer:
             CONTROL: {
                 "health": health.snapshot,
                 "topics": store.topic_names,
+                "bounds": self._bounds,
                 "subscribe": self._subscribe,
                 "announce": self._announce,
             },
@@ -122,6 +125,16 @@ class StoreServer:
     def method(self, target: int, name: str) -> Callable[..., Any] | None:
         methods = self._methods.get(target)
         return None if methods is None else methods.get(name)
+
+    async def _bounds(self, topics: list[str]) -> list[list[QueueBounds] | MqgateError]:
+        """Several topics' bounds in one call; each topic's error (an unknown topic) in its place."""
+        answers: list[list[QueueBounds] | MqgateError] = []
+        for topic in topics:
+            try:
+                answers.append(await self._store_bounds(topic))
+            except MqgateError as exc:
+                answers.append(exc)
+        return answers
 
     def _subscribe(self) -> None:
         assert self._current is not None
