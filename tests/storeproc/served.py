@@ -8,10 +8,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from mqgate.cli.store_process import serve
 from mqgate.health import Health
 from mqgate.settings import Settings
 from mqgate.storeproc.client import StoreClient
-from mqgate.storeproc.process import serve
 from mqgate.storeproc.wire import socket_path
 
 

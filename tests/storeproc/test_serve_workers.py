@@ -36,8 +36,8 @@ def children(parent: int) -> dict[int, bytes]:
 
 
 def store_process_pid(serve_pid: int) -> int | None:
-    """The store process the serve command started (its child running mqgate.storeproc)."""
-    pids = [pid for pid, cmdline in children(serve_pid).items() if b"mqgate.storeproc" in cmdline]
+    """The store process the serve command started (its child running mqgate.cli.store_process)."""
+    pids = [pid for pid, cmdline in children(serve_pid).items() if b"mqgate.cli.store_process" in cmdline]
     return pids[0] if pids else None
 
 

@@ -78,8 +78,8 @@ def run(args: argparse.Namespace) -> int:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
     store_process = None
     if not settings.uses_redis:
+        from mqgate.cli.store_supervisor import StoreProcess
         from mqgate.settings import STORE_PROCESS_ENV
-        from mqgate.storeproc.supervisor import StoreProcess
 
         # One process owns the data directory's files; the workers call it (docs/WORKERS.md).
         store_process = StoreProcess(Path(settings.data_dir))

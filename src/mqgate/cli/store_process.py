@@ -1,17 +1,22 @@
-"""The store process's life: open the embedded backends of the data directory (recovering
-what a crash left), serve them, and close them in order on SIGTERM."""
+"""The store process `mqgate serve --workers N` starts on the embedded store
+(`python -m mqgate.cli.store_process`): it opens the embedded backends of the data directory
+(recovering what a crash left), serves them to the workers (storeproc/server.py) until SIGTERM
+or until the serve command is gone, then closes them in order (the last group commit round
+written and synced). Settings from MQGATE_*, as its workers'."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 from mqgate.backends import embedded_backends
 from mqgate.health import Health
-from mqgate.settings import Settings
+from mqgate.settings import Settings, load_settings
 from mqgate.storeproc.server import StoreServer
 from mqgate.storeproc.wire import socket_path
 
@@ -60,3 +65,27 @@ async def _stop_when_orphaned(parent_pid: int, stop: asyncio.Event) -> None:
         await asyncio.sleep(1.0)
     log.error("the serve command (pid %d) is gone: stopping", parent_pid)
     stop.set()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m mqgate.cli.store_process")
+    parser.add_argument("--parent", type=int, help="stop when this process is gone (the serve command)")
+    args = parser.parse_args()
+    settings = load_settings()
+    logging.basicConfig(
+        level=settings.log_level.upper(),
+        format="%(asctime)s store-process %(levelname)s %(name)s: %(message)s",
+    )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the terminal's ^C is for the serve command
+    try:
+        import uvloop
+
+        uvloop.install()
+    except ImportError:  # pragma: no cover - uvloop is a dependency of the plain install
+        pass
+    asyncio.run(serve(settings, parent_pid=args.parent))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

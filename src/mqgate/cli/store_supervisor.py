@@ -85,7 +85,7 @@ class StoreProcess:
             # A socket file a killed store process left behind: the new one makes its own.
             self.path.unlink(missing_ok=True)
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "mqgate.storeproc", "--parent", str(os.getpid())]
+                [sys.executable, "-m", "mqgate.cli.store_process", "--parent", str(os.getpid())]
             )
 
     def _watch(self) -> None:
