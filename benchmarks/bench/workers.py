@@ -50,7 +50,8 @@ def one_run(a: argparse.Namespace, workers: int) -> dict[str, Any]:
         str(a.prefill),
     ]
     log(f"  $ {' '.join(cmd[1:])}")
-    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900).stdout
+    done = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
+    out = done.stdout
     got: dict[str, Any] = {}
     for load, (_, pattern) in LOADS.items():
         found = re.search(pattern, out)
@@ -107,7 +108,7 @@ def add_parser(sub: Any, common: Any) -> None:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--duration", type=float, default=6.0)
-    p.add_argument("--prefill", type=int, default=600_000)
+    p.add_argument("--prefill", type=int, default=1_500_000)
     p.set_defaults(func=main)
 
 
