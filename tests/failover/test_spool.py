@@ -232,3 +232,52 @@ def test_append_throughput_and_fsync_cost(tmp_path: Path) -> None:
         await spool.close()
 
     asyncio.run(go())
+
+
+def test_each_process_of_a_gateway_spools_in_a_slot_of_its_own_and_a_dead_ones_is_taken_over(
+    tmp_path: Path,
+) -> None:
+    """`serve --workers N`: the processes share the data directory; two spools on one directory
+    would append to the same segment and each replay the other's records."""
+    script = (
+        "import asyncio, sys\n"
+        "from pathlib import Path\n"
+        "from mqgate.failover.spool import Spool\n"
+        "async def main():\n"
+        "    spool = Spool(Path(sys.argv[1]), 1 << 20)\n"
+        "    await spool.open()\n"
+        "    await spool.append('proj', 'orders', 'q:1', 'from-the-worker', b'x')\n"
+        "    print(spool.directory, flush=True)\n"
+        "    sys.stdin.readline()\n"  # held until killed
+        "asyncio.run(main())\n"
+    )
+
+    async def go() -> None:
+        first = await opened(tmp_path)
+        await first.append(*KEY_A, "from-the-first", b"y")
+        with subprocess.Popen(
+            [sys.executable, "-c", script, str(tmp_path)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(ROOT / "src")},
+        ) as worker:
+            try:
+                assert worker.stdout is not None
+                slot = Path(worker.stdout.readline().decode().strip())
+                assert slot != first.directory == tmp_path  # a slot of its own
+                # Still held by the worker: a third process takes yet another slot.
+                third = await opened(tmp_path)
+                assert third.directory not in (tmp_path, slot)
+                await third.close()
+            finally:
+                worker.send_signal(signal.SIGKILL)
+                worker.wait(10)
+        # The slot the dead worker held is free: the next process takes it and replays it.
+        successor = await opened(tmp_path)
+        assert successor.directory == slot
+        assert [r.msg_id for r in successor.head(KEY_A, 10)] == ["from-the-worker"]
+        assert [r.msg_id for r in first.head(KEY_A, 10)] == ["from-the-first"]
+        await successor.close()
+        await first.close()
+
+    asyncio.run(go())

@@ -1,6 +1,7 @@
 """The producer spool: produces no cluster could take, kept on local disk until one can (P8, E7).
 
-Files in the spool directory, every one a sequence of `durable.framing` records (CRC checked):
+Files in the spool directory (the slot this process holds: `spool_slot.py`), every one a
+sequence of `durable.framing` records (CRC checked):
 
 - `<first seq, 20 digits>.spool` segments: one `SpoolRecord` per produce, appended in call
   order; the newest segment is the active one, a new one starts past `segment_bytes`;
@@ -49,6 +50,7 @@ from mqgate.durable.append_file import AppendFile, fsync_dir, install, write_new
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.space import is_disk_full
 from mqgate.errors import InsufficientStorage, StorageError, Unavailable
+from mqgate.failover import spool_slot
 
 SEGMENT_SUFFIX: Final = ".spool"
 MARKS: Final = "marks.log"
@@ -158,7 +160,9 @@ class Spool:
     ) -> None:
         if max_bytes <= 0 or segment_bytes <= 0:
             raise ValueError("max_bytes and segment_bytes must be positive")
-        self.directory = directory
+        self.base = directory
+        self.directory = directory  # the slot this process holds, once open (spool_slot.py)
+        self._slot_fd = -1
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
         self._own_committer = committer is None
@@ -185,7 +189,7 @@ class Spool:
     # --- opening: recovery ---------------------------------------------------------------
 
     async def open(self) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory, self._slot_fd = spool_slot.claim(self.base)
         sent, tried = self._load_marks()
         paths = sorted(self.directory.glob(f"*{SEGMENT_SUFFIX}"))
         sent_in: dict[int, int] = {}  # sent seq -> its segment, for segments that stay
@@ -277,6 +281,9 @@ class Spool:
                 f.sync()
                 f.close()
         self._active = self._marks = None
+        if self._slot_fd >= 0:
+            os.close(self._slot_fd)  # the slot is free for the next process
+            self._slot_fd = -1
 
     # --- group commit (Syncable) ---------------------------------------------------------
 
