@@ -13,47 +13,30 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from mqgate.errors import MqgateError, Unavailable
-from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, FrameReader, frame
+from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, FramedConnection, frame
 
 log = logging.getLogger(__name__)
 
 CONNECT_TIMEOUT_S: Final = 2.0
 
 
-class _Connection(asyncio.Protocol):
-    """One socket: frames out, coalesced per loop turn (a burst of calls is one write); replies
-    in, handed to their calls."""
+class _Connection(FramedConnection):
+    """The worker's socket: calls out; answers in, handed to their calls."""
 
     def __init__(self, client: StoreClient) -> None:
+        super().__init__()
         self.client = client
-        self.transport: asyncio.Transport | None = None
-        self.reader = FrameReader()
-        self.out: list[bytes] = []
         self.lost = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
-
-    def send(self, data: bytes) -> None:
-        if not self.out:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self.out.append(data)
-
-    def flush(self) -> None:
-        out, self.out = self.out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(out)
 
     def data_received(self, data: bytes) -> None:
         try:
             frames = self.reader.feed(data)
         except Exception as exc:  # a broken stream: nothing after it can be trusted
             log.error("store process: unreadable answer (%s); reconnecting", exc)
-            assert self.transport is not None
-            self.transport.close()
+            self.close()
             return
         calls = self.client._calls
         for call_id, ok, value in frames:

@@ -15,12 +15,12 @@ import socket
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Final, cast
+from typing import Any, Final
 
 from mqgate.errors import MqgateError, StorageError
 from mqgate.health import Health
 from mqgate.model import QueueBounds
-from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FrameReader, frame
+from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FramedConnection, frame
 
 log = logging.getLogger(__name__)
 
@@ -146,16 +146,16 @@ class StoreServer:
             connection.send(notice)
 
 
-class _ServerConnection(asyncio.Protocol):
+class _ServerConnection(FramedConnection):
+    """A worker's socket: calls in, answers out."""
+
     def __init__(self, server: StoreServer) -> None:
+        super().__init__()
         self.server = server
-        self.transport: asyncio.Transport | None = None
-        self.reader = FrameReader()
         self.tasks: dict[int, asyncio.Task[None]] = {}
-        self.out: list[bytes] = []
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
+        super().connection_made(transport)
         sock = transport.get_extra_info("socket")
         if sock is not None:
             creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
@@ -165,20 +165,6 @@ class _ServerConnection(asyncio.Protocol):
                 transport.close()
                 return
         self.server._connections.add(self)
-
-    def close(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-
-    def send(self, data: bytes) -> None:
-        if not self.out:
-            asyncio.get_running_loop().call_soon(self.flush)
-        self.out.append(data)
-
-    def flush(self) -> None:
-        out, self.out = self.out, []
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.writelines(out)
 
     def data_received(self, data: bytes) -> None:
         try:

@@ -13,13 +13,14 @@ exception), or (0, NOTICE, version) for a registry notice.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import pickle
 import struct
 import tempfile
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, cast
 
 HEADER: Final = struct.Struct(">I")
 # A read of a thousand messages of the largest size is far below this; a frame above it is a
@@ -69,6 +70,33 @@ class FrameReader:
         if start:
             del buffer[:start]
         return out
+
+
+class FramedConnection(asyncio.Protocol):
+    """One socket's frames: out, coalesced per turn of the loop (a burst of calls or answers is
+    one write); in, cut by a `FrameReader`."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.reader = FrameReader()
+        self.out: list[bytes] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not its subclasses
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+    def send(self, data: bytes) -> None:
+        if not self.out:
+            asyncio.get_running_loop().call_soon(self.flush)
+        self.out.append(data)
+
+    def flush(self) -> None:
+        out, self.out = self.out, []
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.writelines(out)
 
 
 def socket_path(data_dir: Path) -> Path:
