@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from mqgate.errors import MqgateError, StorageError
+from mqgate.errors import MqgateError, StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds
 from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FramedConnection, frame
@@ -199,8 +199,8 @@ class _ServerConnection(FramedConnection):
             except StopIteration as done:
                 self.reply(call_id, True, done.value)
                 continue
-            except Exception as exc:
-                self.reply(call_id, False, exc)
+            except (Exception, asyncio.CancelledError) as exc:
+                self.reply(call_id, False, _cancelled_here(exc))
                 continue
             finally:
                 server._current = None
@@ -232,8 +232,11 @@ class _ServerConnection(FramedConnection):
                 yielded = call.throw(asyncio.CancelledError()) if cancelled else call.send(None)
         except StopIteration as done:
             self.reply(call_id, True, done.value)
-        except asyncio.CancelledError:
-            return  # the worker cancelled it: it waits for no answer
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                return  # the worker cancelled it: it waits for no answer
+            self.reply(call_id, False, _cancelled_here(exc))  # the backend cancelled it
         except Exception as exc:
             # As the backend raised it (an unknown queue's IndexError too): the worker's caller
             # sees what it would see in one process.
@@ -261,3 +264,11 @@ class _ServerConnection(FramedConnection):
         for task in self.tasks.values():
             task.cancel()
         self.tasks.clear()
+
+
+def _cancelled_here(exc: BaseException) -> BaseException:
+    """What a worker is told of a call the store process's backend cancelled (it is stopping):
+    an error to answer, not a cancellation of the worker's own request."""
+    if isinstance(exc, asyncio.CancelledError):
+        return Unavailable("the store process cancelled the call (it is stopping?)")
+    return exc
