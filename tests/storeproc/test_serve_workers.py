@@ -158,25 +158,26 @@ def test_a_killed_serve_command_leaves_no_store_process_holding_the_data(tmp_pat
     srv = Server(tmp_path / "data", extra_args=["--workers", "2"]).start()
     assert srv.proc is not None
     spawned = children(srv.proc.pid)
+    store_pid = store_process_pid(srv.proc.pid)
+    assert store_pid is not None
+    again: Server | None = None
     try:
         ptoken, ctoken = srv.setup_topic("o", queues=2)
         client = Client(srv, ptoken, ctoken)
         assert client.produce("o-p", "kept").status_code == 200
         client.close()
-        store_pid = store_process_pid(srv.proc.pid)
-        assert store_pid is not None
         srv.kill9()
-        # Orphaned, it notices and stops (closing its files), so the data directory is free again.
+        # Started again at once, as a supervisor would: the orphaned store process lets go of
+        # the directory (told by the kernel that its parent died) and the new one waits for it.
+        again = Server(srv.data_dir, admin_token=srv.admin_token, extra_args=["--workers", "2"]).start()
         wait_until(lambda: not alive(store_pid), 15, "the orphaned store process to stop")
-    finally:
-        srv.stop()
-        for pid in spawned:  # uvicorn's workers outlive a killed parent: not this test's subject
-            if alive(pid):
-                os.kill(pid, signal.SIGKILL)
-    again = Server(srv.data_dir, admin_token=srv.admin_token).start()
-    try:
         client = Client(again, ptoken, ctoken)
         assert drain(client, "o", 1) == ["kept"]
         client.close()
     finally:
-        again.stop()
+        srv.stop()
+        if again is not None:
+            again.stop()
+        for pid in spawned:  # uvicorn's workers outlive a killed parent: not this test's subject
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)

@@ -48,6 +48,8 @@ log = logging.getLogger(__name__)
 
 CHECKPOINT_BYTES: Final = 8 * 1024 * 1024
 
+# The code of the error `open` raises while another process holds the directory's lock.
+DATA_DIR_IN_USE: Final = "data_dir_in_use"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -117,7 +119,9 @@ class EmbeddedStore:
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as exc:
             os.close(self._lock_fd)
-            raise StorageError(f"data directory {self.root} is in use by another process") from exc
+            raise StorageError(
+                f"data directory {self.root} is in use by another process", code=DATA_DIR_IN_USE
+            ) from exc
         self._check_format()
         if self.trash_dir.exists():
             shutil.rmtree(self.trash_dir, ignore_errors=True)
