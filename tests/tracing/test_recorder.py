@@ -104,9 +104,12 @@ def test_buffered_events_flush_within_the_interval_and_a_full_buffer_counts_drop
         assert recorder.counters.dropped == 15 and recorder.counters.pending == 10
 
         async def all_there() -> bool:
+            # The counters move when the recorder's append returns, a turn of the loop after the
+            # stored events became visible: the flush is done when both say so.
             return (
                 store.has_topic(trace_topic("shop"))
                 and (await store.bounds(trace_topic("shop")))[0].max == 10
+                and recorder.counters.pending == 0
             )
 
         await poll(all_there, 5.0, "the buffered events to be flushed")  # no flush call: the timer did it
