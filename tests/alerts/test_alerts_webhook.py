@@ -184,6 +184,7 @@ def test_dead_letters_fire_and_resolve_after_a_quiet_window(tmp_path: Path, rece
                               start="earliest")["token"]  # fmt: skip
         settled(server)  # a check has seen the empty dead letters: the baseline
         produce(server, ptoken, "mail-p", 2, ttlMs=1)
+        time.sleep(0.01)  # let the 1 ms validity pass: a deadline in time, not a wait for a process
         wait_until(lambda: drain(server, "mail", "mail-c", ctoken) == 0 and
                    server.admin("GET", "/admin/consumers/mail-c/progress")["deadLettered"] == 2,
                    10, "the expired messages to be dead-lettered")  # fmt: skip

@@ -85,6 +85,9 @@ def test_idle_checks_evaluate_nothing_and_a_change_its_consumers(tmp_path: Path)
             r = http.post("/mq/produce", json={"producer": "p5", "message": f"m{k}", "ttlMs": 1},
                           headers={"Authorization": f"Bearer {p5token}"})  # fmt: skip
             assert r.status_code == 200, r.text
+        # Let the 1 ms validity pass (a deadline in time, not a wait for a process): a pull
+        # within 2 ms of the produce is handed m1, and its lock holds it past this test's wait.
+        time.sleep(0.01)
 
         def dead_lettered() -> bool:
             pulled = http.get("/mq/message", params={"topic": "t5", "consumer": "c5-0", "max": 10},

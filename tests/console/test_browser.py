@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +109,7 @@ def test_redrive_a_dead_letter(page: Any, console: ConsoleServer) -> None:
     ptoken = console.admin("POST", "/admin/producers", name="mail-p", topic="mail")["token"]
     ctoken = console.admin("POST", "/admin/consumers", name="mail-c", topic="mail", start="earliest")["token"]
     produce(console, ptoken, "mail-p", message="too late", ttlMs=1)
+    time.sleep(0.01)  # the 1 ms validity passes: a deadline in time, not a wait for a process
 
     def dead() -> bool:  # a pull finds it expired and moves it to the dead letters
         httpx.get(console.url + "/mq/message", params={"topic": "mail", "consumer": "mail-c"},

@@ -72,9 +72,11 @@ def test_each_dead_letter_names_the_queue_it_was_read_from(console: ConsoleServe
     probes = 0
     while (queue := produce(message=f"probe-{probes}", orderKey=f"k{probes}", ttlMs=1)["queue"]) == 0:
         probes += 1
+    time.sleep(0.01)  # the 1 ms validity passes: a deadline in time, not a wait for a process
     wait_until(lambda: dead_lettered(probes + 1), 10, "the expired messages to be dead-lettered")
     # Expired in the consumer's inbox.
     produce(message="from-inbox", destinations=[{"consumer": CONSUMER, "ttlMs": 1}])
+    time.sleep(0.01)
     wait_until(lambda: dead_lettered(probes + 2), 10, "the inbox message to be dead-lettered")
     # Released once (to the retry queue), released again from there: out of attempts.
     produce(message="from-retry")
