@@ -133,12 +133,13 @@ def test_kill9_of_the_store_process_under_load_loses_nothing_acknowledged(tmp_pa
         for t in threads:
             t.start()
         wait_until(lambda: len(acknowledged) >= 200, 30, "200 produces before the kill")
-        store_pid = store_process_pid(srv.proc.pid)
+        serve_pid = srv.proc.pid
+        store_pid = store_process_pid(serve_pid)
         assert store_pid is not None
         os.kill(store_pid, signal.SIGKILL)
         # The serve command starts another; the workers reconnect to it.
         wait_until(
-            lambda: (pid := store_process_pid(srv.proc.pid)) is not None and pid != store_pid,  # type: ignore[union-attr]
+            lambda: (pid := store_process_pid(serve_pid)) is not None and pid != store_pid,
             20,
             "a new store process",
         )

@@ -32,10 +32,6 @@ class StoreProcess:
         self._lock = threading.Lock()
         self._watcher: threading.Thread | None = None
 
-    @property
-    def pid(self) -> int | None:
-        return None if self._process is None else self._process.pid
-
     def start(self) -> None:
         """Start it and return once it serves (its recovery done); RuntimeError if it exits
         first or is not ready within `ready_timeout_s`."""

@@ -68,7 +68,6 @@ class StoreClient:
         self._on_reconnect: list[Callable[[], None]] = []
         self._ever_connected = False
         self._closed = False
-        self.connects = 0
 
     def on_reconnect(self, listener: Callable[[], None]) -> None:
         """Call `listener()` after each reconnection: what the store process did while this
@@ -157,7 +156,6 @@ class StoreClient:
             except (TimeoutError, OSError) as exc:
                 raise Unavailable(f"the store process ({self.path}) cannot be reached: {exc}") from exc
             self._connection = connection
-            self.connects += 1
             if self._on_notice is not None:
                 connection.send(frame((0, CONTROL, "subscribe", (), {})))
             if self._ever_connected:

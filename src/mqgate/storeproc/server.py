@@ -98,7 +98,6 @@ class StoreServer:
         self._subscribers: set[_ServerConnection] = set()
         self._current: _ServerConnection | None = None
         self._server: asyncio.AbstractServer | None = None
-        self.calls = 0
 
     async def start(self, path: Path) -> None:
         with_suffix = path.with_name(path.name + ".new")
@@ -175,7 +174,6 @@ class _ServerConnection(FramedConnection):
             return
         server = self.server
         for call_id, target, name, args, kwargs in frames:
-            server.calls += 1
             if target == CANCEL:
                 task = self.tasks.pop(call_id, None)
                 if task is not None:
