@@ -27,7 +27,10 @@ def found_body(result: PullResult, broker: str) -> bytes:
     source = b',"source":' + msgspec.json.encode(result.source) if result.source else b""
     head = b',"broker":' + msgspec.json.encode(broker) + source + b',"queue":%d,"offset":' % result.queue
     tail = b',"reconsumeTimes":%d,"popTime":%d}' % (result.reconsume_times, result.pop_time_ms)
-    items = b",".join([payload[:-1] + head + b"%d" % offset + tail for offset, payload in result.messages])
+    # One formatting per message, its bytes then its delivery fields (a % in the broker's or
+    # the source's name escaped; the tail is digits and names).
+    item = b"%b" + head.replace(b"%", b"%%") + b"%d" + tail
+    items = b",".join([item % (payload[:-1], offset) for offset, payload in result.messages])
     ack = b',"ack":%b' % msgspec.json.encode(result.ack) if result.ack is not None else b""
     return b'{"status":200,"message":"ok","result":{"status":"FOUND","requestId":"%b"%b,"msgList":[%b]}}' % (
         result.request_id.encode(),

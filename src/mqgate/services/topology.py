@@ -7,13 +7,13 @@ registration on, so any read path only ever reads.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Final, TypeVar
 
 from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
+from mqgate.eager import gather_started
 from mqgate.errors import (
     TOPIC_DAMAGED,
     AlreadyExists,
@@ -96,7 +96,7 @@ class Topology:
     async def bounds(self, layout: Layout) -> list[QueueBounds]:
         """min/max of every queue of the layout, in table order, with its priority lane."""
         store = self.ctx.store
-        topic, retry, inbox = await asyncio.gather(
+        topic, retry, inbox = await gather_started(
             store.bounds(layout.topic),
             store.bounds(retry_topic(layout.consumer)),
             store.bounds(inbox_topic(layout.consumer)),
