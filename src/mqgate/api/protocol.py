@@ -77,6 +77,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_headers_complete(self) -> None:
         self._disarm()
         super().on_headers_complete()
+        if self.cycle is not None:
+            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
 
     def _count(self, size: int) -> None:
         self._header_bytes += size
@@ -116,6 +118,48 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
 
 # What uvicorn is given as `http=`: an import path, so worker processes load it too.
+class _HeadWithBody:
+    """A response's transport that sends its status line and headers with the first part of its
+    body, in one write: on loopback each write runs the receiver's TCP path too, and a
+    produce's answer was two of them (a quarter of the event loop's time). A head with no body
+    in the same turn of the loop (a stream's) goes at the end of that turn."""
+
+    __slots__ = ("_flush", "_head", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._head: bytes | None = None
+        self._flush: asyncio.Handle | None = None
+
+    def write(self, data: bytes) -> None:
+        if self._flush is None and self._head is None:  # the head: held for its body
+            self._head = data
+            self._flush = self._loop.call_soon(self._send_head)
+            return
+        if self._head is not None:
+            data = self._head + data
+            self._head = None
+            assert self._flush is not None
+            self._flush.cancel()
+        self._transport.write(data)
+
+    def _send_head(self) -> None:
+        if self._head is not None:
+            head, self._head = self._head, None
+            self._transport.write(head)
+
+    def is_closing(self) -> bool:
+        return self._transport.is_closing()
+
+    def close(self) -> None:
+        self._send_head()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 PROTOCOL_PATH: Final = "mqgate.api.protocol:GuardedHttpToolsProtocol"
 
 
