@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+import mqgate.core.ids as ids_module
 from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, ack_refusal
 from mqgate.core.ids import (
     id_at,
@@ -231,6 +234,28 @@ def test_message_ids_are_unique_and_time_sortable() -> None:
 def test_batch_ids_share_the_time_prefix_and_stay_unique() -> None:
     ids = [*new_message_ids(NOW, 500), new_message_id(NOW)]
     assert len(set(ids)) == 501 and all(message_id_time_ms(i) == NOW for i in ids)
+
+
+def test_batches_taken_by_threads_at_once_get_distinct_ids() -> None:
+    def take(out: list[str]) -> None:
+        for _ in range(200):
+            out.extend(new_message_ids(NOW, 7))
+
+    outs: list[list[str]] = [[] for _ in range(4)]
+    threads = [threading.Thread(target=take, args=(out,)) for out in outs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    every = [i for out in outs for i in out]
+    assert len(set(every)) == len(every) == 4 * 200 * 7
+
+
+def test_a_batch_across_the_counters_end_wraps_to_zero(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids_module, "_next_counter", 0xFFFFFFFFFFFF - 1)
+    ids = new_message_ids(NOW, 4)
+    assert [i[20:] for i in ids] == ["fffffffffffe", "ffffffffffff", "000000000000", "000000000001"]
+    assert len({i[:20] for i in ids}) == 1
 
 
 def test_each_queue_s_ids_are_a_run_named_by_its_first_id_and_count() -> None:

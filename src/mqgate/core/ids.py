@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
-import itertools
 import secrets
+import threading
 import time
 from typing import Final
 
 _PROCESS_TAG: Final = secrets.randbits(32)
-_counter = itertools.count(secrets.randbits(24))
+_next_counter = secrets.randbits(24)
+_counter_lock: Final = threading.Lock()  # a batch's counters are taken as one block
 ID_PREFIX_CHARS: Final = 20  # time and process tag; the counter follows
 _ID_CHARS: Final = 32
 _COUNTER_MAX: Final = 0xFFFFFFFFFFFF
 
 
+def _take_counters(count: int) -> int:
+    """The first of `count` consecutive counters no other call of this process gets."""
+    global _next_counter
+    with _counter_lock:
+        first = _next_counter
+        _next_counter = first + count
+    return first & _COUNTER_MAX
+
+
 def new_message_id(now_ms: int | None = None) -> str:
     ms = int(time.time() * 1000) if now_ms is None else now_ms
-    return f"{ms:012x}{_PROCESS_TAG:08x}{next(_counter) & _COUNTER_MAX:012x}"
+    return f"{ms:012x}{_PROCESS_TAG:08x}{_take_counters(1):012x}"
 
 
 def message_id_time_ms(msg_id: str) -> int:
@@ -25,8 +35,11 @@ def message_id_time_ms(msg_id: str) -> int:
 
 def new_message_ids(now_ms: int, count: int) -> list[str]:
     """`count` ids for one batch: the time prefix is formatted once."""
-    prefix = f"{now_ms:012x}{_PROCESS_TAG:08x}"
-    return [f"{prefix}{next(_counter) & _COUNTER_MAX:012x}" for _ in range(count)]
+    first = _take_counters(count)
+    template = f"{now_ms:012x}{_PROCESS_TAG:08x}%012x"  # one formatting per id, from a range
+    if first + count <= _COUNTER_MAX + 1:
+        return [template % n for n in range(first, first + count)]
+    return [template % (n & _COUNTER_MAX) for n in range(first, first + count)]  # the counter wraps
 
 
 def lowest_id_like(msg_id: str) -> str:
