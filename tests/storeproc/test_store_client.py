@@ -6,12 +6,15 @@ import asyncio
 import contextlib
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from mqgate.core.layout import Layout, grid_for, inbox_topic, retry_topic
 from mqgate.errors import StorageError, Unavailable
 from mqgate.health import Health
-from mqgate.model import StoredMessage
+from mqgate.model import QueueBounds, StoredMessage
+from mqgate.offsets.backends.remote import RemoteOffsetStore
 from mqgate.store.backends.remote import RemoteStore
 from mqgate.store.interface import TopicConfig
 from mqgate.storeproc.health_mirror import UNREACHABLE, HealthMirror
@@ -166,3 +169,51 @@ def test_frames_split_anywhere_are_read_whole_and_an_oversized_one_is_refused() 
     assert got == [(1, True, "x" * 1000), (2, False, None)]
     with pytest.raises(ValueError, match="frame of"):
         FrameReader().feed(HEADER.pack(MAX_FRAME_BYTES + 1))
+
+
+def test_a_lease_reads_a_first_deliverys_records_with_it_and_leaves_the_rest_to_the_worker(
+    tmp_path: Path,
+) -> None:
+    """`lease(read_from=layout)` through the store process: one round trip gives the lease and
+    the records `read_raw` would give; a batch delivered before, or to be dead lettered, comes
+    without them (the worker reads it as its path needs)."""
+
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            store, offsets = RemoteStore(client, "local"), RemoteOffsetStore(client)
+            await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+            for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
+                await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
+            await store.append("t", 0, [msg(i) for i in range(5)])
+            layout = Layout("c", "t", grid_for(((1, 1),)))
+            bounds = [
+                QueueBounds(i, b.min, b.max, layout.slot(i).lane)
+                for i, b in enumerate(
+                    [
+                        *(await store.bounds("t")),
+                        *(await store.bounds(retry_topic("c"))),
+                        *(await store.bounds(inbox_topic("c"))),
+                    ]
+                )
+            ]
+            await offsets.ensure_table("c", "", [0, 0, 0], 0)
+            args: dict[str, Any] = {"max_count": 3, "lock_timeout_ms": 1, "max_attempts": 2, "owner": "w"}
+            first = await offsets.lease("c", "", bounds, now_ms=1, read_from=layout, **args)
+            assert first is not None and (first.queue, first.offset, first.next_offset) == (0, 0, 3)
+            assert first.records == await store.read_raw("t", 0, 0, 3)
+            assert [o for o, _ in first.records] == [0, 1, 2]
+            # The lock timed out: the same batch again (attempt 2), without its records.
+            again = await offsets.lease("c", "", bounds, now_ms=10, read_from=layout, **args)
+            assert again is not None and again.attempts == 2 and again.records is None
+            # Its attempts used up: to be dead lettered, without them either.
+            dead = await offsets.lease("c", "", bounds, now_ms=20, read_from=layout, **args)
+            assert dead is not None and dead.dead_letter and dead.records is None
+            # Without read_from, as every backend: no records.
+            plain = await offsets.lease("c", "", bounds, now_ms=30, **args)
+            assert plain is not None and plain.records is None
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 from mqgate.names import INTERNAL_PREFIXES
 
@@ -49,11 +49,12 @@ Shape = tuple[int, int]
 class QueueGrid:
     """The store queue numbers of a topic's (lane, queue) cells, over the shapes it has had."""
 
-    __slots__ = ("_cells", "_lanes", "_numbers", "first_queues", "lanes", "queues")
+    __slots__ = ("_cells", "_lanes", "_numbers", "_shapes", "first_queues", "lanes", "queues")
 
     def __init__(self, shapes: tuple[Shape, ...]) -> None:
         if not shapes:
             raise ValueError("a topic has at least one shape")
+        self._shapes = shapes
         self._cells: list[tuple[int, int]] = []  # store queue -> (lane, queue)
         self._numbers: dict[tuple[int, int], int] = {}
         self._lanes: dict[int, list[int]] = {}  # lane -> its store queues, by queue (lane_queues)
@@ -66,6 +67,10 @@ class QueueGrid:
         self.queues, self.lanes = shapes[-1]
         # The queues that sit before the side queues in every consumer table.
         self.first_queues = shapes[0][0]
+
+    def __reduce__(self) -> tuple[Any, tuple[tuple[Shape, ...]]]:
+        # Pickled as its shapes (a pull's layout goes to the store process with each lease).
+        return grid_for, (self._shapes,)
 
     @property
     def size(self) -> int:

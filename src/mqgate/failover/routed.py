@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
@@ -247,6 +248,7 @@ class RoutedOffsets(_Facade):
         lock_timeout_ms: int,
         max_attempts: int,
         owner: str,
+        read_from: Layout | None = None,
     ) -> Lease | None:
         if self.direct:
             return await self.own.lease(
@@ -258,6 +260,7 @@ class RoutedOffsets(_Facade):
                 lock_timeout_ms=lock_timeout_ms,
                 max_attempts=max_attempts,
                 owner=owner,
+                read_from=read_from,
             )
         return await self._group(
             group,
@@ -270,6 +273,7 @@ class RoutedOffsets(_Facade):
                 lock_timeout_ms=lock_timeout_ms,
                 max_attempts=max_attempts,
                 owner=owner,
+                read_from=read_from,
             ),
         )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received, Window
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
@@ -51,6 +52,9 @@ class Lease:
     # True when the batch at `offset` has used up its attempts: the caller moves
     # `[offset, next_offset)` to the dead-letter topic and then commits with `ack`.
     dead_letter: bool = False
+    # The batch's stored records (`MessageStore.read_raw` of its queue from `offset`), when the
+    # backend read them with the lease (`read_from`); None: the caller reads them.
+    records: list[tuple[int, bytes]] | None = None
 
 
 class OffsetStore(Protocol):
@@ -81,11 +85,15 @@ class OffsetStore(Protocol):
         lock_timeout_ms: int,
         max_attempts: int,
         owner: str,
+        read_from: Layout | None = None,
     ) -> Lease | None:
         """Choose a queue (SPEC G4), lock it and record the delivery; None if none is free.
 
         A batch that was delivered and not acked (lock expired or released) is delivered again
         as the same range, cut to `max_count`; `Lease.attempts` counts its deliveries.
+        `read_from` (the table's layout): a backend that has the message store at hand (the
+        store process's, `serve --workers N`) may read a first delivery's records with the
+        lease, into `Lease.records`, saving the caller a round trip; others ignore it.
         """
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:

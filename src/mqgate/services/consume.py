@@ -224,7 +224,10 @@ class Consuming:
             self.redelivery.trace(c, slot, msgs, "lock_expired", attempts(msgs, lease.attempts - 1))
             await self.redelivery.later(c, client, lease, msgs, lease.attempts - 1)
             return None
-        raw = fitting(await store.read_raw(slot.topic, slot.queue, lease.offset, count), self._budget)
+        records = lease.records  # read with the lease (the store process's), or now
+        if records is None:
+            records = await store.read_raw(slot.topic, slot.queue, lease.offset, count)
+        raw = fitting(records, self._budget)
         if not raw:
             return None
         end = raw[-1][0] + 1  # the ack commits what was answered; the rest comes next
@@ -296,11 +299,11 @@ class Consuming:
         }
         offsets = self.ctx.offsets
         try:
-            return await offsets.lease(c.name, client, bounds, **args)
+            return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
         except NotFound:  # removed meanwhile (an expired broadcast client): start again
             self._table_sizes.pop((c.name, client), None)
             await self.ensure_table(c, layout, client)
-            return await offsets.lease(c.name, client, bounds, **args)
+            return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
 
     async def ack(self, c: ConsumerRecord, token: AckToken) -> None:
         raise_refusal(await self._commit(c, token), "ack")

@@ -9,6 +9,7 @@ writer per file, the group commit, crash recovery, the disk-full floor) holds un
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -17,6 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from mqgate.core.layout import Layout
 from mqgate.errors import MqgateError, StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds
@@ -82,6 +84,8 @@ class StoreServer:
     def __init__(self, store: Any, offsets: Any, scheduler: Any, health: Health) -> None:
         self.health = health
         self._store_bounds = store.bounds
+        self._read_raw = store.read_raw
+        self._lease = offsets.lease
         self._methods: dict[int, dict[str, Callable[..., Any]]] = {
             STORE: {name: getattr(store, name) for name in STORE_METHODS},
             OFFSETS: {name: getattr(offsets, name) for name in OFFSETS_METHODS},
@@ -90,6 +94,7 @@ class StoreServer:
                 "health": health.snapshot,
                 "topics": store.topic_names,
                 "bounds": self._bounds,
+                "lease_read": self._lease_read,
                 "subscribe": self._subscribe,
                 "announce": self._announce,
             },
@@ -134,6 +139,19 @@ class StoreServer:
             except MqgateError as exc:
                 answers.append(exc)
         return answers
+
+    async def _lease_read(
+        self, group: str, client_id: str, bounds: list[QueueBounds], layout: Layout, args: dict[str, Any]
+    ) -> Any:
+        """`OffsetStore.lease` with a first delivery's records read at once (`Lease.records`):
+        a pull's lease and read in one round trip. A batch delivered before, or to be dead
+        lettered, is read by the worker as its path needs it."""
+        lease = await self._lease(group, client_id, bounds, **args)  # an offsets.interface.Lease
+        if lease is None or lease.dead_letter or lease.attempts != 1:
+            return lease
+        slot = layout.slot(lease.queue)
+        records = await self._read_raw(slot.topic, slot.queue, lease.offset, lease.next_offset - lease.offset)
+        return dataclasses.replace(lease, records=records)
 
     def _subscribe(self) -> None:
         assert self._current is not None

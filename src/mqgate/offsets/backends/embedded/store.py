@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 
 from mqgate.core.acks import AckRefusal, ack_refusal
+from mqgate.core.layout import Layout
 from mqgate.core.message_window import (
     ALREADY,
     CHANGED,
@@ -240,6 +241,7 @@ class EmbeddedOffsetStore:
         lock_timeout_ms: int,
         max_attempts: int,
         owner: str,
+        read_from: Layout | None = None,
     ) -> Lease | None:
         table = self._entries(group, client_id)
         self._seen_ms[(group, client_id)] = now_ms

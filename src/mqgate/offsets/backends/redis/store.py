@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from mqgate.core.acks import ALREADY_ACKED, LOCK_EXPIRED, LOCK_TAKEN, OFFSET_MOVED, AckRefusal
+from mqgate.core.layout import Layout
 from mqgate.core.message_window import (
     ALREADY,
     CHANGED,
@@ -165,6 +166,7 @@ class RedisOffsetStore:
         lock_timeout_ms: int,
         max_attempts: int,
         owner: str,
+        read_from: Layout | None = None,
     ) -> Lease | None:
         args: list[Any] = [now_ms, max_count, lock_timeout_ms, max_attempts, owner, client_id, self.broker]
         for i, b in enumerate(bounds):

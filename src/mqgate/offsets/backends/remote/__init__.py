@@ -8,12 +8,13 @@ other workers move offsets too, so `hears_every_change` is False).
 from __future__ import annotations
 
 from mqgate.core.acks import AckRefusal
+from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
 from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
 from mqgate.storeproc.client import StoreClient
-from mqgate.storeproc.wire import OFFSETS
+from mqgate.storeproc.wire import CONTROL, OFFSETS
 
 
 class RemoteOffsetStore:
@@ -63,19 +64,21 @@ class RemoteOffsetStore:
         lock_timeout_ms: int,
         max_attempts: int,
         owner: str,
+        read_from: Layout | None = None,
     ) -> Lease | None:
-        got: Lease | None = await self._client.call(
-            OFFSETS,
-            "lease",
-            group,
-            client_id,
-            bounds,
-            now_ms=now_ms,
-            max_count=max_count,
-            lock_timeout_ms=lock_timeout_ms,
-            max_attempts=max_attempts,
-            owner=owner,
-        )
+        args = {
+            "now_ms": now_ms,
+            "max_count": max_count,
+            "lock_timeout_ms": lock_timeout_ms,
+            "max_attempts": max_attempts,
+            "owner": owner,
+        }
+        if read_from is not None:  # the lease and its batch's records in one round trip
+            got: Lease | None = await self._client.call(
+                CONTROL, "lease_read", group, client_id, bounds, read_from, args
+            )
+        else:
+            got = await self._client.call(OFFSETS, "lease", group, client_id, bounds, **args)
         return got
 
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
