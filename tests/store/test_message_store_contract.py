@@ -320,6 +320,24 @@ def test_bounds_per_queue(kind: str, tmp_path: Path) -> None:
     run(kind, tmp_path, body)
 
 
+def test_bounds_of_many_topics_in_one_call_are_each_topics_and_an_unknown_one_is_refused(
+    kind: str, tmp_path: Path
+) -> None:
+    async def body(h: Harness, s: MessageStore) -> None:
+        await s.create_topic(TopicConfig("a", 2, WEEK_MS))
+        await s.create_topic(TopicConfig("b", 1, WEEK_MS))
+        await s.append("a", 1, [msg(i) for i in range(3)])
+        await s.append("b", 0, [msg(9)])
+        many = await s.bounds_many(["b", "a", "b"])
+        assert many == [await s.bounds("b"), await s.bounds("a"), await s.bounds("b")]
+        assert [[(x.queue, x.max) for x in one] for one in many] == [[(0, 1)], [(0, 0), (1, 3)], [(0, 1)]]
+        with pytest.raises(NotFound):
+            await s.bounds_many(["a", "nope", "b"])
+        assert await s.bounds_many([]) == []
+
+    run(kind, tmp_path, body)
+
+
 def test_queue_bytes_count_what_each_queue_holds(kind: str, tmp_path: Path) -> None:
     """The bytes each queue holds, the measure retention_bytes limits: each message's stored
     JSON, plus (embedded) its record's framing; they fall with retention, survive a reopen and

@@ -28,6 +28,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._header_bytes = 0
         self._refusal: tuple[int, str] | None = None
+        self.held: _HeadWithBody | None = None  # a response head waiting for its body
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
@@ -40,6 +41,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
             return
+        self._send_held()  # before anything this data makes the protocol write (a 400, a 431)
         self._unset_keepalive_if_required()
         try:
             self.parser.feed_data(data)
@@ -76,9 +78,27 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._disarm()
+        before = self.cycle
         super().on_headers_complete()
-        if self.cycle is not None:
-            self.cycle.transport = _HeadWithBody(self.transport, self.loop)  # type: ignore[assignment]
+        if self.cycle is not None and self.cycle is not before:  # not a WebSocket upgrade
+            self.cycle.transport = _HeadWithBody(self)  # type: ignore[assignment]
+
+    # What the protocol writes or closes itself goes after a head still held (_HeadWithBody).
+    def send_400_response(self, msg: str) -> None:
+        self._send_held()
+        super().send_400_response(msg)
+
+    def shutdown(self) -> None:
+        self._send_held()
+        super().shutdown()
+
+    def timeout_keep_alive_handler(self) -> None:
+        self._send_held()
+        super().timeout_keep_alive_handler()
+
+    def _send_held(self) -> None:
+        if self.held is not None:
+            self.held.send_head()
 
     def _count(self, size: int) -> None:
         self._header_bytes += size
@@ -104,6 +124,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
 
     def _refuse(self, status: int, message: str) -> None:
+        self._send_held()
         self._refusal = (status, message)
         self._disarm()
         body = b'{"status":%d,"message":"%s","result":{"code":"bad_request","field":"headers"}}' % (
@@ -117,49 +138,67 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.close()
 
 
-# What uvicorn is given as `http=`: an import path, so worker processes load it too.
+# A head written alone is held for its body up to this size of body (larger: two buffers, one
+# writev, no copy).
+_JOIN_MAX_BYTES: Final = 64 * 1024
+_CONTINUE: Final = b"HTTP/1.1 100 "
+
+
 class _HeadWithBody:
     """A response's transport that sends its status line and headers with the first part of its
     body, in one write: on loopback each write runs the receiver's TCP path too, and a
     produce's answer was two of them (a quarter of the event loop's time). A head with no body
-    in the same turn of the loop (a stream's) goes at the end of that turn."""
+    after it (a stream's, a HEAD request's) goes when the loop runs its next callbacks, or
+    before anything the protocol itself writes or closes (`GuardedHttpToolsProtocol`)."""
 
-    __slots__ = ("_flush", "_head", "_loop", "_transport")
+    __slots__ = ("_flush", "_head", "_protocol", "_transport")
 
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
+    def __init__(self, protocol: GuardedHttpToolsProtocol) -> None:
+        self._protocol = protocol
+        self._transport = protocol.transport
         self._head: bytes | None = None
         self._flush: asyncio.Handle | None = None
 
     def write(self, data: bytes) -> None:
-        if self._flush is None and self._head is None:  # the head: held for its body
+        if self._flush is None and not data.startswith(_CONTINUE):  # the head: held for its body
             self._head = data
-            self._flush = self._loop.call_soon(self._send_head)
+            self._protocol.held = self
+            self._flush = self._protocol.loop.call_soon(self.send_head)
             return
-        if self._head is not None:
-            data = self._head + data
-            self._head = None
+        head = self._take_head()
+        if head is None:
+            self._transport.write(data)
+        elif len(data) <= _JOIN_MAX_BYTES:
+            self._transport.write(head + data)
+        else:
+            self._transport.writelines((head, data))
+
+    def send_head(self) -> None:
+        head = self._take_head()
+        if head is not None:
+            self._transport.write(head)
+
+    def _take_head(self) -> bytes | None:
+        head, self._head = self._head, None
+        if head is not None:
             assert self._flush is not None
             self._flush.cancel()
-        self._transport.write(data)
-
-    def _send_head(self) -> None:
-        if self._head is not None:
-            head, self._head = self._head, None
-            self._transport.write(head)
+            if self._protocol.held is self:
+                self._protocol.held = None
+        return head
 
     def is_closing(self) -> bool:
         return self._transport.is_closing()
 
     def close(self) -> None:
-        self._send_head()
+        self.send_head()
         self._transport.close()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
 
+# What uvicorn is given as `http=`: an import path, so worker processes load it too.
 PROTOCOL_PATH: Final = "mqgate.api.protocol:GuardedHttpToolsProtocol"
 
 

@@ -13,6 +13,7 @@ They route again as soon as a project gets clusters.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -150,6 +151,11 @@ class RoutedStore(_Facade):
         if self.direct:
             return await self.own.bounds(topic)
         return await self._on(topic, lambda s: s.bounds(topic))
+
+    async def bounds_many(self, topics: list[str]) -> list[list[QueueBounds]]:
+        if self.direct:
+            return await self.own.bounds_many(topics)
+        return list(await asyncio.gather(*(self.bounds(topic) for topic in topics)))
 
     async def queue_bytes(self, topic: str) -> list[int]:
         if self.direct:

@@ -13,7 +13,6 @@ from collections.abc import Callable
 from typing import Final, TypeVar
 
 from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
-from mqgate.eager import gather_started
 from mqgate.errors import (
     TOPIC_DAMAGED,
     AlreadyExists,
@@ -96,13 +95,8 @@ class Topology:
     async def bounds(self, layout: Layout) -> list[QueueBounds]:
         """min/max of every queue of the layout, in table order, with its priority lane."""
         store = self.ctx.store
-        # The topic's started last: a store that keeps what the task last looked at (Redis,
-        # so a wake-up during the answer's round trip is not lost) keeps the topic's, which
-        # is what a pull waits on (its retry queue and inbox wake it there too).
-        retry, inbox, topic = await gather_started(
-            store.bounds(retry_topic(layout.consumer)),
-            store.bounds(inbox_topic(layout.consumer)),
-            store.bounds(layout.topic),
+        topic, retry, inbox = await store.bounds_many(
+            [layout.topic, retry_topic(layout.consumer), inbox_topic(layout.consumer)]
         )
         q = layout.grid.first_queues
         ordered = [*topic[:q], retry[0], inbox[0], *topic[q : layout.topic_queues]]

@@ -156,6 +156,11 @@ class MessageStore(Protocol):
 
     async def bounds(self, topic: str) -> list[QueueBounds]: ...
 
+    async def bounds_many(self, topics: list[str]) -> list[list[QueueBounds]]:
+        """`bounds` of each topic, in order: a pull reads its topic's, retry queue's and inbox's.
+        The embedded store answers from memory, the store process's adapter in one round trip,
+        Redis concurrently; the first topic's error is raised."""
+
     async def queue_bytes(self, topic: str) -> list[int]:
         """The bytes each of `topic`'s queues holds, in queue order (as `bounds`): the measure
         its `retention_bytes` limits. The embedded store counts its queue's log segments (each

@@ -285,6 +285,11 @@ class RedisStore:
     ) -> list[tuple[int, StoredMessage]]:
         return [(o, decode_stored(p)) for o, p in await self.read_raw(topic, queue, offset, max_count)]
 
+    async def bounds_many(self, topics: list[str]) -> list[list[QueueBounds]]:
+        # Each in a task of its own: redis-py's reads and the wake-up bookkeeping (`_looked`)
+        # belong to the task that runs them.
+        return list(await asyncio.gather(*(self.bounds(topic) for topic in topics)))
+
     async def bounds(self, topic: str) -> list[QueueBounds]:
         t = await self._topic(topic)
         _looked.set((t, t.epoch))

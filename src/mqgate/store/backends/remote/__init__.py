@@ -99,6 +99,13 @@ class RemoteStore:
         return got
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
+        return await self._ask_bounds(topic)
+
+    async def bounds_many(self, topics: list[str]) -> list[list[QueueBounds]]:
+        # Futures only, no task: gather collects them (and their errors, all retrieved).
+        return list(await asyncio.gather(*(self._ask_bounds(topic) for topic in topics)))
+
+    def _ask_bounds(self, topic: str) -> asyncio.Future[list[QueueBounds]]:
         # A pull asks for three topics' bounds at once (its topic, retry queue and inbox), and
         # concurrent pulls for theirs: the asks of one turn of the loop travel as one call.
         batch = self._bounds_batch
@@ -107,7 +114,7 @@ class RemoteStore:
             asyncio.get_running_loop().call_soon(self._send_bounds)
         future: asyncio.Future[list[QueueBounds]] = asyncio.get_running_loop().create_future()
         batch.append((topic, future))
-        return await future
+        return future
 
     def _send_bounds(self) -> None:
         batch, self._bounds_batch = self._bounds_batch or [], None
