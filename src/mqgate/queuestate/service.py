@@ -98,7 +98,12 @@ class QueueState(Feature, Observer):
         self.sampler.count_produce(topic.project, topic.name, True, None, now_ms(), count)
 
     def came_due(
-        self, target: str, topic: str, by_queue: dict[int, list[tuple[int, bytes]]], firsts: dict[int, int]
+        self,
+        target: str,
+        topic: str,
+        by_queue: dict[int, list[tuple[int, bytes]]],
+        firsts: dict[int, int],
+        appended_ms: int,
     ) -> None:
         self._dirty.add(topic)
 

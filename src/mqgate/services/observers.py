@@ -96,9 +96,15 @@ class Observer:
         """QoS produce: the destinations due at once were appended (per store topic)."""
 
     def came_due(
-        self, target: str, topic: str, by_queue: dict[int, list[Encoded]], firsts: dict[int, int]
+        self,
+        target: str,
+        topic: str,
+        by_queue: dict[int, list[Encoded]],
+        firsts: dict[int, int],
+        appended_ms: int,
     ) -> None:
-        """Held messages came due and were appended to `topic` for `target`."""
+        """Held messages came due and were appended to `topic` for `target` (the append began
+        at `appended_ms`)."""
 
     # --- consume ------------------------------------------------------------------------
 

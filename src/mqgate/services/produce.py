@@ -304,10 +304,13 @@ class Producing:
             for msg, order_key, priority in items:
                 lane = min(priority, max_priority)
                 by_queue.setdefault(self.store_queue_for(topic, grid, lane, order_key), []).append(msg)
+            # Taken before the append: a pull woken by it may deliver before this goes on, and
+            # the messages were due and stored before that delivery.
+            appended_ms = now_ms()
             firsts = await self.ctx.store.append_encoded(topic, by_queue)
             self.ctx.metrics.child(self.ctx.metrics.produced, topic).inc(len(items))
             for came_due in self.observers.came_due:
-                came_due(target, topic, by_queue, firsts)
+                came_due(target, topic, by_queue, firsts, appended_ms)
             kind, name = split_target(target)
             if kind != TOPIC_TARGET:
                 self.topology.wake_reader_of(name)

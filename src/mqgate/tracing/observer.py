@@ -230,10 +230,16 @@ class TraceObserver(Observer):
             await self.tracing.record(events)
 
     def came_due(
-        self, target: str, topic: str, by_queue: dict[int, list[Encoded]], firsts: dict[int, int]
+        self,
+        target: str,
+        topic: str,
+        by_queue: dict[int, list[Encoded]],
+        firsts: dict[int, int],
+        appended_ms: int,
     ) -> None:
         """due and stored hops of held messages delivered (a retry or inbox target is traced
-        under its consumer's topic)."""
+        under its consumer's topic), at the time their append began: before any delivery of
+        them, which a pull woken by the append may record first."""
         kind, name = split_target(target)
         registry = self.ctx.registry
         consumer = registry.consumer(name) if kind != TOPIC_TARGET else None
@@ -242,7 +248,9 @@ class TraceObserver(Observer):
         tracing = self.tracing
         events: list[TraceEvent] = []
         # A retry queue or inbox is named as the hop's source: it has no queue of the topic.
-        where = {} if consumer is None else {"source": topic}
+        where: dict[str, Any] = {"time_ms": appended_ms}
+        if consumer is not None:
+            where["source"] = topic
         for q, items in by_queue.items():
             msgs = [stored_message(e) for e in items]
             queue = q if consumer is None else None
