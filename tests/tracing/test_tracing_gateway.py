@@ -112,44 +112,46 @@ def test_a_traced_message_without_a_context_stores_none_and_is_delivered_its_der
 
 def test_a_traced_path_through_every_hop_by_id_request_and_key(server: Server) -> None:
     client = setup(server, "shop", "orders", maxAttempts=2, lockTimeoutS=1)
-    server.admin("POST", "/admin/trace-policies", mode="project", project="shop", level="debug")
-    r = client.produce("orders-p", "pay 10", keys=["order-17"], delayMs=300)
-    assert r.json()["result"]["status"] == "scheduled", r.text
-    msg_id = r.json()["result"]["msgId"]
-    first = pull_found(client, "orders")
-    assert client.call("/mq/release", requestId=first["requestId"]).status_code == 200
-    second = pull_found(client, "orders")  # from the retry queue after the 1 s backoff
-    assert second["msgList"][0]["messageId"] == msg_id
-    assert client.call("/mq/release", requestId=second["requestId"]).status_code == 200
+    try:
+        server.admin("POST", "/admin/trace-policies", mode="project", project="shop", level="debug")
+        r = client.produce("orders-p", "pay 10", keys=["order-17"], delayMs=300)
+        assert r.json()["result"]["status"] == "scheduled", r.text
+        msg_id = r.json()["result"]["msgId"]
+        first = pull_found(client, "orders")
+        assert client.call("/mq/release", requestId=first["requestId"]).status_code == 200
+        second = pull_found(client, "orders")  # from the retry queue after the 1 s backoff
+        assert second["msgList"][0]["messageId"] == msg_id
+        assert client.call("/mq/release", requestId=second["requestId"]).status_code == 200
 
-    def dead() -> dict[str, Any] | None:
-        found = traces(server, msgId=msg_id)
-        hops = [h["hop"] for h in found["paths"][0]["hops"]] if found["paths"] else []
-        return found if "dead_lettered" in hops and not found["mayBeIncomplete"] else None
+        def dead() -> dict[str, Any] | None:
+            found = traces(server, msgId=msg_id)
+            hops = [h["hop"] for h in found["paths"][0]["hops"]] if found["paths"] else []
+            return found if "dead_lettered" in hops and not found["mayBeIncomplete"] else None
 
-    found = wait_until(dead, 20, "the dead-lettering to be traced")
-    path = found["paths"][0]
-    hops = [h["hop"] for h in path["hops"]]
-    for before, after in [
-        ("accepted", "scheduled"),
-        ("scheduled", "due"),
-        ("due", "delivered"),
-        ("delivered", "released"),
-        ("released", "redelivered"),
-        ("redelivered", "dead_lettered"),
-    ]:
-        assert hops.index(before) < hops.index(after), hops
-    assert hops.count("delivered") == 2 and path["keys"] == ["order-17"] and path["project"] == "shop"
-    assert path["traceparent"].startswith("00-")
-    assert path["failures"][-1]["failure"]["cause"] == "max_attempts"
-    assert path["consumers"] == [{"consumer": "orders-c", "state": "dead_lettered", "committed": 1}]
-    delivered = [h for h in path["hops"] if h["hop"] == "delivered"]
-    assert delivered[0]["consumer"] == "orders-c" and delivered[0]["resource"]["service"] == "mqgate"
-    assert all(h["latencyMs"] >= 0 for h in path["hops"][1:])
-    by_request = traces(server, requestId=first["requestId"])["paths"]
-    assert [p["msgId"] for p in by_request] == [msg_id]
-    assert [p["msgId"] for p in traces(server, key="order-17")["paths"]] == [msg_id]
-    client.close()
+        found = wait_until(dead, 20, "the dead-lettering to be traced")
+        path = found["paths"][0]
+        hops = [h["hop"] for h in path["hops"]]
+        for before, after in [
+            ("accepted", "scheduled"),
+            ("scheduled", "due"),
+            ("due", "delivered"),
+            ("delivered", "released"),
+            ("released", "redelivered"),
+            ("redelivered", "dead_lettered"),
+        ]:
+            assert hops.index(before) < hops.index(after), hops
+        assert hops.count("delivered") == 2 and path["keys"] == ["order-17"] and path["project"] == "shop"
+        assert path["traceparent"].startswith("00-")
+        assert path["failures"][-1]["failure"]["cause"] == "max_attempts"
+        assert path["consumers"] == [{"consumer": "orders-c", "state": "dead_lettered", "committed": 1}]
+        delivered = [h for h in path["hops"] if h["hop"] == "delivered"]
+        assert delivered[0]["consumer"] == "orders-c" and delivered[0]["resource"]["service"] == "mqgate"
+        assert all(h["latencyMs"] >= 0 for h in path["hops"][1:])
+        by_request = traces(server, requestId=first["requestId"])["paths"]
+        assert [p["msgId"] for p in by_request] == [msg_id]
+        assert [p["msgId"] for p in traces(server, key="order-17")["paths"]] == [msg_id]
+    finally:  # its sockets closed whatever fails (a leak fails a later test: warnings are errors)
+        client.close()
 
 
 def test_info_keeps_the_content_by_reference_and_the_path_shows_it_from_the_store(server: Server) -> None:
