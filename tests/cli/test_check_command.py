@@ -3,7 +3,9 @@ reported; what is safe repaired; a running gateway's directory refused."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -12,6 +14,9 @@ import httpx
 import pytest
 
 from mqgate.durable.framing import HEADER_BYTES
+from mqgate.model import StoredMessage
+from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.interface import TopicConfig
 from tests.conftest import MQGATE, Server
 
 # Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
@@ -130,3 +135,32 @@ def test_a_running_gateway_directory_is_refused(data_dir: Path) -> None:
         assert rc == 2 and "a gateway is running" in text
     finally:
         srv.stop()
+
+
+def test_a_round_journal_left_by_a_crash_is_reported_and_kept_even_by_repair(tmp_path: Path) -> None:
+    async def crash() -> None:
+        store = EmbeddedStore(tmp_path / "live", journal_settle_interval_s=3600)
+        await store.open()
+        await store.create_topic(TopicConfig("j", 2, 3_600_000))
+        for i in range(3):
+            await store.append_many(
+                "j",
+                {
+                    0: [StoredMessage(f"id{i}", 1, "p", "m", [], [], {})],
+                    1: [StoredMessage(f"i{i}", 1, "p", "m", [], [], {})],
+                },
+            )
+        shutil.copytree(tmp_path / "live", tmp_path / "crashed")  # what kill -9 leaves
+        await store.close()
+
+    asyncio.run(crash())
+    crashed = tmp_path / "crashed"
+    [journal] = sorted((crashed / "journal").glob("*.jnl"))
+    rel = str(journal.relative_to(crashed))
+    rc, reports = by_path(crashed)
+    assert rc == 0 and reports[rel]["facts"] == ["6 entries, applied by the next start"], reports[rel]
+    with open(journal, "ab") as fh:
+        fh.write(b"\x50\x00\x00\x00torn")
+    rc, reports = by_path(crashed, "--repair")
+    assert reports[rel]["kept"] == ["torn tail of 8 bytes (a round that answered nobody)"]
+    assert journal.stat().st_size > 8 and reports[rel]["repaired"] == []

@@ -33,6 +33,9 @@ async def until(what: str, check: Callable[[], bool], timeout_s: float = 30.0) -
         raise AssertionError(f"not within {timeout_s} s: {what}") from None
 
 
+DUE = (("many", "7"), ("other", "2"))
+
+
 def checkpointed_end(root: Path, topic: str, queue: int) -> int:
     return int(json.loads((root / "topics" / topic / str(queue) / "checkpoint.json").read_text())["end"])
 
@@ -49,7 +52,14 @@ def test_only_written_queues_are_due_and_each_is_checkpointed_then_forgotten(tmp
             await store.append("other", 2, [msg(9)])
             due = {(q.directory.parent.name, int(q.directory.name)) for q in store.checkpoints_due}
             assert due <= {("many", 7), ("other", 2)}  # a round may have taken some already
-            await until("the round checkpoints them", lambda: not store.checkpoints_due)
+            # Due once their files are fsynced (the round journal's settle), then checkpointed.
+            await until(
+                "the rounds checkpoint them",
+                lambda: (
+                    not store.checkpoints_due
+                    and all((tmp_path / "topics" / t / q / "checkpoint.json").exists() for t, q in DUE)
+                ),
+            )
             assert checkpointed_end(tmp_path, "many", 7) == 3 and checkpointed_end(tmp_path, "other", 2) == 1
             # A deleted topic's queues are not visited any more.
             await store.append("other", 1, [msg(10)])
@@ -71,6 +81,9 @@ def test_a_queue_whose_checkpoint_fails_stays_due_until_it_succeeds(tmp_path: Pa
             blocker = qdir / "checkpoint.tmp"
             blocker.mkdir()  # the checkpoint's temporary file cannot be written
             await store.append("t", 1, [msg(0)])
+            await until(
+                "its file is fsynced (the round journal's settle)", lambda: bool(store.checkpoints_due)
+            )
             [due] = store.checkpoints_due
             failed = store.health.count("message_log", "checkpoint_failed")
             await until(

@@ -16,6 +16,7 @@ from mqgate.durable.append_file import install, write_new
 from mqgate.durable.framing import frame
 from mqgate.offsets.backends.embedded import journal as offsets_journal
 from mqgate.scheduler.backends.embedded import log as schedule_log
+from mqgate.store.backends.embedded import journal as round_journal
 from mqgate.store.backends.embedded.data_format import (
     FORMAT,
     FORMAT_FILE,
@@ -44,6 +45,7 @@ class DataDirCheck:
             self._format()
             store_topics = self._topics()
             self._journal()
+            self._round_journal()
             self._schedule()
             self._registry(store_topics)
             self._temporary_files()
@@ -227,6 +229,19 @@ class DataDirCheck:
             report.repaired.append(f"rewritten with its {len(good)} good records ({'; '.join(problems)})")
         else:
             report.problems.extend(problems)
+
+    def _round_journal(self) -> None:
+        """The message store's round journal: left as it is, even by --repair (the next start
+        writes from it what the queue files lack, and only then deletes it)."""
+        for path in round_journal.journal_files(self.root / round_journal.JOURNAL_DIR):
+            report = self._report(path)
+            found = round_journal.inspect(path)
+            if found.entries:
+                report.facts.append(f"{len(found.entries)} entries, applied by the next start")
+            if found.damaged:
+                report.kept.append(f"{found.damaged} damaged entries (their queue files may hold them)")
+            if found.torn_bytes:
+                report.kept.append(f"torn tail of {found.torn_bytes} bytes (a round that answered nobody)")
 
     def _schedule(self) -> None:
         path = self.root / "scheduler" / "schedule.log"

@@ -75,6 +75,9 @@ class GroupCommitter:
         self._closing = False
         self._deferred_close: list[Callable[[], None]] = []
         self._before_round: list[Callable[[], None]] = []
+        # One round at a time: a flush waits for the round in progress, then runs its own. An
+        # item's state between its `sync_fds` and `after_sync` belongs to one round.
+        self._one_round = asyncio.Lock()
         self.rounds = 0
 
     @property
@@ -118,7 +121,8 @@ class GroupCommitter:
 
     async def flush(self) -> None:
         """Force one round now, whatever the mode (used on shutdown and checkpoints)."""
-        await self._round()
+        async with self._one_round:
+            await self._round()
 
     async def _run(self) -> None:
         while not self._closing:
@@ -128,7 +132,8 @@ class GroupCommitter:
                 await wait_event(self._wake, self.interval_ms / 1000)
             self._wake.clear()
             try:
-                await self._round()
+                async with self._one_round:
+                    await self._round()
             except Exception as exc:
                 # The flusher must outlive any one round: writers wait on it, and so does stop().
                 log.exception("group commit round failed")
@@ -182,6 +187,9 @@ class GroupCommitter:
             self.health.fault("group_commit", kind, str(error))
             for key, item in dirty.items():  # their bytes are still to be made durable
                 self._dirty.setdefault(key, item)
+                failed = getattr(item, "sync_failed", None)
+                if failed is not None:
+                    failed()
         for closer in closers:
             try:
                 closer()
@@ -199,4 +207,5 @@ class GroupCommitter:
         self._wake.set()
         if self._task is not None:
             await self._task
-        await self._round()
+        async with self._one_round:
+            await self._round()

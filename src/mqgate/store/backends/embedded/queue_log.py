@@ -29,8 +29,16 @@ from mqgate.durable.append_file import AppendFile
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.health import Health
+from mqgate.store.backends.embedded.journal import Chunk, RoundJournal
 from mqgate.store.backends.embedded.records import OVERHEAD, framed, read_span
-from mqgate.store.backends.embedded.segment import LOG_SUFFIX, Gap, Indexed, Segment, describe_gaps
+from mqgate.store.backends.embedded.segment import (
+    LOG_SUFFIX,
+    Gap,
+    Indexed,
+    Segment,
+    describe_gaps,
+    index_records,
+)
 
 CHECKPOINT_FILE: Final = "checkpoint.json"
 COMPONENT: Final = "message_log"
@@ -98,6 +106,9 @@ class QueueLog:
         # `_unwritten`: the index before the first of them, where a failed round takes it back.
         self._pending: list[tuple[bytes, int]] = []  # (framed records, how many)
         self._unwritten: Mark | None = None
+        # With fsync=always, the store's round journal (journal.py): a round fsyncs it instead
+        # of this file, which its settles fsync.
+        self.journal: RoundJournal | None = None
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -220,7 +231,10 @@ class QueueLog:
         seg.size = pos
         seg.max_timestamp_ms = timestamp_ms
         self.bytes_since_checkpoint += size
-        self.committer.mark_dirty(self)
+        if self.journal is not None:
+            self.journal.mark_dirty(self)
+        else:
+            self.committer.mark_dirty(self)
         if not self.committer.waits_for_fsync:
             self.visible_end = seg.end
             self.on_visible()
@@ -274,6 +288,75 @@ class QueueLog:
         data = self._pending[0][0] if len(self._pending) == 1 else b"".join([d for d, _ in self._pending])
         self._file.append(data)
         self._pending, self._unwritten = [], None
+
+    def take_pending(self) -> Chunk | None:
+        """For the round journal: write the records waiting for their round, and say what was
+        written where (None: none wait). On an OSError as `write_pending`."""
+        if not self._pending:
+            return None
+        assert self._file is not None and self._unwritten is not None
+        pending = self._pending
+        data = pending[0][0] if len(pending) == 1 else b"".join([d for d, _ in pending])
+        count = pending[0][1] if len(pending) == 1 else sum(n for _, n in pending)
+        seg = self.active
+        chunk = Chunk(seg.base, self._file.size, seg.base + self._unwritten.records, count, data)
+        self._file.append(data)
+        self._pending, self._unwritten = [], None
+        return chunk
+
+    def journaled(self, end: int) -> None:
+        """The records before offset `end` are durable in the round journal."""
+        if end > self.visible_end:
+            self.visible_end = end
+            self.on_visible()
+
+    def restore(self, chunk: Chunk) -> bool | None:
+        """At start-up, a round journal's entry for this log: the bytes it holds, written again
+        where the file lacks them or holds others (its page cache lost); False if the file holds
+        them already; None if the entry does not fit (beyond the file's end, or a segment this
+        log does not have)."""
+        seg = self.active
+        if chunk.base != seg.base:
+            # An older segment was fsynced whole when it was sealed.
+            return False if chunk.base < seg.base else None
+        size = seg.size
+        end = chunk.pos + len(chunk.data)
+        if chunk.pos > size:
+            return None
+        held = min(end, size) - chunk.pos
+        if end <= size and seg.pread(chunk.pos, end) == chunk.data:
+            return False
+        assert self._file is not None
+        if held > 0:
+            fd = os.open(seg.log_path, os.O_WRONLY)
+            try:
+                view = memoryview(chunk.data)[:held]
+                done = 0
+                while done < held:
+                    done += os.pwrite(fd, view[done:], chunk.pos + done)
+            finally:
+                os.close(fd)
+        if end > size:
+            self._file.append(chunk.data[held:])
+            seg.size = end
+        return True
+
+    def restored(self) -> None:
+        """After the round journal wrote records again: index the active segment from its
+        records, fsync it, show and checkpoint it."""
+        seg = self.active
+        assert self._file is not None
+        indexed = index_records(seg.pread(0, seg.size), pos0=0, first=seg.base)
+        seg.use_index(indexed.positions)
+        self._report_recovery(seg, seg.size, indexed)
+        if indexed.end < seg.size:
+            self._file.cut_back(indexed.end)
+            seg.size = indexed.end
+        seg.max_timestamp_ms = None
+        self._file.sync()
+        self._synced = (seg.base, seg.end, seg.size)
+        self.visible_end = seg.end
+        self.try_checkpoint()
 
     def drop_unsynced(self, mark: Mark) -> None:
         """A failed round: take back every record since `mark`, written in it or waiting."""

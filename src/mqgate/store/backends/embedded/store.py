@@ -29,6 +29,7 @@ from mqgate.errors import TOPIC_DAMAGED, BadRequest, MqgateError, NotFound, Stor
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
+from mqgate.store.backends.embedded import journal as round_journal
 from mqgate.store.backends.embedded.companions import CompanionWriter
 from mqgate.store.backends.embedded.data_format import (
     FORMAT,
@@ -85,8 +86,12 @@ class EmbeddedStore:
         health: Health | None = None,
         disk_free_floor_bytes: int = 0,
         max_open_files: int | None = None,
+        journal_settle_interval_s: float = 1.0,
     ) -> None:
+        """`journal_settle_interval_s`: how long the queue files may go without an fsync while
+        the round journal holds their records (fsync=always; journal.py)."""
         self.health = health or Health()
+        self.journal_settle_interval_s = journal_settle_interval_s
         self.space = DiskSpace(Path(data_dir), disk_free_floor_bytes, self.health)
         self._max_open_files = max_open_files
         self.handles = FileHandles(max_open_files)
@@ -109,6 +114,7 @@ class EmbeddedStore:
         self._companions = CompanionWriter(self._write_all)
         self._unhook: Callable[[], None] = lambda: None
         self._watchers: list[TopicListener] = []
+        self.journal: round_journal.RoundJournal | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -139,7 +145,36 @@ class EmbeddedStore:
                 self._damaged_topic(topic_dir.name, exc)
                 continue
             self._load_topic(config)
+        self._open_journal()
         self._checkpointer = asyncio.get_running_loop().create_task(self._checkpoint_loop())
+
+    def _open_journal(self) -> None:
+        """Replay what a crash left in the round journal (whatever the mode: it may have run
+        with fsync=always before), then journal every queue's rounds if writers wait for them."""
+        assert self.committer is not None
+        directory = self.root / round_journal.JOURNAL_DIR
+        last = round_journal.replay(directory, self._queue_log_of, self.health)
+        if not self.committer.waits_for_fsync:
+            return
+        self.journal = round_journal.RoundJournal(
+            directory,
+            health=self.health,
+            mark_dirty=self.committer.mark_dirty,
+            settle_interval_s=self.journal_settle_interval_s,
+        )
+        self.journal.start(last)
+        for topic in self._topics.values():
+            for queue, queue_log in enumerate(topic.queues):
+                self._journal(queue_log, topic.config.name, queue)
+
+    def _queue_log_of(self, topic: str, queue: int) -> QueueLog | None:
+        t = self._topics.get(topic)
+        return t.queues[queue] if t is not None and 0 <= queue < len(t.queues) else None
+
+    def _journal(self, queue_log: QueueLog, topic: str, queue: int) -> None:
+        if self.journal is not None:
+            queue_log.journal = self.journal
+            self.journal.register(queue_log, topic, queue)
 
     def _damaged_topic(self, name: str, exc: Exception) -> None:
         self._damaged[name] = f"its {TOPIC_FILE} cannot be read ({exc}); see mqgate check"
@@ -165,6 +200,8 @@ class EmbeddedStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._checkpointer
         if self.committer is not None:
+            if self.journal is not None:
+                self.journal.want_settle()  # a clean stop leaves no journal to replay
             if self._own_committer:
                 await self.committer.stop()
             else:
@@ -178,6 +215,9 @@ class EmbeddedStore:
                 q.close()
         self._topics.clear()
         self.checkpoints_due.clear()
+        if self.journal is not None:
+            self.journal.close()
+            self.journal = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
             self._lock_fd = -1
@@ -209,6 +249,7 @@ class EmbeddedStore:
         self.recovered_bytes_cut += queue_log.recover()
         if queue_log.checkpoint_due:  # what start-up verified past its checkpoint
             self.checkpoints_due.add(queue_log)
+        self._journal(queue_log, topic.config.name, queue)
         topic.queues.append(queue_log)
 
     async def _checkpoint_loop(self) -> None:
@@ -227,6 +268,9 @@ class EmbeddedStore:
                             self.checkpoints_due.discard(q)
                 if full:
                     last_full = time.monotonic()
+                if self.journal is not None and self.committer is not None and self.journal.settle_due:
+                    self.journal.want_settle()  # an idle store's journal settles too
+                    await self.committer.flush()
             except Exception as exc:
                 # This task must not die silently: the next round tries again.
                 log.exception("message store checkpoint round failed")
@@ -295,10 +339,19 @@ class EmbeddedStore:
         if t is not None:
             t.waiters.wake()
             self._moved(topic)
+            if self.journal is not None and self.journal.holds(t.queues):
+                # No entry of the topic may outlive it: one of a topic made again under its name
+                # would be replayed into the new one's files.
+                self.journal.want_settle()
             if self.committer is not None:
                 await self.committer.flush()
+            if self.journal is not None and self.journal.holds(t.queues):
+                self._topics[topic] = t
+                raise StorageError(f"topic {topic} was not deleted: its queue files could not be fsynced")
             for q in t.queues:
                 q.close()
+                if self.journal is not None:
+                    self.journal.forget(q)
             self.checkpoints_due.difference_update(t.queues)
         elif self._damaged.pop(topic, None) is not None:
             self.health.restore(f"topic {topic}")  # deleting is one way to be rid of it
@@ -356,7 +409,9 @@ class EmbeddedStore:
         awaits in here, so the queues written before a failure are taken back before anyone
         could read them; the failed one cut itself back."""
         logs = {q: self._queue(topic, q) for q in batches}
-        self.space.check(sum(len(p) + OVERHEAD for payloads, _ in batches.values() for p in payloads))
+        size = sum(len(p) + OVERHEAD for payloads, _ in batches.values() for p in payloads)
+        # The round journal holds a copy of them until its next settle.
+        self.space.check(size if self.journal is None else 2 * size)
         firsts: dict[int, int] = {}
         marks: list[tuple[QueueLog, Mark]] = []
         for q, (payloads, timestamp_ms) in batches.items():

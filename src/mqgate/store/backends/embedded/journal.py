@@ -1,0 +1,373 @@
+"""The round journal: with fsync=always, one fsync a group-commit round for every queue it wrote.
+
+A round used to fsync each queue file it wrote, and a topic's messages spread over its queues:
+eight fsyncs a round for a topic of eight queues, each its own trip to the disk's cache (the
+single produce's largest cost, benchmarks/RESULTS.md). Now a round writes each queue's
+waiting records to its file as before, and the same bytes, one entry a queue, to the journal,
+and fsyncs only the journal: the round's writers are answered when it is durable. The queue
+files are fsynced together later, a *settle* (every `settle_interval_s`, after `settle_bytes`
+of entries, before a topic is deleted and on close), after which the journal files before it
+are deleted. RocketMQ's commit log does the same for the same reason.
+
+An entry is a framed record (`durable/framing.py`): `<u64 segment base><u64 byte position>
+<u64 first offset><u16 queue><u16 topic name length><topic name><the records' bytes>`, the
+bytes the queue's file got at that position. At start-up (`replay`), each entry's bytes are
+compared with its queue file's: the same (the usual case, a kill -9 keeps the page cache):
+nothing to do; missing or different (the machine lost its page cache): written again from
+the entry, and the segment indexed again from its records. Then the files are fsynced and
+the journal deleted. A torn last entry is cut (its round answered nobody); damage before
+it is reported with counts, and the entries after it are still replayed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
+
+from mqgate.durable.append_file import AppendFile, fsync_dir
+from mqgate.durable.framing import frame, scan
+from mqgate.health import Health
+
+if TYPE_CHECKING:
+    from mqgate.store.backends.embedded.queue_log import Mark, QueueLog
+
+log = logging.getLogger(__name__)
+
+JOURNAL_DIR: Final = "journal"
+SUFFIX: Final = ".jnl"
+COMPONENT: Final = "round_journal"
+_ENTRY: Final = struct.Struct("<QQQHH")
+
+
+class Chunk(NamedTuple):
+    """What one queue wrote in a round: its records' bytes where its active segment got them."""
+
+    base: int  # the segment's base offset
+    pos: int  # the byte position of the first record
+    first: int  # the first record's offset
+    records: int  # how many (not in an entry: its records say)
+    data: bytes
+
+
+class RoundMark(NamedTuple):
+    """Where a round's writes began: each queue's, and the journal's."""
+
+    logs: list[tuple[QueueLog, Mark]]
+    journal_size: int
+
+
+class Entry(NamedTuple):
+    topic: str
+    queue: int
+    chunk: Chunk
+
+
+def encode_entry(topic: bytes, queue: int, chunk: Chunk) -> bytes:
+    return frame(_ENTRY.pack(chunk.base, chunk.pos, chunk.first, queue, len(topic)) + topic + chunk.data)
+
+
+def decode_entry(payload: bytes) -> Entry | None:
+    if len(payload) < _ENTRY.size:
+        return None
+    base, pos, first, queue, name_len = _ENTRY.unpack_from(payload)
+    start = _ENTRY.size + name_len
+    if len(payload) <= start:
+        return None
+    try:
+        topic = payload[_ENTRY.size : start].decode()
+    except UnicodeDecodeError:
+        return None
+    return Entry(topic, queue, Chunk(base, pos, first, 0, payload[start:]))
+
+
+def _seq(path: Path) -> int:
+    return int(path.name[: -len(SUFFIX)])
+
+
+def journal_files(directory: Path) -> list[Path]:
+    """The journal's files, oldest first."""
+    if not directory.is_dir():
+        return []
+    found = [p for p in directory.iterdir() if p.name.endswith(SUFFIX) and p.name[: -len(SUFFIX)].isdigit()]
+    return sorted(found, key=_seq)
+
+
+class Read(NamedTuple):
+    entries: list[Entry]
+    damaged: int  # entries that failed their check
+    torn_bytes: int  # after the last intact entry
+
+
+def inspect(path: Path) -> Read:
+    """The intact entries of one journal file, and what is wrong with it."""
+    data = path.read_bytes()
+    entries: list[Entry] = []
+    damaged = 0
+    end = 0
+    for _, stop, payload in scan(data):
+        entry = decode_entry(payload) if payload is not None else None
+        if entry is None:
+            damaged += 1
+        else:
+            entries.append(entry)
+        end = stop
+    return Read(entries, damaged, len(data) - end)
+
+
+def read_entries(path: Path, health: Health | None = None) -> list[Entry]:
+    """The intact entries of one journal file; damage is reported (a torn tail too: it held a
+    round that answered nobody, but its bytes are said)."""
+    found = inspect(path)
+    if health is not None:
+        if found.damaged:
+            detail = f"{path}: {found.damaged} damaged entries"
+            health.fault(COMPONENT, "corrupt_entry_skipped", detail, found.damaged)
+        if found.torn_bytes:
+            health.fault(COMPONENT, "torn_tail_cut", f"{path}: {found.torn_bytes} bytes after the last entry")
+    return found.entries
+
+
+class RoundJournal:
+    """The group committer's one item for every queue log of a store (fsync=always)."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        health: Health,
+        mark_dirty: Callable[[RoundJournal], None],
+        settle_interval_s: float = 1.0,
+        settle_bytes: int = 16 * 1024 * 1024,
+    ) -> None:
+        self.directory = directory
+        self.health = health
+        self._mark_dirty = mark_dirty
+        self.settle_interval_s = settle_interval_s
+        self.settle_bytes = settle_bytes
+        self._names: dict[int, tuple[bytes, int]] = {}  # id(log) -> (topic, queue)
+        self._dirty: dict[int, QueueLog] = {}  # with records for the next round
+        self._unsettled: dict[int, QueueLog] = {}  # journaled, their files not fsynced since
+        self._shown: list[tuple[QueueLog, int]] = []  # to show once the round is durable
+        self._settling: list[QueueLog] = []  # the files the round in progress fsyncs
+        self._retiring: list[AppendFile] = []  # journal files the round in progress retires
+        self._retired: list[AppendFile] = []  # written before the last settle began
+        self._dir_fd = -1
+        self._file: AppendFile | None = None
+        self._seq = 0
+        self._last_settle = time.monotonic()
+        self.settle_wanted = False
+        self.settles = 0
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    def start(self, after: int) -> None:
+        """A new, empty journal file after the files numbered up to `after`, its name durable."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self._seq = after + 1
+        self._file = AppendFile.create(self.directory / f"{self._seq:020d}{SUFFIX}")
+        fsync_dir(self.directory)
+
+    def close(self) -> None:
+        self._close_dir()
+        for file in [*self._retired, *self._retiring]:
+            file.close()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def register(self, log_: QueueLog, topic: str, queue: int) -> None:
+        self._names[id(log_)] = (topic.encode(), queue)
+
+    def forget(self, log_: QueueLog) -> None:
+        """A log closed for good (its topic deleted): after a settle, nothing of it is here."""
+        key = id(log_)
+        self._names.pop(key, None)
+        self._dirty.pop(key, None)
+        self._unsettled.pop(key, None)
+
+    def mark_dirty(self, log_: QueueLog) -> None:
+        self._dirty[id(log_)] = log_
+        self._mark_dirty(self)
+
+    @property
+    def settle_due(self) -> bool:
+        if not self._unsettled and not self._retired:
+            return False
+        return (
+            self.settle_wanted
+            or time.monotonic() - self._last_settle >= self.settle_interval_s
+            or (self._file is not None and self._file.size >= self.settle_bytes)
+        )
+
+    def want_settle(self) -> None:
+        """The next round settles (the caller then runs one: `GroupCommitter.flush`)."""
+        self.settle_wanted = True
+        self._mark_dirty(self)
+
+    def holds(self, logs: list[QueueLog]) -> bool:
+        """Whether a journal file may hold bytes of `logs` that their files do not durably hold
+        (the next settle fsyncs them)."""
+        keys = {id(lg) for lg in logs}
+        settling = {id(lg) for lg in self._settling}
+        return bool(keys & (self._unsettled.keys() | self._dirty.keys() | settling))
+
+    # --- the committer's item (durable/group_commit.py: Syncable) ---------------------------
+
+    def unwritten_mark(self) -> RoundMark | None:
+        marks = [(lg, m) for lg in self._dirty.values() if (m := lg.unwritten_mark()) is not None]
+        if not marks or self._file is None:
+            return None
+        return RoundMark(marks, self._file.size)
+
+    def drop_unsynced(self, mark: RoundMark) -> None:
+        """A round whose write failed: its records are taken back from every queue, and its
+        entries from the journal."""
+        for lg, log_mark in mark.logs:
+            lg.drop_unsynced(log_mark)
+        taken = {id(lg) for lg, _ in mark.logs}
+        self._shown = [(lg, end) for lg, end in self._shown if id(lg) not in taken]
+        if self._file is not None and self._file.size > mark.journal_size:
+            self._file.cut_back(mark.journal_size)
+
+    def sync_fds(self) -> list[int]:
+        assert self._file is not None
+        dirty, self._dirty = self._dirty, {}
+        entries: list[bytes] = []
+        fds: list[int] = []
+        for key, lg in dirty.items():
+            name = self._names.get(key)
+            chunk = lg.take_pending()
+            if chunk is None or name is None:
+                # Written outside a round (a segment's roll, a re-index): its own fsync.
+                fds.extend(lg.sync_fds())
+                self._settling.append(lg)
+                continue
+            entries.append(encode_entry(name[0], name[1], chunk))
+            self._shown.append((lg, chunk.first + chunk.records))
+            self._unsettled[key] = lg
+        if entries:
+            self._file.append(entries[0] if len(entries) == 1 else b"".join(entries))
+        fds.append(self._file.fd)
+        if self.settle_due:
+            fds.extend(self._settle())
+        if self._dir_fd >= 0:
+            fds.append(self._dir_fd)
+        return fds
+
+    def _settle(self) -> list[int]:
+        """Every queue file journaled since the last settle, for this round to fsync; the
+        journal files before it are retired once that is done. Its entries go on in a new file,
+        whose name this round makes durable before any round writes to it (rounds do not overlap:
+        group_commit.py). If that file cannot be made, the journal goes on in this one."""
+        assert self._file is not None
+        seq = self._seq + 1
+        try:
+            new = AppendFile.create(self.directory / f"{seq:020d}{SUFFIX}")
+            try:
+                dir_fd = os.open(self.directory, os.O_RDONLY)
+            except OSError:
+                new.close()
+                raise
+        except OSError as exc:
+            self.health.fault(COMPONENT, "settle_failed", f"{self.directory}: {exc.strerror}")
+            return []
+        self._close_dir()
+        self._dir_fd = dir_fd
+        fds = [fd for lg in self._unsettled.values() for fd in lg.sync_fds()]
+        self._settling.extend(self._unsettled.values())
+        self._unsettled = {}
+        self._retiring = [*self._retired, self._file]
+        self._retired = []
+        self._file, self._seq = new, seq
+        self._last_settle = time.monotonic()
+        self.settle_wanted = False
+        return fds
+
+    def _close_dir(self) -> None:
+        if self._dir_fd >= 0:
+            os.close(self._dir_fd)
+            self._dir_fd = -1
+
+    def after_sync(self) -> None:
+        if self._dir_fd >= 0:
+            self._close_dir()
+        shown, self._shown = self._shown, []
+        for lg, end in shown:
+            lg.journaled(end)
+        settling, self._settling = self._settling, []
+        for lg in settling:
+            lg.after_sync()
+        retiring, self._retiring = self._retiring, []
+        for file in retiring:
+            path = file.path
+            file.close()
+            try:
+                path.unlink(missing_ok=True)
+            except OSError as exc:  # replayed again at the next start: harmless, but said
+                self.health.fault(COMPONENT, "delete_failed", f"{path}: {exc.strerror}")
+        if retiring:
+            self.settles += 1
+
+    def sync_failed(self) -> None:
+        """The round's fsync failed: its files stay dirty, its writers are refused; a retiring
+        journal stays until a settle succeeds, the new file's name is fsynced again."""
+        self._retired = [*self._retiring, *self._retired]
+        self._retiring = []
+        for lg in self._settling:
+            self._unsettled[id(lg)] = lg
+        self._settling = []
+
+
+class Restorable(Protocol):
+    def restore(self, chunk: Chunk) -> bool | None:
+        """Bring the file in line with a journal entry: True if it had to be written, False if
+        it held those bytes already, None if the entry does not fit it."""
+
+    def restored(self) -> None:
+        """After the last entry: index again what was written, fsync, checkpoint."""
+
+
+def replay(directory: Path, log_of: Callable[[str, int], Restorable | None], health: Health) -> int:
+    """Apply every journal file, oldest first, to the queue logs `log_of` finds; fsync what
+    changed; delete the files. Returns the number of the last file (0: none)."""
+    files = journal_files(directory)
+    if not files:
+        return 0
+    touched: dict[int, Restorable] = {}
+    orphans = misfits = rewritten = 0
+    for path in files:
+        for entry in read_entries(path, health):
+            target = log_of(entry.topic, entry.queue)
+            if target is None:
+                orphans += 1
+                continue
+            done = target.restore(entry.chunk)
+            if done is None:
+                misfits += 1
+            elif done:
+                rewritten += 1
+                touched[id(target)] = target
+    for target in touched.values():
+        target.restored()
+    if orphans:
+        # A topic deleted settles the journal first: only a crash in between leaves these.
+        health.fault(COMPONENT, "entry_without_queue", f"{directory}: {orphans} entries of no queue", orphans)
+    if misfits:
+        health.fault(
+            COMPONENT,
+            "entry_does_not_fit",
+            f"{directory}: {misfits} entries beyond what their queue file holds (see mqgate check)",
+            misfits,
+        )
+    if rewritten:
+        log.warning("round journal %s: %d entries written again to their queue files", directory, rewritten)
+    last = _seq(files[-1])
+    for path in files:
+        path.unlink()
+    fsync_dir(directory)
+    return last

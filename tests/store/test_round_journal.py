@@ -1,0 +1,178 @@
+"""The message store's round journal (store/backends/embedded/journal.py): with fsync=always a
+round fsyncs one journal file instead of every queue file it wrote, and start-up writes again
+from the journal whatever the queue files lost with the page cache.
+
+A crash is a copy of the data directory taken while the store is open (what kill -9 leaves:
+the page cache's bytes); a lost page cache is that copy with the queue files' unsynced tails
+cut or overwritten."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from mqgate.model import StoredMessage
+from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.backends.embedded.journal import JOURNAL_DIR, journal_files, read_entries
+from mqgate.store.interface import TopicConfig
+
+WEEK_MS = 7 * 24 * 3600 * 1000
+NEVER_S = 3600.0  # no settle unless asked: the journal holds every round
+
+
+def msg(i: int) -> StoredMessage:
+    return StoredMessage(f"id{i:08d}", 1_000 + i, "p", f"m{i}-" + "x" * 40, [], [], {})
+
+
+def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
+    return asyncio.run(fn(*args))
+
+
+async def opened(path: Path, **kw: Any) -> EmbeddedStore:
+    store = EmbeddedStore(path, **kw)
+    await store.open()
+    return store
+
+
+def entries(root: Path) -> list[tuple[str, int, int]]:
+    """(topic, queue, first offset) of every entry in the journal."""
+    return [
+        (e.topic, e.queue, e.chunk.first) for f in journal_files(root / JOURNAL_DIR) for e in read_entries(f)
+    ]
+
+
+async def everything(store: EmbeddedStore, topic: str, queues: int) -> dict[int, list[tuple[int, str]]]:
+    out = {}
+    for q in range(queues):
+        out[q] = [(o, m.msg_id) for o, m in await store.read(topic, q, 0, 10_000)]
+    return out
+
+
+async def write_and_crash(root: Path, crashed: Path) -> dict[int, list[tuple[int, str]]]:
+    """Messages in 4 queues over many rounds, none settled; `crashed` is what a kill -9 leaves."""
+    store = await opened(root, journal_settle_interval_s=NEVER_S)
+    await store.create_topic(TopicConfig("t", 4, WEEK_MS))
+    n = 0
+    for _ in range(6):
+        await asyncio.gather(
+            *(store.append("t", q, [msg(n + q * 10 + k) for k in range(3)]) for q in range(4))
+        )
+        n += 100
+    assert store.journal is not None and store.journal.settles == 0
+    written = await everything(store, "t", 4)
+    assert [len(v) for v in written.values()] == [18] * 4
+    shutil.copytree(root, crashed)
+    await store.close()
+    return written
+
+
+def test_a_round_is_one_journal_entry_per_queue_and_a_settle_empties_the_journal(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = await opened(tmp_path, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 8, WEEK_MS))
+        await store.append_many("t", {q: [msg(q), msg(q + 100)] for q in range(8)})
+        assert sorted(entries(tmp_path)) == [("t", q, 0) for q in range(8)]
+        assert store.checkpoints_due == set()  # no queue file fsynced yet: nothing to checkpoint
+        assert store.journal is not None and store.committer is not None
+        store.journal.want_settle()
+        await store.committer.flush()
+        assert entries(tmp_path) == [] and store.journal.settles == 1
+        assert len(store.checkpoints_due) == 8  # fsynced now: due for their checkpoint
+        assert [len(v) for v in (await everything(store, "t", 8)).values()] == [2] * 8
+        await store.close()
+
+    run(go)
+
+
+def test_after_a_kill_9_the_journal_changes_nothing_and_is_gone(tmp_path: Path) -> None:
+    async def go() -> None:
+        crashed = tmp_path / "crashed"
+        written = await write_and_crash(tmp_path / "live", crashed)
+        assert len(entries(crashed)) == 24
+        store = await opened(crashed)
+        assert await everything(store, "t", 4) == written
+        assert store.health.count("round_journal", "entry_does_not_fit") == 0
+        await store.close()
+        assert entries(crashed) == []
+
+    run(go)
+
+
+def test_what_the_page_cache_lost_is_written_again_from_the_journal(tmp_path: Path) -> None:
+    async def go() -> None:
+        crashed = tmp_path / "crashed"
+        written = await write_and_crash(tmp_path / "live", crashed)
+        log0 = crashed / "topics/t/0/00000000000000000000.log"
+        log1 = crashed / "topics/t/1/00000000000000000000.log"
+        log2 = crashed / "topics/t/2/00000000000000000000.log"
+        size = log0.stat().st_size
+        with open(log0, "r+b") as fh:  # its last pages never reached the disk
+            fh.truncate(size // 3)
+        log1.write_bytes(b"")
+        with open(log2, "r+b") as fh:  # a page written as zeros
+            fh.seek(200)
+            fh.write(b"\0" * 700)
+        store = await opened(crashed)
+        assert await everything(store, "t", 4) == written
+        assert store.health.count("message_log", "corrupt_record_skipped") >= 1  # said, then mended
+        await store.close()
+        # Written again for good: a second start finds them without any journal.
+        assert entries(crashed) == []
+        store = await opened(crashed)
+        assert await everything(store, "t", 4) == written
+        await store.close()
+
+    run(go)
+
+
+def test_a_torn_or_damaged_journal_is_reported_and_costs_nothing_the_queue_files_hold(tmp_path: Path) -> None:
+    async def go() -> None:
+        crashed = tmp_path / "crashed"
+        written = await write_and_crash(tmp_path / "live", crashed)
+        [journal] = journal_files(crashed / JOURNAL_DIR)
+        data = bytearray(journal.read_bytes())
+        data[40] ^= 0xFF  # inside the first entry
+        journal.write_bytes(bytes(data) + b"\x40\x00\x00\x00torn")  # and a torn last entry
+        store = await opened(crashed)
+        assert await everything(store, "t", 4) == written
+        assert store.health.count("round_journal", "corrupt_entry_skipped") == 1
+        assert store.health.count("round_journal", "torn_tail_cut") == 1
+        await store.close()
+
+    run(go)
+
+
+def test_a_deleted_topic_leaves_no_entry_to_replay_into_one_made_again_under_its_name(tmp_path: Path) -> None:
+    async def go() -> None:
+        store = await opened(tmp_path, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 2, WEEK_MS))
+        await store.append_many("t", {0: [msg(i) for i in range(5)], 1: [msg(9)]})
+        assert entries(tmp_path)
+        await store.delete_topic("t")
+        assert entries(tmp_path) == []
+        await store.create_topic(TopicConfig("t", 2, WEEK_MS))
+        await store.append("t", 0, [msg(77)])
+        shutil.copytree(tmp_path, tmp_path.parent / "crashed")
+        await store.close()
+        again = await opened(tmp_path.parent / "crashed")
+        assert await everything(again, "t", 2) == {0: [(0, "id00000077")], 1: []}
+        await again.close()
+
+    run(go)
+
+
+def test_with_an_fsync_interval_there_is_no_journal_and_one_left_behind_is_replayed(tmp_path: Path) -> None:
+    async def go() -> None:
+        crashed = tmp_path / "crashed"
+        written = await write_and_crash(tmp_path / "live", crashed)
+        with open(crashed / "topics/t/3/00000000000000000000.log", "r+b") as fh:
+            fh.truncate(100)
+        store = await opened(crashed, fsync_interval_ms=50)
+        assert store.journal is None and entries(crashed) == []
+        assert await everything(store, "t", 4) == written
+        await store.close()
+
+    run(go)
