@@ -9,11 +9,17 @@ cut or overwritten."""
 from __future__ import annotations
 
 import asyncio
+import os
 import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import msgspec
+import pytest
+
+import mqgate.durable.group_commit as group_commit
+from mqgate.cli.check_files import DataDirCheck
 from mqgate.model import StoredMessage
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.backends.embedded.journal import JOURNAL_DIR, journal_files, read_entries
@@ -21,6 +27,7 @@ from mqgate.store.interface import TopicConfig
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 NEVER_S = 3600.0  # no settle unless asked: the journal holds every round
+encode = msgspec.json.Encoder().encode
 
 
 def msg(i: int) -> StoredMessage:
@@ -172,6 +179,89 @@ def test_with_an_fsync_interval_there_is_no_journal_and_one_left_behind_is_repla
             fh.truncate(100)
         store = await opened(crashed, fsync_interval_ms=50)
         assert store.journal is None and entries(crashed) == []
+        assert await everything(store, "t", 4) == written
+        await store.close()
+
+    run(go)
+
+
+def fsynced_paths(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The files each round fsyncs, by path (read from /proc as the round begins its fsync)."""
+    rounds: list[list[str]] = []
+    real = group_commit._fsync_all
+
+    def spy(fds: list[int]) -> None:
+        rounds.append([os.readlink(f"/proc/self/fd/{fd}") for fd in fds])
+        real(fds)
+
+    monkeypatch.setattr(group_commit, "_fsync_all", spy)
+    return rounds
+
+
+def test_a_settle_fsyncs_every_queue_file_even_when_their_handles_are_evicted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds = fsynced_paths(monkeypatch)
+
+    async def go() -> None:
+        # 4 open files at most: collecting 8 queue files' descriptors reopens and evicts some.
+        store = await opened(tmp_path, max_open_files=4, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 8, WEEK_MS))
+        await store.append_many("t", {q: [msg(q)] for q in range(8)})
+        assert store.journal is not None and store.committer is not None
+        rounds.clear()
+        store.journal.want_settle()
+        await store.committer.flush()
+        assert store.journal.settles == 1
+        [settle] = rounds
+        for q in range(8):
+            assert str(tmp_path / f"topics/t/{q}/00000000000000000000.log") in settle
+        await store.close()
+
+    run(go)
+
+
+def test_records_written_outside_a_round_are_fsynced_by_the_round_that_answers_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds = fsynced_paths(monkeypatch)
+
+    async def go() -> None:
+        store = await opened(tmp_path, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+        [queue_log] = store._topic("t").queues
+        store._write_all("t", {0: ([encode(msg(1))], 1)})  # a writer waiting for its round
+        queue_log._reindex(queue_log.active)  # a read met a wrong index entry: it writes them
+        store._write_all("t", {0: ([encode(msg(2))], 2)})  # a second writer, journaled
+        assert store.committer is not None
+        rounds.clear()
+        await store.committer.durable()
+        assert len(entries(tmp_path)) == 1  # only the second writer's record is journaled
+        assert str(tmp_path / "topics/t/0/00000000000000000000.log") in rounds[-1]
+        await store.close()
+
+    run(go)
+
+
+def test_entries_that_cannot_be_applied_are_kept_aside_and_shown(tmp_path: Path) -> None:
+    async def go() -> None:
+        crashed = tmp_path / "crashed"
+        written = await write_and_crash(tmp_path / "live", crashed)
+        meta = crashed / "topics/t/topic.json"
+        good = meta.read_bytes()
+        meta.write_bytes(b"{not json")  # the topic is not served at this start
+        store = await opened(crashed)
+        assert store.health.count("round_journal", "entry_without_queue") == 24
+        assert "round journal" in store.health.degraded
+        await store.close()
+        [kept] = (crashed / JOURNAL_DIR / "unapplied").glob("*.jnl")
+        assert len(read_entries(kept)) == 24 and entries(crashed) == []
+        [report] = [r for r in DataDirCheck(crashed, repair=True).run() if "unapplied" in r.path]
+        assert report.kept and not report.repaired and kept.exists()  # an operator's, not --repair's
+        # What an operator does once topic.json is mended: the kept file back in the journal.
+        meta.write_bytes(good)
+        kept.rename(crashed / JOURNAL_DIR / kept.name)
+        store = await opened(crashed)
         assert await everything(store, "t", 4) == written
         await store.close()
 

@@ -242,6 +242,13 @@ class DataDirCheck:
                 report.kept.append(f"{found.damaged} damaged entries (their queue files may hold them)")
             if found.torn_bytes:
                 report.kept.append(f"torn tail of {found.torn_bytes} bytes (a round that answered nobody)")
+        aside = self.root / round_journal.JOURNAL_DIR / round_journal.UNAPPLIED_DIR
+        for path in round_journal.journal_files(aside):
+            found = round_journal.inspect(path)
+            self._report(path).kept.append(
+                f"{len(found.entries)} entries a start could not apply (their topic or queue not served): "
+                "once it is mended, move the file back into journal/ and start the gateway"
+            )
 
     def _schedule(self) -> None:
         path = self.root / "scheduler" / "schedule.log"

@@ -120,9 +120,18 @@ class GroupCommitter:
         await fut
 
     async def flush(self) -> None:
-        """Force one round now, whatever the mode (used on shutdown and checkpoints)."""
+        """Force one round now, whatever the mode (used on shutdown and checkpoints). Shielded:
+        a round cancelled half-way would leave its writers waiting for ever, and its items
+        between `sync_fds` and `after_sync`."""
+        await asyncio.shield(asyncio.ensure_future(self._flush_round()))
+
+    async def _flush_round(self) -> None:
         async with self._one_round:
             await self._round()
+
+    def forget(self, item: Syncable) -> None:
+        """An item closed for good: no round collects it any more."""
+        self._dirty.pop(id(item), None)
 
     async def _run(self) -> None:
         while not self._closing:
@@ -189,7 +198,7 @@ class GroupCommitter:
                 self._dirty.setdefault(key, item)
                 failed = getattr(item, "sync_failed", None)
                 if failed is not None:
-                    failed()
+                    failed(not isinstance(error, PendingWriteFailed))
         for closer in closers:
             try:
                 closer()

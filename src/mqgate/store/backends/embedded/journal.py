@@ -133,7 +133,11 @@ def read_entries(path: Path, health: Health | None = None) -> list[Entry]:
 
 
 class RoundJournal:
-    """The group committer's one item for every queue log of a store (fsync=always)."""
+    """The group committer's one item for every queue log of a store (fsync=always).
+
+    The queue files a round or a settle fsyncs are opened for it alone (`os.open`, closed after
+    the round): a queue file's own descriptor may be closed and its number reused while others
+    are collected (a bounded `FileHandles`), and the round would fsync another file."""
 
     def __init__(
         self,
@@ -154,12 +158,17 @@ class RoundJournal:
         self._unsettled: dict[int, QueueLog] = {}  # journaled, their files not fsynced since
         self._shown: list[tuple[QueueLog, int]] = []  # to show once the round is durable
         self._settling: list[QueueLog] = []  # the files the round in progress fsyncs
+        self._fds: list[int] = []  # opened for the round in progress: closed after it
         self._retiring: list[AppendFile] = []  # journal files the round in progress retires
         self._retired: list[AppendFile] = []  # written before the last settle began
-        self._dir_fd = -1
+        self._stuck: list[Path] = []  # retired, but their deletion failed
         self._file: AppendFile | None = None
         self._seq = 0
         self._last_settle = time.monotonic()
+        # After a queue file's fsync failed, Linux may have dropped the pages it could not write
+        # and report the next fsync as a success: the journal is then the only good copy of
+        # them, kept until a start replays it.
+        self.keep_all = False
         self.settle_wanted = False
         self.settles = 0
 
@@ -167,13 +176,15 @@ class RoundJournal:
 
     def start(self, after: int) -> None:
         """A new, empty journal file after the files numbered up to `after`, its name durable."""
-        self.directory.mkdir(parents=True, exist_ok=True)
+        if not self.directory.is_dir():
+            self.directory.mkdir(parents=True)
+            fsync_dir(self.directory.parent)
         self._seq = after + 1
         self._file = AppendFile.create(self.directory / f"{self._seq:020d}{SUFFIX}")
         fsync_dir(self.directory)
 
     def close(self) -> None:
-        self._close_dir()
+        self._close_fds()
         for file in [*self._retired, *self._retiring]:
             file.close()
         if self._file is not None:
@@ -211,7 +222,9 @@ class RoundJournal:
 
     def holds(self, logs: list[QueueLog]) -> bool:
         """Whether a journal file may hold bytes of `logs` that their files do not durably hold
-        (the next settle fsyncs them)."""
+        (the next settle fsyncs them), or a journal file is left that could not be deleted."""
+        if self._stuck or self.keep_all:
+            return True
         keys = {id(lg) for lg in logs}
         settling = {id(lg) for lg in self._settling}
         return bool(keys & (self._unsettled.keys() | self._dirty.keys() | settling))
@@ -234,51 +247,54 @@ class RoundJournal:
         if self._file is not None and self._file.size > mark.journal_size:
             self._file.cut_back(mark.journal_size)
 
+    def _own_fsync(self, lg: QueueLog) -> None:
+        """`lg`'s file fsynced by this round (a descriptor of its own), then marked synced."""
+        self._fds.append(lg.settle_fd())
+        self._settling.append(lg)
+
     def sync_fds(self) -> list[int]:
-        assert self._file is not None
+        if self._file is None:  # closed: the store is gone
+            self._dirty = {}
+            return []
         dirty, self._dirty = self._dirty, {}
         entries: list[bytes] = []
-        fds: list[int] = []
         for key, lg in dirty.items():
             name = self._names.get(key)
             chunk = lg.take_pending()
-            if chunk is None or name is None:
-                # Written outside a round (a segment's roll, a re-index): its own fsync.
-                fds.extend(lg.sync_fds())
-                self._settling.append(lg)
-                continue
-            entries.append(encode_entry(name[0], name[1], chunk))
-            self._shown.append((lg, chunk.first + chunk.records))
-            self._unsettled[key] = lg
+            if chunk is not None and name is not None:
+                entries.append(encode_entry(name[0], name[1], chunk))
+                self._shown.append((lg, chunk.first + chunk.records))
+                self._unsettled[key] = lg
+            if lg.unjournaled or chunk is None or name is None:
+                # Bytes written outside a round (a re-index wrote waiting records): the file
+                # is fsynced in this one.
+                self._own_fsync(lg)
         if entries:
             self._file.append(entries[0] if len(entries) == 1 else b"".join(entries))
-        fds.append(self._file.fd)
         if self.settle_due:
-            fds.extend(self._settle())
-        if self._dir_fd >= 0:
-            fds.append(self._dir_fd)
-        return fds
+            self._settle()
+        return [self._file.fd, *self._fds]
 
-    def _settle(self) -> list[int]:
-        """Every queue file journaled since the last settle, for this round to fsync; the
-        journal files before it are retired once that is done. Its entries go on in a new file,
-        whose name this round makes durable before any round writes to it (rounds do not overlap:
-        group_commit.py). If that file cannot be made, the journal goes on in this one."""
+    def _settle(self) -> None:
+        """Every queue file journaled since the last settle, fsynced by this round; the journal
+        files before it are retired once that is done. Its entries go on in a new file, whose
+        name this round makes durable before any round writes to it (rounds do not overlap:
+        group_commit.py). If that cannot be done, the journal goes on in this file."""
         assert self._file is not None
         seq = self._seq + 1
+        opened: list[int] = []
+        new: AppendFile | None = None
         try:
+            for lg in self._unsettled.values():
+                opened.append(lg.settle_fd())
+            opened.append(os.open(self.directory, os.O_RDONLY))
             new = AppendFile.create(self.directory / f"{seq:020d}{SUFFIX}")
-            try:
-                dir_fd = os.open(self.directory, os.O_RDONLY)
-            except OSError:
-                new.close()
-                raise
         except OSError as exc:
+            for fd in opened:
+                os.close(fd)
             self.health.fault(COMPONENT, "settle_failed", f"{self.directory}: {exc.strerror}")
-            return []
-        self._close_dir()
-        self._dir_fd = dir_fd
-        fds = [fd for lg in self._unsettled.values() for fd in lg.sync_fds()]
+            return
+        self._fds.extend(opened)
         self._settling.extend(self._unsettled.values())
         self._unsettled = {}
         self._retiring = [*self._retired, self._file]
@@ -286,16 +302,14 @@ class RoundJournal:
         self._file, self._seq = new, seq
         self._last_settle = time.monotonic()
         self.settle_wanted = False
-        return fds
 
-    def _close_dir(self) -> None:
-        if self._dir_fd >= 0:
-            os.close(self._dir_fd)
-            self._dir_fd = -1
+    def _close_fds(self) -> None:
+        fds, self._fds = self._fds, []
+        for fd in fds:
+            os.close(fd)
 
     def after_sync(self) -> None:
-        if self._dir_fd >= 0:
-            self._close_dir()
+        self._close_fds()
         shown, self._shown = self._shown, []
         for lg, end in shown:
             lg.journaled(end)
@@ -306,16 +320,28 @@ class RoundJournal:
         for file in retiring:
             path = file.path
             file.close()
+            if self.keep_all:
+                continue
             try:
                 path.unlink(missing_ok=True)
-            except OSError as exc:  # replayed again at the next start: harmless, but said
+            except OSError as exc:  # kept: a topic is not deleted while it is there
+                self._stuck.append(path)
                 self.health.fault(COMPONENT, "delete_failed", f"{path}: {exc.strerror}")
         if retiring:
             self.settles += 1
 
-    def sync_failed(self) -> None:
-        """The round's fsync failed: its files stay dirty, its writers are refused; a retiring
-        journal stays until a settle succeeds, the new file's name is fsynced again."""
+    def sync_failed(self, fsync_failed: bool) -> None:
+        """The round failed: its files stay dirty, its writers are refused; a retiring journal
+        stays until a settle succeeds. After a failed fsync, no journal file is deleted any
+        more: the next start writes from them what the queue files lost."""
+        self._close_fds()
+        if fsync_failed and self._settling and not self.keep_all:
+            self.keep_all = True
+            self.health.degrade(
+                "round journal",
+                f"a queue file's fsync failed: every file of {self.directory} is kept until the "
+                "next start writes from it what the queue files lack",
+            )
         self._retired = [*self._retiring, *self._retired]
         self._retiring = []
         for lg in self._settling:
@@ -332,42 +358,69 @@ class Restorable(Protocol):
         """After the last entry: index again what was written, fsync, checkpoint."""
 
 
+UNAPPLIED_DIR: Final = "unapplied"
+
+
 def replay(directory: Path, log_of: Callable[[str, int], Restorable | None], health: Health) -> int:
     """Apply every journal file, oldest first, to the queue logs `log_of` finds; fsync what
-    changed; delete the files. Returns the number of the last file (0: none)."""
+    changed; delete the files. A file holding an entry that could not be applied (its topic
+    not served: a damaged topic.json; beyond its queue file's end) is never deleted: it is moved
+    into `unapplied/`, reported and shown degraded, for an operator (mqgate check). Returns the
+    number of the last file (0: none)."""
     files = journal_files(directory)
+    aside = directory / UNAPPLIED_DIR
     if not files:
+        _still_unapplied(aside, health)
         return 0
     touched: dict[int, Restorable] = {}
+    kept: list[Path] = []
     orphans = misfits = rewritten = 0
     for path in files:
+        unapplied = 0
         for entry in read_entries(path, health):
             target = log_of(entry.topic, entry.queue)
             if target is None:
+                unapplied += 1
                 orphans += 1
                 continue
             done = target.restore(entry.chunk)
             if done is None:
+                unapplied += 1
                 misfits += 1
             elif done:
                 rewritten += 1
                 touched[id(target)] = target
+        if unapplied:
+            kept.append(path)
     for target in touched.values():
         target.restored()
     if orphans:
-        # A topic deleted settles the journal first: only a crash in between leaves these.
-        health.fault(COMPONENT, "entry_without_queue", f"{directory}: {orphans} entries of no queue", orphans)
+        detail = f"{directory}: {orphans} entries of a topic or queue not served"
+        health.fault(COMPONENT, "entry_without_queue", detail, orphans)
     if misfits:
-        health.fault(
-            COMPONENT,
-            "entry_does_not_fit",
-            f"{directory}: {misfits} entries beyond what their queue file holds (see mqgate check)",
-            misfits,
-        )
+        detail = f"{directory}: {misfits} entries beyond what their queue file holds"
+        health.fault(COMPONENT, "entry_does_not_fit", detail, misfits)
     if rewritten:
         log.warning("round journal %s: %d entries written again to their queue files", directory, rewritten)
+    if kept:
+        aside.mkdir(exist_ok=True)
+        for path in kept:
+            os.replace(path, aside / path.name)
+        fsync_dir(aside)
     last = _seq(files[-1])
     for path in files:
-        path.unlink()
+        path.unlink(missing_ok=True)
     fsync_dir(directory)
+    _still_unapplied(aside, health)
     return last
+
+
+def _still_unapplied(aside: Path, health: Health) -> None:
+    """Shown degraded at every start while files wait in `unapplied/` for an operator."""
+    kept = journal_files(aside)
+    if kept:
+        health.degrade(
+            "round journal",
+            f"{len(kept)} journal files hold entries no queue took, kept in {aside}: once their "
+            "topic is served again (mqgate check), move them back into the journal and restart",
+        )

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from mqgate.durable.append_file import AppendFile
+from mqgate.durable.append_file import AppendFile, fsync_dir
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.health import Health
@@ -109,6 +109,7 @@ class QueueLog:
         # With fsync=always, the store's round journal (journal.py): a round fsyncs it instead
         # of this file, which its settles fsync.
         self.journal: RoundJournal | None = None
+        self.unjournaled = False  # records written outside a round since the last fsync
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -288,6 +289,18 @@ class QueueLog:
         data = self._pending[0][0] if len(self._pending) == 1 else b"".join([d for d, _ in self._pending])
         self._file.append(data)
         self._pending, self._unwritten = [], None
+        if self.journal is not None:  # not in the journal: the next round fsyncs the file
+            self.unjournaled = True
+
+    def settle_fd(self) -> int:
+        """For the round journal: a descriptor of the active segment for this round's fsync
+        (the caller closes it), what it covers noted for `after_sync`."""
+        self.write_pending()
+        seg = self.active
+        fd = os.open(seg.log_path, os.O_RDONLY)
+        self._pending_sync = (seg.base, seg.end, seg.size)
+        self.unjournaled = False
+        return fd
 
     def take_pending(self) -> Chunk | None:
         """For the round journal: write the records waiting for their round, and say what was
@@ -392,6 +405,9 @@ class QueueLog:
         new = self._segment(old.end)
         # Open the new file before anything changes: if that fails, the old one stays active.
         self._file = AppendFile.create(new.log_path, self.handles)
+        if self.journal is not None:
+            # Its name durable before a round acknowledges records in it from the journal alone.
+            fsync_dir(self.directory)
         self.committer.close_after_next_sync(sealed.close)
         self.segments.append(new)
         self._bases.append(new.base)

@@ -22,6 +22,7 @@ from typing import Final
 
 import msgspec
 
+from mqgate.durable.append_file import fsync_dir
 from mqgate.durable.group_commit import GroupCommitter, PendingWriteFailed
 from mqgate.durable.handles import FileHandles
 from mqgate.durable.space import DiskSpace
@@ -217,6 +218,8 @@ class EmbeddedStore:
         self.checkpoints_due.clear()
         if self.journal is not None:
             self.journal.close()
+            if self.committer is not None:
+                self.committer.forget(self.journal)
             self.journal = None
         if self._lock_fd >= 0:
             os.close(self._lock_fd)
@@ -345,9 +348,13 @@ class EmbeddedStore:
                 self.journal.want_settle()
             if self.committer is not None:
                 await self.committer.flush()
-            if self.journal is not None and self.journal.holds(t.queues):
-                self._topics[topic] = t
-                raise StorageError(f"topic {topic} was not deleted: its queue files could not be fsynced")
+            if self.journal is not None:
+                if self.journal.holds(t.queues):
+                    self._topics[topic] = t
+                    raise StorageError(
+                        f"topic {topic} was not deleted: the round journal may still hold its records"
+                    )
+                fsync_dir(self.journal.directory)  # the settle's deletions, before the topic goes
             for q in t.queues:
                 q.close()
                 if self.journal is not None:
