@@ -6,6 +6,8 @@ registered through the admin API, pre-flight protocol checks, then:
   batch     POST /mq/produce/batch, 100 messages per request, wrk        (msgs/s)
   consume   GET /mq/message max=100, each pull acks the previous batch   (acked msgs/s)
   baseline  baseline A: the raw ASGI app (bench/baseline_asgi.py) under the gateway's own server
+  durable   baseline D: baseline A making each body durable before it answers (one log file,
+            one fsync a group-commit round: bench/baseline_durable.py), same server, same wrk
   redispy   baseline R (Redis only): redis-py pipelined XADD / XRANGE (`run.py redis-baseline`)
   store     baseline B: the store in-process (`run.py store`)
   recovery  1,000,000-message queue, kill -9, restart, time to /healthz (target <= 2 s)
@@ -43,6 +45,8 @@ from .common import BENCH_DIR, HOST, MQGATE, MSG_BYTES, VENV_BIN, VENV_PY, Bench
 from .redis import RedisReplyError, RedisServer, connection, phase_note
 from .redis import baseline_rows as redis_baseline_rows
 from .servers import (
+    BASELINE_APP,
+    DURABLE_APP,
     Gateway,
     Http,
     await_registry,
@@ -58,7 +62,7 @@ from .store import rows_of as store_rows
 RUN_PY = str(BENCH_DIR / "run.py")
 TOPIC, PRODUCER, CONSUMER = "bench", "bench-producer", "bench-consumer"
 REC_TOPIC, REC_PRODUCER, REC_CONSUMER = "recovery", "recovery-producer", "recovery-consumer"
-ALL = ["produce", "batch", "consume", "baseline", "redispy", "store", "recovery"]
+ALL = ["produce", "batch", "consume", "baseline", "durable", "redispy", "store", "recovery"]
 REDIS_ONLY = {"redispy"}
 RECOVERY_TARGET_S = 1.0  # issue 28 (2.0 before)
 COLD_START_TARGET_S = 0.5  # issue 28: process start -> /healthz 200 on an empty data directory
@@ -288,13 +292,20 @@ def bench_consume(ctx: Ctx) -> None:
     )
 
 
-def bench_baseline(ctx: Ctx) -> None:
+def bench_baseline(ctx: Ctx, name: str = "baseline") -> None:
+    """Baseline A, the raw ASGI app; `durable`: baseline D, the same app making each body durable
+    (bench/baseline_durable.py: one log file, one fsync a group-commit round)."""
     if not ctx.server:
         raise BenchFailure("no gateway server detected")
-    with baseline_server(lambda port: baseline_command(ctx.server, port), ctx.work / "baseline.log") as (
-        port,
-        proc,
-    ):
+    app = DURABLE_APP if name == "durable" else BASELINE_APP
+    label = "baseline D" if name == "durable" else "baseline A"
+    data = ctx.work / "durable-data"
+    data.mkdir(exist_ok=True)
+    with baseline_server(
+        lambda port: baseline_command(ctx.server, port, app),
+        ctx.work / f"{name}.log",
+        {"MQB_DURABLE_DIR": str(data)},
+    ) as (port, proc):
         env = {"MQB_TOKEN": "baseline", "MQB_PRODUCER": PRODUCER, "MQB_MSG_BYTES": str(MSG_BYTES)}
         res = wrk.measured(
             proc.pid,
@@ -306,11 +317,11 @@ def bench_baseline(ctx: Ctx) -> None:
             redis=ctx.redis,
         )
         res["server_command"] = " ".join(proc.args)
-    ctx.problems += wrk.check_errors(res, "baseline A") + wrk.other_load("baseline A", res)
+    ctx.problems += wrk.check_errors(res, label) + wrk.other_load(label, res)
     res["req_per_s"] = res["ok_requests"] / res["seconds"]
-    ctx.results["baseline"] = res
+    ctx.results[name] = res
     log(
-        f"  baseline A: {res['req_per_s']:.0f} req/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, p99 "
+        f"  {label}: {res['req_per_s']:.0f} req/s, p50 {res['lat_p50_us'] / 1000:.2f} ms, p99 "
         f"{res['lat_p99_us'] / 1000:.2f} ms"
     )
 
@@ -667,6 +678,8 @@ def report(ctx: Ctx) -> tuple[list[str], list[results.Row], list[str]]:
             ref, ref_text = by_store, f"{store_name} {swhat}, in process"
         if name == "produce" and redis:
             others.append(f"{ratio(value, rate('baseline', R, 'req_per_s'))} of baseline A")
+        if name == "produce" and "durable" in R:
+            others.append(f"{ratio(value, rate('durable', R, 'req_per_s'))} of baseline D (durable)")
         notes = f"p50 / p99 {r['lat_p50_us'] / 1000:.2f} / {r['lat_p99_us'] / 1000:.2f} ms"
         if name == "consume":
             notes = (
@@ -696,6 +709,17 @@ def report(ctx: Ctx) -> tuple[list[str], list[results.Row], list[str]]:
                 more=wrk.cpu_note(b, redis),
             )
         )
+    if d := R.get("durable"):
+        of_a = f"; {ratio(d['req_per_s'], b['req_per_s'])} of baseline A" if b else ""
+        rows.append(
+            results.Row(
+                "",
+                "baseline D: baseline A making each body durable (one log file, one fsync a round), same wrk",
+                fmt(d["req_per_s"], " req/s"),
+                notes=f"p50 / p99 {d['lat_p50_us'] / 1000:.2f} / {d['lat_p99_us'] / 1000:.2f} ms{of_a}",
+                more=wrk.cpu_note(d, redis),
+            )
+        )
     for _, what, figure, ph, _ in redis_baseline_rows(rp) if rp else []:
         rows.append(results.Row("", what, figure, more=phase_note(rp, ph)))
     if st:
@@ -709,7 +733,7 @@ def report(ctx: Ctx) -> tuple[list[str], list[results.Row], list[str]]:
                 else f"{fmt(ph['calls_per_s'])} calls/s"
             )
             rows.append(results.Row("", f"baseline B: {what}", fmt(ph["messages_per_s"], unit), notes=notes))
-    for name in ("baseline", "redispy", "store", "recovery"):
+    for name in ("baseline", "durable", "redispy", "store", "recovery"):
         if name in failures:
             rows.append(results.Row("", name, f"FAILED: {failures[name]}"))
     if "healthz_s" in rec:
@@ -839,6 +863,7 @@ def run(ctx: Ctx, only: list[str]) -> None:
             ctx.problems.append(f"gateway log has {len(errs)} error lines, first: {errs[0][:300]}")
     for name, fn in (
         ("baseline", bench_baseline),
+        ("durable", lambda ctx: bench_baseline(ctx, "durable")),
         ("redispy", bench_redispy),
         ("store", bench_store),
         ("recovery", bench_recovery),

@@ -345,10 +345,11 @@ def detect_server(gw: Gateway) -> dict:
 
 
 BASELINE_APP = "benchmarks.bench.baseline_asgi:app"
+DURABLE_APP = "benchmarks.bench.baseline_durable:app"
 
 
-def baseline_command(server: dict, port: int) -> list[str]:
-    """Baseline A's app under the server (and its settings) the gateway runs."""
+def baseline_command(server: dict, port: int, app: str = BASELINE_APP) -> list[str]:
+    """Baseline A's app (or D's: `app`) under the server (and its settings) the gateway runs."""
     common = [
         "--host",
         HOST,
@@ -366,17 +367,18 @@ def baseline_command(server: dict, port: int) -> list[str]:
             cmd += ["--runtime-mode", server["runtime_mode"].lower()]
         if server.get("runtime_threads", "").isdigit():
             cmd += ["--runtime-threads", server["runtime_threads"]]
-        return [*cmd, *(["--loop", "uvloop"] if server.get("uvloop") else []), BASELINE_APP]
-    cmd = [str(VENV_BIN / "uvicorn"), BASELINE_APP, *common]
+        return [*cmd, *(["--loop", "uvloop"] if server.get("uvloop") else []), app]
+    cmd = [str(VENV_BIN / "uvicorn"), app, *common]
     cmd += ["--http", "httptools"] if server.get("httptools") else []
     return cmd + (["--loop", "uvloop"] if server.get("uvloop") else [])
 
 
 @contextlib.contextmanager
-def baseline_server(cmd_for_port: Any, log_path: Path) -> Any:
-    """(port, process) of baseline A started with `cmd_for_port(port)`; stopped after."""
+def baseline_server(cmd_for_port: Any, log_path: Path, env: dict[str, str] | None = None) -> Any:
+    """(port, process) of baseline A started with `cmd_for_port(port)` (`env`: added to the
+    environment); stopped after."""
     port = free_port()
-    proc = procs.start(cmd_for_port(port), log_path)
+    proc = procs.start(cmd_for_port(port), log_path, {**os.environ, **env} if env else None)
     try:
         wait_healthz(port, proc, 30, log_path, poll=0.05)  # it answers every path
         yield port, proc

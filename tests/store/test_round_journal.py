@@ -20,6 +20,8 @@ import pytest
 
 import mqgate.durable.group_commit as group_commit
 from mqgate.cli.check_files import DataDirCheck
+from mqgate.durable.group_commit import GroupCommitter
+from mqgate.errors import StorageError
 from mqgate.model import StoredMessage
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.backends.embedded.journal import JOURNAL_DIR, journal_files, read_entries
@@ -263,6 +265,80 @@ def test_entries_that_cannot_be_applied_are_kept_aside_and_shown(tmp_path: Path)
         kept.rename(crashed / JOURNAL_DIR / kept.name)
         store = await opened(crashed)
         assert await everything(store, "t", 4) == written
+        await store.close()
+
+    run(go)
+
+
+def test_after_a_failed_fsync_the_next_start_writes_every_entry_again_sealed_segments_too(
+    tmp_path: Path,
+) -> None:
+    async def go() -> None:
+        live, crashed = tmp_path / "live", tmp_path / "crashed"
+        store = await opened(live, journal_settle_interval_s=NEVER_S, segment_bytes=1024)
+        await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+        for i in range(30):
+            await store.append("t", 0, [msg(i)])
+        written = await everything(store, "t", 1)
+        assert store.journal is not None
+        store.journal.fsync_failed()  # as a settle's or a roll's fsync error does
+        assert store.journal.keep_all and "round journal" in store.health.degraded
+        shutil.copytree(live, crashed)
+        await store.close()
+        assert journal_files(live / JOURNAL_DIR)  # kept: not deleted by the closing settle
+        # The disk never got a sealed segment's pages (the page cache still showed them).
+        sealed = sorted((crashed / "topics/t/0").glob("*.log"))[0]
+        data = bytearray(sealed.read_bytes())
+        data[100:400] = b"\0" * 300
+        sealed.write_bytes(bytes(data))
+        again = await opened(crashed)
+        assert await everything(again, "t", 1) == written
+        await again.close()
+        assert not (crashed / JOURNAL_DIR / "FSYNC_FAILED").exists() and entries(crashed) == []
+
+    run(go)
+
+
+def test_a_store_closing_on_a_shared_committer_answers_each_write_truly(tmp_path: Path) -> None:
+    async def go() -> None:
+        committer = GroupCommitter(None)  # shared with other stores, as the gateway's is
+        committer.start()
+        store = await opened(tmp_path, committer=committer)
+        await store.create_topic(TopicConfig("t", 2, WEEK_MS))
+        loop = asyncio.get_running_loop()
+        early = loop.create_task(store.append("t", 0, [msg(1)]))
+        closing = loop.create_task(store.close())
+        late = loop.create_task(store.append("t", 1, [msg(2)]))
+        results = await asyncio.gather(early, closing, late, return_exceptions=True)
+        assert results[0] == 0 and results[1] is None
+        assert isinstance(results[2], StorageError)  # refused, not acknowledged and dropped
+        await committer.stop()
+        again = await opened(tmp_path)
+        assert await everything(again, "t", 2) == {0: [(0, "id00000001")], 1: []}
+        await again.close()
+
+    run(go)
+
+
+def test_a_settle_of_many_queues_keeps_its_open_files_bounded_and_fsyncs_every_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds = fsynced_paths(monkeypatch)
+
+    async def go() -> None:
+        store = await opened(tmp_path, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 150, WEEK_MS))
+        await store.append_many("t", {q: [msg(q)] for q in range(150)})
+        assert store.journal is not None and store.committer is not None
+        rounds.clear()
+        while store.journal.settles == 0:
+            store.journal.want_settle()
+            await store.committer.flush()
+        assert len(rounds) == 3  # 64 + 64 + 22 queue files
+        assert max(len(r) for r in rounds) <= store.journal.SETTLE_FILES + 2  # the journal, its directory
+        logs = {p for r in rounds for p in r if p.endswith(".log")}
+        assert logs == {str(tmp_path / f"topics/t/{q}/00000000000000000000.log") for q in range(150)}
+        assert entries(tmp_path) == []  # the cycle's journal file deleted after its last round
         await store.close()
 
     run(go)

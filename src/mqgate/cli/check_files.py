@@ -246,8 +246,9 @@ class DataDirCheck:
         for path in round_journal.journal_files(aside):
             found = round_journal.inspect(path)
             self._report(path).kept.append(
-                f"{len(found.entries)} entries a start could not apply (their topic or queue not served): "
-                "once it is mended, move the file back into journal/ and start the gateway"
+                f"{len(found.entries)} entries a start could not apply (their topic not served, or "
+                "beyond their queue file's end); once their topic is mended, and if it was not "
+                "deleted since, moving the file back into journal/ applies them at the next start"
             )
 
     def _schedule(self) -> None:

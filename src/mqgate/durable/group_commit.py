@@ -129,6 +129,13 @@ class GroupCommitter:
         async with self._one_round:
             await self._round()
 
+    async def last_round(self, then: Callable[[], None]) -> None:
+        """One more round, then `then()` before any other round begins (a store closing its
+        files while the committer goes on for others)."""
+        async with self._one_round:
+            await self._round()
+            then()
+
     def forget(self, item: Syncable) -> None:
         """An item closed for good: no round collects it any more."""
         self._dirty.pop(id(item), None)

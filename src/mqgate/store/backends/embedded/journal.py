@@ -21,6 +21,7 @@ it is reported with counts, and the entries after it are still replayed.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import struct
@@ -29,7 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
-from mqgate.durable.append_file import AppendFile, fsync_dir
+from mqgate.durable.append_file import AppendFile, fsync_dir, write_new
 from mqgate.durable.framing import frame, scan
 from mqgate.health import Health
 
@@ -135,9 +136,13 @@ def read_entries(path: Path, health: Health | None = None) -> list[Entry]:
 class RoundJournal:
     """The group committer's one item for every queue log of a store (fsync=always).
 
-    The queue files a round or a settle fsyncs are opened for it alone (`os.open`, closed after
-    the round): a queue file's own descriptor may be closed and its number reused while others
-    are collected (a bounded `FileHandles`), and the round would fsync another file."""
+    A settle is a cycle: the journal goes on in a new file, and the queue files journaled before
+    are fsynced, at most `SETTLE_FILES` a round (each opened for its fsync alone and closed after
+    the round: a queue file's own descriptor may be closed and its number reused while others
+    are collected, and the open files stay bounded); once the last of them is fsynced, the files
+    before the new one are deleted."""
+
+    SETTLE_FILES: Final = 64
 
     def __init__(
         self,
@@ -155,13 +160,15 @@ class RoundJournal:
         self.settle_bytes = settle_bytes
         self._names: dict[int, tuple[bytes, int]] = {}  # id(log) -> (topic, queue)
         self._dirty: dict[int, QueueLog] = {}  # with records for the next round
-        self._unsettled: dict[int, QueueLog] = {}  # journaled, their files not fsynced since
+        self._unsettled: dict[int, QueueLog] = {}  # journaled in the current file, not fsynced
+        self._cycle: dict[int, QueueLog] = {}  # a settle's queue files still to fsync
+        self._cycle_files: list[AppendFile] = []  # deleted once the cycle's files are fsynced
         self._shown: list[tuple[QueueLog, int]] = []  # to show once the round is durable
-        self._settling: list[QueueLog] = []  # the files the round in progress fsyncs
+        self._settling: list[QueueLog] = []  # the queue files the round in progress fsyncs
         self._fds: list[int] = []  # opened for the round in progress: closed after it
         self._retiring: list[AppendFile] = []  # journal files the round in progress retires
-        self._retired: list[AppendFile] = []  # written before the last settle began
         self._stuck: list[Path] = []  # retired, but their deletion failed
+        self._dir_unsynced = False  # the current file's name is not durable yet
         self._file: AppendFile | None = None
         self._seq = 0
         self._last_settle = time.monotonic()
@@ -185,7 +192,7 @@ class RoundJournal:
 
     def close(self) -> None:
         self._close_fds()
-        for file in [*self._retired, *self._retiring]:
+        for file in [*self._cycle_files, *self._retiring]:
             file.close()
         if self._file is not None:
             self._file.close()
@@ -200,6 +207,7 @@ class RoundJournal:
         self._names.pop(key, None)
         self._dirty.pop(key, None)
         self._unsettled.pop(key, None)
+        self._cycle.pop(key, None)
 
     def mark_dirty(self, log_: QueueLog) -> None:
         self._dirty[id(log_)] = log_
@@ -207,7 +215,9 @@ class RoundJournal:
 
     @property
     def settle_due(self) -> bool:
-        if not self._unsettled and not self._retired:
+        if self._cycle or self._cycle_files:
+            return True  # a cycle goes on in every round until it is done
+        if not self._unsettled:
             return False
         return (
             self.settle_wanted
@@ -215,19 +225,25 @@ class RoundJournal:
             or (self._file is not None and self._file.size >= self.settle_bytes)
         )
 
+    @property
+    def pending(self) -> bool:
+        """Queue files journaled and not fsynced since, or journal files not deleted yet."""
+        return bool(self._unsettled or self._cycle or self._cycle_files or self._dirty)
+
     def want_settle(self) -> None:
-        """The next round settles (the caller then runs one: `GroupCommitter.flush`)."""
+        """The next rounds settle (the caller then runs them: `GroupCommitter.flush`)."""
         self.settle_wanted = True
         self._mark_dirty(self)
 
     def holds(self, logs: list[QueueLog]) -> bool:
         """Whether a journal file may hold bytes of `logs` that their files do not durably hold
         (the next settle fsyncs them), or a journal file is left that could not be deleted."""
+        self._stuck = [p for p in self._stuck if not _unlinked(p)]
         if self._stuck or self.keep_all:
             return True
         keys = {id(lg) for lg in logs}
         settling = {id(lg) for lg in self._settling}
-        return bool(keys & (self._unsettled.keys() | self._dirty.keys() | settling))
+        return bool(keys & (self._unsettled.keys() | self._dirty.keys() | self._cycle.keys() | settling))
 
     # --- the committer's item (durable/group_commit.py: Syncable) ---------------------------
 
@@ -247,13 +263,10 @@ class RoundJournal:
         if self._file is not None and self._file.size > mark.journal_size:
             self._file.cut_back(mark.journal_size)
 
-    def _own_fsync(self, lg: QueueLog) -> None:
-        """`lg`'s file fsynced by this round (a descriptor of its own), then marked synced."""
-        self._fds.append(lg.settle_fd())
-        self._settling.append(lg)
-
     def sync_fds(self) -> list[int]:
-        if self._file is None:  # closed: the store is gone
+        if self._file is None:  # closed
+            if any(lg.unwritten_mark() is not None for lg in self._dirty.values()):
+                raise OSError(errno.EBADF, "the message store is closed")  # its writers refused
             self._dirty = {}
             return []
         dirty, self._dirty = self._dirty, {}
@@ -268,40 +281,65 @@ class RoundJournal:
             if lg.unjournaled or chunk is None or name is None:
                 # Bytes written outside a round (a re-index wrote waiting records): the file
                 # is fsynced in this one.
-                self._own_fsync(lg)
+                self._fds.append(lg.settle_fd())
+                self._settling.append(lg)
         if entries:
             self._file.append(entries[0] if len(entries) == 1 else b"".join(entries))
         if self.settle_due:
             self._settle()
+        if self._dir_unsynced:
+            self._fds.append(os.open(self.directory, os.O_RDONLY))
         return [self._file.fd, *self._fds]
 
     def _settle(self) -> None:
-        """Every queue file journaled since the last settle, fsynced by this round; the journal
-        files before it are retired once that is done. Its entries go on in a new file, whose
-        name this round makes durable before any round writes to it (rounds do not overlap:
-        group_commit.py). If that cannot be done, the journal goes on in this file."""
+        """Begin a cycle if none is under way (its entries go on in a new file, whose name
+        rounds make durable before any round acknowledges from it alone: rounds do not overlap,
+        group_commit.py), then take the next queue files of the cycle. A queue file that cannot
+        be opened now is tried again in the next round."""
         assert self._file is not None
-        seq = self._seq + 1
-        opened: list[int] = []
-        new: AppendFile | None = None
+        if not self._cycle and not self._cycle_files:
+            seq = self._seq + 1
+            try:
+                new = AppendFile.create(self.directory / f"{seq:020d}{SUFFIX}")
+            except OSError as exc:
+                self.health.fault(COMPONENT, "settle_failed", f"{self.directory}: {exc.strerror}")
+                return
+            self._cycle, self._unsettled = self._unsettled, {}
+            self._cycle_files = [self._file]
+            self._file, self._seq = new, seq
+            self._dir_unsynced = True
+            self._last_settle = time.monotonic()
+            self.settle_wanted = False
+        batch: list[QueueLog] = []
         try:
-            for lg in self._unsettled.values():
-                opened.append(lg.settle_fd())
-            opened.append(os.open(self.directory, os.O_RDONLY))
-            new = AppendFile.create(self.directory / f"{seq:020d}{SUFFIX}")
+            for key in list(self._cycle)[: self.SETTLE_FILES]:
+                lg = self._cycle[key]
+                self._fds.append(lg.settle_fd())
+                batch.append(lg)
+                del self._cycle[key]
         except OSError as exc:
-            for fd in opened:
-                os.close(fd)
             self.health.fault(COMPONENT, "settle_failed", f"{self.directory}: {exc.strerror}")
+        self._settling.extend(batch)
+        if not self._cycle:
+            self._retiring, self._cycle_files = self._cycle_files, []
+
+    def fsync_failed(self) -> None:
+        """A queue file's fsync failed (in a settle, or a segment's roll): Linux may have dropped
+        the pages it could not write and report the next fsync as a success, so no journal file
+        is deleted any more, and the next start writes every entry again, whatever the queue
+        files seem to hold (a marker file says so)."""
+        if self.keep_all:
             return
-        self._fds.extend(opened)
-        self._settling.extend(self._unsettled.values())
-        self._unsettled = {}
-        self._retiring = [*self._retired, self._file]
-        self._retired = []
-        self._file, self._seq = new, seq
-        self._last_settle = time.monotonic()
-        self.settle_wanted = False
+        self.keep_all = True
+        try:
+            _mark_failed(self.directory)
+        except OSError as exc:
+            self.health.fault(COMPONENT, "marker_failed", f"{self.directory}: {exc.strerror}")
+        self.health.degrade(
+            "round journal",
+            f"a queue file's fsync failed: every file of {self.directory} is kept until the next "
+            "start writes it all again (restart the gateway)",
+        )
 
     def _close_fds(self) -> None:
         fds, self._fds = self._fds, []
@@ -310,6 +348,7 @@ class RoundJournal:
 
     def after_sync(self) -> None:
         self._close_fds()
+        self._dir_unsynced = False
         shown, self._shown = self._shown, []
         for lg, end in shown:
             lg.journaled(end)
@@ -320,37 +359,46 @@ class RoundJournal:
         for file in retiring:
             path = file.path
             file.close()
-            if self.keep_all:
-                continue
-            try:
-                path.unlink(missing_ok=True)
-            except OSError as exc:  # kept: a topic is not deleted while it is there
-                self._stuck.append(path)
-                self.health.fault(COMPONENT, "delete_failed", f"{path}: {exc.strerror}")
+            if not self.keep_all and not _unlinked(path):
+                self._stuck.append(path)  # tried again when a topic is deleted
+                self.health.fault(COMPONENT, "delete_failed", f"{path}: kept, deleted later")
         if retiring:
             self.settles += 1
 
     def sync_failed(self, fsync_failed: bool) -> None:
-        """The round failed: its files stay dirty, its writers are refused; a retiring journal
-        stays until a settle succeeds. After a failed fsync, no journal file is deleted any
-        more: the next start writes from them what the queue files lost."""
+        """The round failed: its files stay dirty, its writers are refused; the cycle's files
+        go back to it. After a failed fsync, no journal file is deleted any more: the next start
+        writes from them what the queue files lost."""
         self._close_fds()
-        if fsync_failed and self._settling and not self.keep_all:
-            self.keep_all = True
-            self.health.degrade(
-                "round journal",
-                f"a queue file's fsync failed: every file of {self.directory} is kept until the "
-                "next start writes from it what the queue files lack",
-            )
-        self._retired = [*self._retiring, *self._retired]
-        self._retiring = []
+        if fsync_failed and self._settling:
+            self.fsync_failed()
+        if self._retiring:
+            self._cycle_files, self._retiring = self._retiring, []
         for lg in self._settling:
-            self._unsettled[id(lg)] = lg
+            self._cycle[id(lg)] = lg
         self._settling = []
 
 
+MARKER: Final = "FSYNC_FAILED"
+
+
+def _mark_failed(directory: Path) -> None:
+    marker = directory / MARKER
+    if not marker.exists():
+        write_new(marker, [b"a queue file's fsync failed: the next start rewrites every entry\n"]).close()
+        fsync_dir(directory)
+
+
+def _unlinked(path: Path) -> bool:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        return False
+    return True
+
+
 class Restorable(Protocol):
-    def restore(self, chunk: Chunk) -> bool | None:
+    def restore(self, chunk: Chunk, *, force: bool = False) -> bool | None:
         """Bring the file in line with a journal entry: True if it had to be written, False if
         it held those bytes already, None if the entry does not fit it."""
 
@@ -363,35 +411,30 @@ UNAPPLIED_DIR: Final = "unapplied"
 
 def replay(directory: Path, log_of: Callable[[str, int], Restorable | None], health: Health) -> int:
     """Apply every journal file, oldest first, to the queue logs `log_of` finds; fsync what
-    changed; delete the files. A file holding an entry that could not be applied (its topic
-    not served: a damaged topic.json; beyond its queue file's end) is never deleted: it is moved
-    into `unapplied/`, reported and shown degraded, for an operator (mqgate check). Returns the
-    number of the last file (0: none)."""
+    changed; delete the files. The entries that could not be applied (their topic not served:
+    a damaged topic.json; beyond their queue file's end) are never lost: they are written to a
+    file of their own in `unapplied/`, reported and shown degraded, for an operator (mqgate
+    check). Returns the number of the last file (0: none)."""
     files = journal_files(directory)
     aside = directory / UNAPPLIED_DIR
+    force = (directory / MARKER).exists()  # every entry written again: see fsync_failed
     if not files:
         _still_unapplied(aside, health)
         return 0
     touched: dict[int, Restorable] = {}
-    kept: list[Path] = []
+    unapplied: list[bytes] = []
     orphans = misfits = rewritten = 0
     for path in files:
-        unapplied = 0
         for entry in read_entries(path, health):
             target = log_of(entry.topic, entry.queue)
-            if target is None:
-                unapplied += 1
-                orphans += 1
-                continue
-            done = target.restore(entry.chunk)
+            done = target.restore(entry.chunk, force=force) if target is not None else None
             if done is None:
-                unapplied += 1
-                misfits += 1
-            elif done:
+                unapplied.append(encode_entry(entry.topic.encode(), entry.queue, entry.chunk))
+                orphans += target is None
+                misfits += target is not None
+            elif done and target is not None:
                 rewritten += 1
                 touched[id(target)] = target
-        if unapplied:
-            kept.append(path)
     for target in touched.values():
         target.restored()
     if orphans:
@@ -402,14 +445,15 @@ def replay(directory: Path, log_of: Callable[[str, int], Restorable | None], hea
         health.fault(COMPONENT, "entry_does_not_fit", detail, misfits)
     if rewritten:
         log.warning("round journal %s: %d entries written again to their queue files", directory, rewritten)
-    if kept:
+    if unapplied:
+        # Only those: the others are in their queue files, and would overwrite what comes after.
         aside.mkdir(exist_ok=True)
-        for path in kept:
-            os.replace(path, aside / path.name)
+        write_new(aside / f"{time.time_ns():020d}{SUFFIX}", unapplied).close()
         fsync_dir(aside)
     last = _seq(files[-1])
     for path in files:
         path.unlink(missing_ok=True)
+    (directory / MARKER).unlink(missing_ok=True)
     fsync_dir(directory)
     _still_unapplied(aside, health)
     return last
@@ -421,6 +465,5 @@ def _still_unapplied(aside: Path, health: Health) -> None:
     if kept:
         health.degrade(
             "round journal",
-            f"{len(kept)} journal files hold entries no queue took, kept in {aside}: once their "
-            "topic is served again (mqgate check), move them back into the journal and restart",
+            f"{len(kept)} journal files hold entries no queue took, kept in {aside} (mqgate check)",
         )

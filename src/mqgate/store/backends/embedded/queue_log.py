@@ -110,6 +110,8 @@ class QueueLog:
         # of this file, which its settles fsync.
         self.journal: RoundJournal | None = None
         self.unjournaled = False  # records written outside a round since the last fsync
+        self._rewritten_sealed: set[Path] = set()  # by the round journal's replay, to fsync
+        self._restored_active = False
 
     # --- bounds -------------------------------------------------------------------------
 
@@ -323,40 +325,54 @@ class QueueLog:
             self.visible_end = end
             self.on_visible()
 
-    def restore(self, chunk: Chunk) -> bool | None:
+    def restore(self, chunk: Chunk, *, force: bool = False) -> bool | None:
         """At start-up, a round journal's entry for this log: the bytes it holds, written again
         where the file lacks them or holds others (its page cache lost); False if the file holds
         them already; None if the entry does not fit (beyond the file's end, or a segment this
-        log does not have)."""
+        log does not have). `force`: written again even where the file seems to hold them (a
+        failed fsync may have left pages the disk never got in the page cache), in a sealed
+        segment too."""
         seg = self.active
         if chunk.base != seg.base:
-            # An older segment was fsynced whole when it was sealed.
-            return False if chunk.base < seg.base else None
+            # An older segment was fsynced whole when it was sealed, unless an fsync failed.
+            if chunk.base > seg.base or not force:
+                return None if chunk.base > seg.base else False
+            i = bisect.bisect_right(self._bases, chunk.base) - 1
+            sealed = self.segments[i] if i >= 0 else None
+            if sealed is None or sealed.base != chunk.base or chunk.pos + len(chunk.data) > sealed.size:
+                return None
+            _pwrite_all(sealed.log_path, chunk.data, chunk.pos)
+            self._rewritten_sealed.add(sealed.log_path)
+            return True
         size = seg.size
         end = chunk.pos + len(chunk.data)
         if chunk.pos > size:
             return None
         held = min(end, size) - chunk.pos
-        if end <= size and seg.pread(chunk.pos, end) == chunk.data:
+        if not force and end <= size and seg.pread(chunk.pos, end) == chunk.data:
             return False
         assert self._file is not None
         if held > 0:
-            fd = os.open(seg.log_path, os.O_WRONLY)
-            try:
-                view = memoryview(chunk.data)[:held]
-                done = 0
-                while done < held:
-                    done += os.pwrite(fd, view[done:], chunk.pos + done)
-            finally:
-                os.close(fd)
+            _pwrite_all(seg.log_path, memoryview(chunk.data)[:held], chunk.pos)
         if end > size:
             self._file.append(chunk.data[held:])
             seg.size = end
+        self._restored_active = True
         return True
 
     def restored(self) -> None:
         """After the round journal wrote records again: index the active segment from its
         records, fsync it, show and checkpoint it."""
+        for path in self._rewritten_sealed:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self._rewritten_sealed.clear()
+        if not self._restored_active:
+            return
+        self._restored_active = False
         seg = self.active
         assert self._file is not None
         indexed = index_records(seg.pread(0, seg.size), pos0=0, first=seg.base)
@@ -400,14 +416,24 @@ class QueueLog:
         old = self.active
         sealed = self._file
         assert sealed is not None
-        sealed.sync()  # once per segment: the sealed segment is durable as a whole
+        try:
+            sealed.sync()  # once per segment: the sealed segment is durable as a whole
+        except OSError:
+            if self.journal is not None:
+                self.journal.fsync_failed()
+            raise
         old.write_index_tail()
         new = self._segment(old.end)
         # Open the new file before anything changes: if that fails, the old one stays active.
-        self._file = AppendFile.create(new.log_path, self.handles)
+        file = AppendFile.create(new.log_path, self.handles)
         if self.journal is not None:
             # Its name durable before a round acknowledges records in it from the journal alone.
-            fsync_dir(self.directory)
+            try:
+                fsync_dir(self.directory)
+            except OSError:
+                file.close()
+                raise
+        self._file = file
         self.committer.close_after_next_sync(sealed.close)
         self.segments.append(new)
         self._bases.append(new.base)
@@ -569,3 +595,14 @@ class QueueLog:
         if self._file is not None:
             self._file.close()
             self._file = None
+
+
+def _pwrite_all(path: Path, data: bytes | memoryview, pos: int) -> None:
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        view = memoryview(data)
+        done = 0
+        while done < len(view):
+            done += os.pwrite(fd, view[done:], pos + done)
+    finally:
+        os.close(fd)

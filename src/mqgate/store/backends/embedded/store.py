@@ -116,10 +116,12 @@ class EmbeddedStore:
         self._unhook: Callable[[], None] = lambda: None
         self._watchers: list[TopicListener] = []
         self.journal: round_journal.RoundJournal | None = None
+        self._closed = False
 
     # --- lifecycle ----------------------------------------------------------------------
 
     async def open(self) -> None:
+        self._closed = False
         self.topics_dir.mkdir(parents=True, exist_ok=True)
         self._lock_fd = os.open(self.root / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -196,19 +198,33 @@ class EmbeddedStore:
             )
 
     async def close(self) -> None:
+        self._closed = True  # writes from now on are refused
         if self._checkpointer is not None:
             self._checkpointer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._checkpointer
         if self.committer is not None:
-            if self.journal is not None:
-                self.journal.want_settle()  # a clean stop leaves no journal to replay
+            for _ in range(64):  # a clean stop leaves no journal to replay (64 files a round)
+                if self.journal is None or not self.journal.pending:
+                    break
+                self.journal.want_settle()
+                await self.committer.flush()
             if self._own_committer:
                 await self.committer.stop()
+                self._close_files()
             else:
-                await self.committer.flush()
+                # Shared: no round of the committer may begin between the last one that makes
+                # this store's writes durable and the closing of its files.
+                await self.committer.last_round(self._close_files)
             self._unhook()
             self._unhook = lambda: None
+        else:
+            self._close_files()
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def _close_files(self) -> None:
         # Each queue's last checkpoint may fail (a full disk): reported, and the next start
         # verifies a little more; closing goes on.
         for topic in self._topics.values():
@@ -221,9 +237,6 @@ class EmbeddedStore:
             if self.committer is not None:
                 self.committer.forget(self.journal)
             self.journal = None
-        if self._lock_fd >= 0:
-            os.close(self._lock_fd)
-            self._lock_fd = -1
 
     def _load_topic(self, config: TopicConfig) -> _Topic:
         topic = _Topic(config, self._moved)
@@ -338,23 +351,37 @@ class EmbeddedStore:
         """The topic's directory is renamed into the trash (atomic: a crash leaves the topic
         whole or gone), then removed; whatever a crash leaves in the trash goes at the next
         start."""
+        journal = self.journal
+        if journal is not None and journal.keep_all:  # before anything changes
+            raise StorageError(
+                f"topic {topic} was not deleted: the round journal is kept after a failed fsync "
+                "until the gateway restarts"
+            )
         t = self._topics.pop(topic, None)
         if t is not None:
             t.waiters.wake()
             self._moved(topic)
-            if self.journal is not None and self.journal.holds(t.queues):
-                # No entry of the topic may outlive it: one of a topic made again under its name
-                # would be replayed into the new one's files.
-                self.journal.want_settle()
             if self.committer is not None:
                 await self.committer.flush()
-            if self.journal is not None:
-                if self.journal.holds(t.queues):
-                    self._topics[topic] = t
-                    raise StorageError(
-                        f"topic {topic} was not deleted: the round journal may still hold its records"
-                    )
-                fsync_dir(self.journal.directory)  # the settle's deletions, before the topic goes
+            # No entry of the topic may outlive it: one of a topic made again under its name
+            # would be replayed into the new one's files. A settle fsyncs 64 files a round.
+            for _ in range(64):
+                if journal is None or self.committer is None or not journal.holds(t.queues):
+                    break
+                journal.want_settle()
+                await self.committer.flush()
+            try:
+                if journal is not None:
+                    if journal.holds(t.queues):
+                        raise StorageError(
+                            f"topic {topic} was not deleted: the round journal may still hold its records"
+                        )
+                    fsync_dir(journal.directory)  # the settle's deletions, before the topic goes
+            except (OSError, StorageError) as exc:
+                self._topics[topic] = t
+                if isinstance(exc, StorageError):
+                    raise
+                raise StorageError(f"topic {topic} was not deleted: {exc.strerror}") from exc
             for q in t.queues:
                 q.close()
                 if self.journal is not None:
@@ -415,6 +442,8 @@ class EmbeddedStore:
         """Write each queue's records (payloads, last timestamp): all of them or none. Nothing
         awaits in here, so the queues written before a failure are taken back before anyone
         could read them; the failed one cut itself back."""
+        if self._closed:
+            raise StorageError("the message store is closing: nothing was stored")
         logs = {q: self._queue(topic, q) for q in batches}
         size = sum(len(p) + OVERHEAD for payloads, _ in batches.values() for p in payloads)
         # The round journal holds a copy of them until its next settle.
