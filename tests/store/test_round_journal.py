@@ -335,10 +335,53 @@ def test_a_settle_of_many_queues_keeps_its_open_files_bounded_and_fsyncs_every_o
             store.journal.want_settle()
             await store.committer.flush()
         assert len(rounds) == 3  # 64 + 64 + 22 queue files
-        assert max(len(r) for r in rounds) <= store.journal.SETTLE_FILES + 2  # the journal, its directory
+        assert (
+            max(len(r) for r in rounds) <= store.journal.SETTLE_FILES + 3
+        )  # both journal files, their directory
         logs = {p for r in rounds for p in r if p.endswith(".log")}
         assert logs == {str(tmp_path / f"topics/t/{q}/00000000000000000000.log") for q in range(150)}
         assert entries(tmp_path) == []  # the cycle's journal file deleted after its last round
+        await store.close()
+
+    run(go)
+
+
+def test_a_deleted_topic_settled_early_in_a_long_settle_leaves_no_entry_behind(tmp_path: Path) -> None:
+    async def go() -> None:
+        live, crashed = tmp_path / "live", tmp_path / "crashed"
+        store = await opened(live, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("d", 1, WEEK_MS))
+        await store.create_topic(TopicConfig("a", 140, WEEK_MS))
+        await store.append("d", 0, [msg(1), msg(2), msg(3)])  # fsynced in the settle's first batch
+        await store.append_many("a", {q: [msg(q)] for q in range(140)})
+        await store.delete_topic("d")
+        assert [e for e in entries(live) if e[0] == "d"] == []
+        await store.create_topic(TopicConfig("d", 1, WEEK_MS))
+        await store.append("d", 0, [msg(7)])
+        shutil.copytree(live, crashed)
+        await store.close()
+        again = await opened(crashed)
+        assert (await everything(again, "d", 1))[0] == [(0, "id00000007")]
+        await again.close()
+
+    run(go)
+
+
+def test_the_round_that_begins_a_settle_fsyncs_the_journal_file_its_entries_went_to(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rounds = fsynced_paths(monkeypatch)
+
+    async def go() -> None:
+        store = await opened(tmp_path, journal_settle_interval_s=NEVER_S)
+        await store.create_topic(TopicConfig("t", 2, WEEK_MS))
+        await store.append("t", 0, [msg(0)])
+        assert store.journal is not None and store.committer is not None
+        [first] = journal_files(tmp_path / JOURNAL_DIR)
+        store.journal.want_settle()  # the next round begins a settle, and carries a write
+        rounds.clear()
+        await store.append("t", 1, [msg(1)])
+        assert str(first) in rounds[0]  # where that write's entry went
         await store.close()
 
     run(go)

@@ -131,10 +131,15 @@ class GroupCommitter:
 
     async def last_round(self, then: Callable[[], None]) -> None:
         """One more round, then `then()` before any other round begins (a store closing its
-        files while the committer goes on for others)."""
+        files while the committer goes on for others). Shielded, as `flush`."""
+        await asyncio.shield(asyncio.ensure_future(self._last_round(then)))
+
+    async def _last_round(self, then: Callable[[], None]) -> None:
         async with self._one_round:
-            await self._round()
-            then()
+            try:
+                await self._round()
+            finally:
+                then()
 
     def forget(self, item: Syncable) -> None:
         """An item closed for good: no round collects it any more."""
@@ -171,6 +176,7 @@ class GroupCommitter:
         # with where those records begin: a failed write takes all of them back.
         waiting: list[tuple[Any, Any]] = []
         writing = True
+        syncing = False  # the fsyncs began: a failure now is theirs
         try:
             for item in items:
                 unwritten = getattr(item, "unwritten_mark", None)
@@ -180,12 +186,16 @@ class GroupCommitter:
                 round_.fds.update(item.sync_fds())  # writes what waits first
             writing = False
             if round_.fds:
+                syncing = True
                 await asyncio.get_running_loop().run_in_executor(None, _fsync_all, list(round_.fds))
         except OSError as exc:  # a write or an fsync failed, or a file could not be opened again
             if writing and waiting:
                 error = PendingWriteFailed(exc)
                 for item, mark in waiting:
-                    item.drop_unsynced(mark)
+                    try:
+                        item.drop_unsynced(mark)
+                    except Exception as undo_exc:  # its writers are refused all the same
+                        self.health.fault("group_commit", "take_back_failed", repr(undo_exc))
             else:
                 error = StorageError(f"fsync failed: {exc.strerror}")
         finally:
@@ -205,7 +215,7 @@ class GroupCommitter:
                 self._dirty.setdefault(key, item)
                 failed = getattr(item, "sync_failed", None)
                 if failed is not None:
-                    failed(not isinstance(error, PendingWriteFailed))
+                    failed(syncing)
         for closer in closers:
             try:
                 closer()

@@ -59,6 +59,7 @@ class RoundMark(NamedTuple):
     """Where a round's writes began: each queue's, and the journal's."""
 
     logs: list[tuple[QueueLog, Mark]]
+    journal: AppendFile  # the file the round's entries go to, and its size before them
     journal_size: int
 
 
@@ -163,6 +164,7 @@ class RoundJournal:
         self._unsettled: dict[int, QueueLog] = {}  # journaled in the current file, not fsynced
         self._cycle: dict[int, QueueLog] = {}  # a settle's queue files still to fsync
         self._cycle_files: list[AppendFile] = []  # deleted once the cycle's files are fsynced
+        self._members: set[int] = set()  # the logs with entries in them, until they are deleted
         self._shown: list[tuple[QueueLog, int]] = []  # to show once the round is durable
         self._settling: list[QueueLog] = []  # the queue files the round in progress fsyncs
         self._fds: list[int] = []  # opened for the round in progress: closed after it
@@ -243,7 +245,8 @@ class RoundJournal:
             return True
         keys = {id(lg) for lg in logs}
         settling = {id(lg) for lg in self._settling}
-        return bool(keys & (self._unsettled.keys() | self._dirty.keys() | self._cycle.keys() | settling))
+        held = self._unsettled.keys() | self._dirty.keys() | self._cycle.keys() | self._members
+        return bool(keys & (held | settling))
 
     # --- the committer's item (durable/group_commit.py: Syncable) ---------------------------
 
@@ -251,7 +254,7 @@ class RoundJournal:
         marks = [(lg, m) for lg in self._dirty.values() if (m := lg.unwritten_mark()) is not None]
         if not marks or self._file is None:
             return None
-        return RoundMark(marks, self._file.size)
+        return RoundMark(marks, self._file, self._file.size)
 
     def drop_unsynced(self, mark: RoundMark) -> None:
         """A round whose write failed: its records are taken back from every queue, and its
@@ -260,8 +263,8 @@ class RoundJournal:
             lg.drop_unsynced(log_mark)
         taken = {id(lg) for lg, _ in mark.logs}
         self._shown = [(lg, end) for lg, end in self._shown if id(lg) not in taken]
-        if self._file is not None and self._file.size > mark.journal_size:
-            self._file.cut_back(mark.journal_size)
+        if mark.journal.size > mark.journal_size and mark.journal.fd >= 0:
+            mark.journal.cut_back(mark.journal_size)
 
     def sync_fds(self) -> list[int]:
         if self._file is None:  # closed
@@ -283,12 +286,15 @@ class RoundJournal:
                 # is fsynced in this one.
                 self._fds.append(lg.settle_fd())
                 self._settling.append(lg)
+        written = self._file
         if entries:
-            self._file.append(entries[0] if len(entries) == 1 else b"".join(entries))
+            written.append(entries[0] if len(entries) == 1 else b"".join(entries))
         if self.settle_due:
-            self._settle()
+            self._settle()  # may go on in a new file: this round fsyncs the one written too
         if self._dir_unsynced:
             self._fds.append(os.open(self.directory, os.O_RDONLY))
+        if written is not self._file:
+            return [written.fd, self._file.fd, *self._fds]
         return [self._file.fd, *self._fds]
 
     def _settle(self) -> None:
@@ -305,6 +311,7 @@ class RoundJournal:
                 self.health.fault(COMPONENT, "settle_failed", f"{self.directory}: {exc.strerror}")
                 return
             self._cycle, self._unsettled = self._unsettled, {}
+            self._members = set(self._cycle)
             self._cycle_files = [self._file]
             self._file, self._seq = new, seq
             self._dir_unsynced = True
@@ -364,6 +371,7 @@ class RoundJournal:
                 self.health.fault(COMPONENT, "delete_failed", f"{path}: kept, deleted later")
         if retiring:
             self.settles += 1
+            self._members = set()
 
     def sync_failed(self, fsync_failed: bool) -> None:
         """The round failed: its files stay dirty, its writers are refused; the cycle's files
@@ -419,6 +427,7 @@ def replay(directory: Path, log_of: Callable[[str, int], Restorable | None], hea
     aside = directory / UNAPPLIED_DIR
     force = (directory / MARKER).exists()  # every entry written again: see fsync_failed
     if not files:
+        (directory / MARKER).unlink(missing_ok=True)
         _still_unapplied(aside, health)
         return 0
     touched: dict[int, Restorable] = {}

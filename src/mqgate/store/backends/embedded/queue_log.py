@@ -110,7 +110,7 @@ class QueueLog:
         # of this file, which its settles fsync.
         self.journal: RoundJournal | None = None
         self.unjournaled = False  # records written outside a round since the last fsync
-        self._rewritten_sealed: set[Path] = set()  # by the round journal's replay, to fsync
+        self._rewritten_sealed: set[Segment] = set()  # by the round journal's replay
         self._restored_active = False
 
     # --- bounds -------------------------------------------------------------------------
@@ -337,12 +337,14 @@ class QueueLog:
             # An older segment was fsynced whole when it was sealed, unless an fsync failed.
             if chunk.base > seg.base or not force:
                 return None if chunk.base > seg.base else False
+            if chunk.base < self.min_offset:
+                return False  # its segment was dropped by retention
             i = bisect.bisect_right(self._bases, chunk.base) - 1
             sealed = self.segments[i] if i >= 0 else None
             if sealed is None or sealed.base != chunk.base or chunk.pos + len(chunk.data) > sealed.size:
                 return None
             _pwrite_all(sealed.log_path, chunk.data, chunk.pos)
-            self._rewritten_sealed.add(sealed.log_path)
+            self._rewritten_sealed.add(sealed)
             return True
         size = seg.size
         end = chunk.pos + len(chunk.data)
@@ -363,12 +365,19 @@ class QueueLog:
     def restored(self) -> None:
         """After the round journal wrote records again: index the active segment from its
         records, fsync it, show and checkpoint it."""
-        for path in self._rewritten_sealed:
-            fd = os.open(path, os.O_RDONLY)
+        for sealed in self._rewritten_sealed:
+            fd = os.open(sealed.log_path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+            # What recovery found damaged there may be whole again: indexed from its records.
+            indexed = sealed.reindex()
+            if not indexed.legacy:
+                sealed.use_index(indexed.positions)
+                self._reported.difference_update(range(sealed.base, sealed.end))
+                self._note_gaps(sealed, indexed.gaps)
+                self._try(sealed.write_index_tail, "index_write_failed", sealed.index_path.name)
         self._rewritten_sealed.clear()
         if not self._restored_active:
             return
@@ -412,6 +421,7 @@ class QueueLog:
     def _roll(self) -> None:
         # The old segment's waiting records go to its file first (if that fails, the append that
         # would roll fails and they keep waiting for their round).
+        pending, unwritten = self._pending, self._unwritten
         self.write_pending()
         old = self.active
         sealed = self._file
@@ -421,6 +431,11 @@ class QueueLog:
         except OSError:
             if self.journal is not None:
                 self.journal.fsync_failed()
+                if unwritten is not None:
+                    # Not in the journal: they wait for their round again, which journals them.
+                    sealed.cut_back(unwritten.size)
+                    self._pending, self._unwritten = pending, unwritten
+                    self.unjournaled = False
             raise
         old.write_index_tail()
         new = self._segment(old.end)
@@ -432,6 +447,7 @@ class QueueLog:
                 fsync_dir(self.directory)
             except OSError:
                 file.close()
+                new.log_path.unlink(missing_ok=True)  # a stray empty segment would end the log
                 raise
         self._file = file
         self.committer.close_after_next_sync(sealed.close)

@@ -117,6 +117,7 @@ class EmbeddedStore:
         self._watchers: list[TopicListener] = []
         self.journal: round_journal.RoundJournal | None = None
         self._closed = False
+        self._deleting: set[str] = set()  # topics whose delete awaits its settle
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -305,6 +306,8 @@ class EmbeddedStore:
 
     def _create_topic(self, config: TopicConfig) -> bool:
         """Whether anything changed."""
+        if config.name in self._deleting:
+            raise StorageError(f"topic {config.name} is being deleted: try again", field="topic")
         why = self._damaged.get(config.name)
         if why is not None:
             # Left as it is (a topic.json written from the registration would hide the damage
@@ -357,35 +360,24 @@ class EmbeddedStore:
                 f"topic {topic} was not deleted: the round journal is kept after a failed fsync "
                 "until the gateway restarts"
             )
+        if topic in self._deleting:
+            raise StorageError(f"topic {topic} is being deleted", field="topic")
         t = self._topics.pop(topic, None)
         if t is not None:
-            t.waiters.wake()
-            self._moved(topic)
-            if self.committer is not None:
-                await self.committer.flush()
-            # No entry of the topic may outlive it: one of a topic made again under its name
-            # would be replayed into the new one's files. A settle fsyncs 64 files a round.
-            for _ in range(64):
-                if journal is None or self.committer is None or not journal.holds(t.queues):
-                    break
-                journal.want_settle()
-                await self.committer.flush()
+            self._deleting.add(topic)
             try:
-                if journal is not None:
-                    if journal.holds(t.queues):
-                        raise StorageError(
-                            f"topic {topic} was not deleted: the round journal may still hold its records"
-                        )
-                    fsync_dir(journal.directory)  # the settle's deletions, before the topic goes
-            except (OSError, StorageError) as exc:
-                self._topics[topic] = t
-                if isinstance(exc, StorageError):
-                    raise
-                raise StorageError(f"topic {topic} was not deleted: {exc.strerror}") from exc
+                await self._settle_topic(topic, t)
+            except BaseException:
+                # Kept (a cancelled or failed delete): unless made again meanwhile, which the
+                # deletion refuses.
+                self._topics.setdefault(topic, t)
+                raise
+            finally:
+                self._deleting.discard(topic)
             for q in t.queues:
                 q.close()
-                if self.journal is not None:
-                    self.journal.forget(q)
+                if journal is not None:
+                    journal.forget(q)
             self.checkpoints_due.difference_update(t.queues)
         elif self._damaged.pop(topic, None) is not None:
             self.health.restore(f"topic {topic}")  # deleting is one way to be rid of it
@@ -398,6 +390,29 @@ class EmbeddedStore:
         except FileNotFoundError:
             return
         await asyncio.to_thread(shutil.rmtree, trash, True)
+
+    async def _settle_topic(self, topic: str, t: _Topic) -> None:
+        """Before a topic's files go: its writes durable, and no journal entry of it left."""
+        journal = self.journal
+        t.waiters.wake()
+        self._moved(topic)
+        if self.committer is not None:
+            await self.committer.flush()
+        # No entry of the topic may outlive it: one of a topic made again under its name would be
+        # replayed into the new one's files. A settle fsyncs 64 files a round.
+        for _ in range(64):
+            if journal is None or self.committer is None or not journal.holds(t.queues):
+                break
+            journal.want_settle()
+            await self.committer.flush()
+        if journal is None:
+            return
+        if journal.holds(t.queues):
+            raise StorageError(f"topic {topic} was not deleted: the round journal may still hold its records")
+        try:
+            fsync_dir(journal.directory)  # the settle's deletions, before the topic goes
+        except OSError as exc:
+            raise StorageError(f"topic {topic} was not deleted: {exc.strerror}") from exc
 
     def forget_topic(self, topic: str) -> None:
         """One process owns an embedded store: no other gateway can have deleted a topic."""
