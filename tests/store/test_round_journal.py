@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
@@ -26,6 +24,7 @@ from mqgate.model import StoredMessage
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.backends.embedded.journal import JOURNAL_DIR, journal_files, read_entries
 from mqgate.store.interface import TopicConfig
+from tests.store.test_embedded_store import opened, run
 
 WEEK_MS = 7 * 24 * 3600 * 1000
 NEVER_S = 3600.0  # no settle unless asked: the journal holds every round
@@ -34,16 +33,6 @@ encode = msgspec.json.Encoder().encode
 
 def msg(i: int) -> StoredMessage:
     return StoredMessage(f"id{i:08d}", 1_000 + i, "p", f"m{i}-" + "x" * 40, [], [], {})
-
-
-def run(fn: Callable[..., Awaitable[Any]], *args: Any) -> Any:
-    return asyncio.run(fn(*args))
-
-
-async def opened(path: Path, **kw: Any) -> EmbeddedStore:
-    store = EmbeddedStore(path, **kw)
-    await store.open()
-    return store
 
 
 def entries(root: Path) -> list[tuple[str, int, int]]:
