@@ -76,6 +76,7 @@ QUIET: dict[str, Any] = {
     "registry_refresh_s": 3600.0,
     "retention_check_s": 3600.0,
     "checkpoint_interval_s": 3600.0,
+    "journal_settle_interval_s": 3600.0,  # a settle's round (once a second) is background work
     "queue_state_sample_s": 3600.0,
     "queue_state_interval_s": 3600.0,
     "alert_check_interval_s": 3600.0,

@@ -104,6 +104,7 @@ def embedded_backends(settings: Settings, health: Health) -> Backends:
         segment_bytes=settings.segment_bytes,
         committer=committer,
         checkpoint_interval_s=settings.checkpoint_interval_s,
+        journal_settle_interval_s=settings.journal_settle_interval_s,
         health=health,
         disk_free_floor_bytes=settings.disk_free_floor_bytes,
     )

@@ -94,6 +94,9 @@ class Settings:
     # The embedded store checkpoints each queue written since its last checkpoint this often
     # (a shorter recovery after a crash).
     checkpoint_interval_s: float = 5.0
+    # With fsync=always, the embedded store's round journal holds each round's records until the
+    # queue files are fsynced together (a settle), about this often (store/backends/embedded/journal.py).
+    journal_settle_interval_s: float = 1.0
     # Below this much free space on the data directory's file system, new messages are refused
     # (507) until space returns (like RabbitMQ's disk_free_limit); acks go on. 0 turns it off.
     disk_free_floor_bytes: int = 64 * MIB

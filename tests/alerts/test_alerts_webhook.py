@@ -278,8 +278,9 @@ def test_a_hanging_webhook_is_counted_and_disturbs_nothing(tmp_path: Path) -> No
             assert drain(server, "busy", "busy-c", ctoken) == 5
             rounds.append(time.monotonic() - started)
         # Not held up by the hanging attempts: a held round would wait out one (6 s). A loaded
-        # CI machine took up to 3.8 s for a round (median 1.6); a quiet one about 0.05.
-        assert len(rounds) >= 5 and statistics.median(rounds) < ATTEMPT_S / 2 and max(rounds) < ATTEMPT_S, (
+        # CI machine took up to 3.8 s for a round (median 1.6-2.8: four rounds in the two
+        # attempts' 12 s); a quiet one about 0.05. Three rounds span the two attempts.
+        assert len(rounds) >= 3 and statistics.median(rounds) < ATTEMPT_S / 2 and max(rounds) < ATTEMPT_S, (
             rounds
         )
         assert metric(server, "mqgate_alert_webhook_errors_total", reason="timeout") >= 2
