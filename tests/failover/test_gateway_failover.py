@@ -256,7 +256,12 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
         primary.pause()
         paused = time.monotonic()
         receipts = produce(10)  # waits up to the send time-out, then spooled
-        assert {rc["status"] for rc in receipts} == {"spooled"}
+        if {rc["status"] for rc in receipts} == {"stored"}:
+            # A loaded machine (CI): the failure detector's probe met the hang and switched
+            # before the produce came; stored on the backup, as the state says.
+            assert failover_state(gw)["active"] == "b"
+        else:
+            assert {rc["status"] for rc in receipts} == {"spooled"}
         wait_until(lambda: failover_state(gw)["active"] == "b", 10, "the switch after SIGSTOP")
         hung_switch = time.monotonic() - paused
         state = failover_state(gw)
