@@ -285,14 +285,8 @@ class QueueLog:
     def write_pending(self) -> None:
         """Write the records waiting for their round, in one write(). On an OSError the file is
         cut back to where it was and they keep waiting (the round decides their fate)."""
-        if not self._pending:
-            return
-        assert self._file is not None
-        data = self._pending[0][0] if len(self._pending) == 1 else b"".join([d for d, _ in self._pending])
-        self._file.append(data)
-        self._pending, self._unwritten = [], None
-        if self.journal is not None:  # not in the journal: the next round fsyncs the file
-            self.unjournaled = True
+        if self.take_pending() is not None and self.journal is not None:
+            self.unjournaled = True  # not in the journal: the next round fsyncs the file
 
     def settle_fd(self) -> int:
         """For the round journal: a descriptor of the active segment for this round's fsync
