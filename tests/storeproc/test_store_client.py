@@ -217,3 +217,46 @@ def test_a_lease_reads_a_first_deliverys_records_with_it_and_leaves_the_rest_to_
             await served.stop()
 
     run_bounded(main(), 60)
+
+
+def test_a_lease_without_bounds_takes_them_in_the_store_process_in_table_order(tmp_path: Path) -> None:
+    """A worker's pull sends no bounds (`reads_bounds`): the store process takes the layout's
+    three topics' bounds itself, in the table's order with each queue's lane, so the lease is
+    the one the bounds the worker would have sent give (a higher lane's queue first)."""
+
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            store, offsets = RemoteStore(client, "local"), RemoteOffsetStore(client)
+            assert offsets.reads_bounds
+            await store.create_topic(TopicConfig("t", 4, WEEK_MS))
+            for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
+                await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
+            layout = Layout("c", "t", grid_for(((2, 2),)))  # lanes 0 and 1, two queues each
+            await store.append("t", 1, [msg(i) for i in range(3)])  # lane 0
+            await store.append("t", 3, [msg(i) for i in range(2)])  # lane 1: served first
+            await store.append(inbox_topic("c"), 0, [msg(9)])
+            sent = layout.queue_bounds([await store.bounds(t) for t in layout.store_topics])
+            assert [(b.queue, b.max, b.lane) for b in sent] == [
+                (0, 0, 0),
+                (1, 3, 0),
+                (2, 0, 0),  # retry
+                (3, 1, 0),  # inbox
+                (4, 0, 1),
+                (5, 2, 1),
+            ]
+            await offsets.ensure_table("c", "", [0] * layout.size, 0)
+            args: dict[str, Any] = {"max_count": 10, "lock_timeout_ms": 60_000, "max_attempts": 3}
+            got = []
+            for owner in ("a", "b", "c"):
+                lease = await offsets.lease("c", "", None, now_ms=1, read_from=layout, owner=owner, **args)
+                assert lease is not None and lease.records is not None
+                got.append((lease.queue, lease.next_offset, [o for o, _ in lease.records]))
+            assert got[0] == (5, 2, [0, 1])  # the lane-1 queue with messages
+            assert sorted(got[1:]) == [(1, 3, [0, 1, 2]), (3, 1, [0])]
+            assert await offsets.lease("c", "", None, now_ms=1, read_from=layout, owner="d", **args) is None
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)

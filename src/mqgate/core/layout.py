@@ -20,6 +20,7 @@ import functools
 from dataclasses import dataclass
 from typing import Any, Final
 
+from mqgate.model import QueueBounds
 from mqgate.names import INTERNAL_PREFIXES
 
 RETRY_PREFIX: Final = INTERNAL_PREFIXES[1]
@@ -138,3 +139,16 @@ class Layout:
             return Slot(inbox_topic(self.consumer), 0, 0)
         store_queue = index - SIDE_QUEUES
         return Slot(self.topic, store_queue, self.grid.lane_of(store_queue))
+
+    @property
+    def store_topics(self) -> list[str]:
+        """The three store topics the table reads, in the order `queue_bounds` takes their bounds."""
+        return [self.topic, retry_topic(self.consumer), inbox_topic(self.consumer)]
+
+    def queue_bounds(self, per_topic: list[list[QueueBounds]]) -> list[QueueBounds]:
+        """The table's queues' bounds, in table order with their lanes, from the store's bounds
+        of `store_topics` (one list per topic, in that order)."""
+        topic, retry, inbox = per_topic
+        q = self.grid.first_queues
+        ordered = [*topic[:q], retry[0], inbox[0], *topic[q : self.topic_queues]]
+        return [QueueBounds(i, b.min, b.max, self.slot(i).lane) for i, b in enumerate(ordered)]

@@ -243,11 +243,15 @@ class RoutedOffsets(_Facade):
     def hears_every_change(self) -> bool:
         return self._hears(self.own)
 
+    @property
+    def reads_bounds(self) -> bool:
+        return self.direct and self.own.reads_bounds
+
     async def lease(
         self,
         group: str,
         client_id: str,
-        bounds: list[QueueBounds],
+        bounds: list[QueueBounds] | None,
         *,
         now_ms: int,
         max_count: int,

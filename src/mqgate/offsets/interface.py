@@ -57,6 +57,13 @@ class Lease:
     records: list[tuple[int, bytes]] | None = None
 
 
+def given_bounds(bounds: list[QueueBounds] | None) -> list[QueueBounds]:
+    """`lease`'s bounds in a backend that takes them from its caller (`reads_bounds` False)."""
+    if bounds is None:
+        raise ValueError("this offset store takes the queues' bounds from its caller (reads_bounds is False)")
+    return bounds
+
+
 class OffsetStore(Protocol):
     async def open(self) -> None: ...
 
@@ -78,7 +85,7 @@ class OffsetStore(Protocol):
         self,
         group: str,
         client_id: str,
-        bounds: list[QueueBounds],
+        bounds: list[QueueBounds] | None,
         *,
         now_ms: int,
         max_count: int,
@@ -94,6 +101,8 @@ class OffsetStore(Protocol):
         `read_from` (the table's layout): a backend that has the message store at hand (the
         store process's, `serve --workers N`) may read a first delivery's records with the
         lease, into `Lease.records`, saving the caller a round trip; others ignore it.
+        `bounds` None (only where `reads_bounds`, with `read_from`): the backend takes the
+        layout's queue bounds from that store itself, in the same call.
         """
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
@@ -199,6 +208,12 @@ class OffsetStore(Protocol):
         once, within the call that moved it; `listener(None)`: any group's may have moved. A
         listener must be quick and must not raise. Whether that is every move:
         `hears_every_change`."""
+
+    @property
+    def reads_bounds(self) -> bool:
+        """Whether `lease(bounds=None, read_from=layout)` takes the layout's queue bounds from
+        the message store itself: a backend beside the store in another process (the store
+        process's) does, saving a pull the round trip for them; the others do not."""
 
     @property
     def hears_every_change(self) -> bool:

@@ -289,7 +289,6 @@ class Consuming:
         self, c: ConsumerRecord, layout: Layout, client: str, max_count: int, owner: str
     ) -> Lease | None:
         await self.ensure_table(c, layout, client)
-        bounds = await self.topology.bounds(layout)
         args: dict[str, Any] = {
             "now_ms": now_ms(),
             "max_count": max_count,
@@ -298,11 +297,15 @@ class Consuming:
             "owner": owner,
         }
         offsets = self.ctx.offsets
+        # Taken right before each lease: whether the backend reads them can change with a turn
+        # of the loop (a failover switch).
+        bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
         try:
             return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
         except NotFound:  # removed meanwhile (an expired broadcast client): start again
             self._table_sizes.pop((c.name, client), None)
             await self.ensure_table(c, layout, client)
+            bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
             return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
 
     async def ack(self, c: ConsumerRecord, token: AckToken) -> None:

@@ -94,13 +94,7 @@ class Topology:
 
     async def bounds(self, layout: Layout) -> list[QueueBounds]:
         """min/max of every queue of the layout, in table order, with its priority lane."""
-        store = self.ctx.store
-        topic, retry, inbox = await store.bounds_many(
-            [layout.topic, retry_topic(layout.consumer), inbox_topic(layout.consumer)]
-        )
-        q = layout.grid.first_queues
-        ordered = [*topic[:q], retry[0], inbox[0], *topic[q : layout.topic_queues]]
-        return [QueueBounds(i, b.min, b.max, layout.slot(i).lane) for i, b in enumerate(ordered)]
+        return layout.queue_bounds(await self.ctx.store.bounds_many(layout.store_topics))
 
     async def start_offsets(self, c: ConsumerRecord, layout: Layout, existing: int = 0) -> list[int]:
         """Where a new table starts: the consumer's start rule on its topic's queues, the

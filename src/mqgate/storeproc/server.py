@@ -141,11 +141,19 @@ class StoreServer:
         return answers
 
     async def _lease_read(
-        self, group: str, client_id: str, bounds: list[QueueBounds], layout: Layout, args: dict[str, Any]
+        self,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        layout: Layout,
+        args: dict[str, Any],
     ) -> Any:
-        """`OffsetStore.lease` with a first delivery's records read at once (`Lease.records`):
-        a pull's lease and read in one round trip. A batch delivered before, or to be dead
-        lettered, is read by the worker as its path needs it."""
+        """`OffsetStore.lease` with the layout's queue bounds taken here when the worker sent
+        none, and a first delivery's records read at once (`Lease.records`): a pull's bounds,
+        lease and read in one round trip. A batch delivered before, or to be dead lettered, is
+        read by the worker as its path needs it."""
+        if bounds is None:
+            bounds = layout.queue_bounds([await self._store_bounds(t) for t in layout.store_topics])
         lease = await self._lease(group, client_id, bounds, **args)  # an offsets.interface.Lease
         if lease is None or lease.dead_letter or lease.attempts != 1:
             return lease

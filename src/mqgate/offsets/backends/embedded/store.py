@@ -55,7 +55,7 @@ from mqgate.offsets.backends.embedded.journal import (
     table_record,
     visibility_record,
 )
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
 
 JOURNAL_FILE: Final = "journal.log"
 COMPACT_MIN_RECORDS: Final = 10_000
@@ -214,6 +214,10 @@ class EmbeddedOffsetStore:
         self._watchers.append(listener)
 
     @property
+    def reads_bounds(self) -> bool:
+        return False  # the caller has the store in its own process: its bounds cost no round trip
+
+    @property
     def hears_every_change(self) -> bool:
         """One process owns the tables: every move goes through this object."""
         return True
@@ -234,7 +238,7 @@ class EmbeddedOffsetStore:
         self,
         group: str,
         client_id: str,
-        bounds: list[QueueBounds],
+        bounds: list[QueueBounds] | None,
         *,
         now_ms: int,
         max_count: int,
@@ -249,7 +253,7 @@ class EmbeddedOffsetStore:
             QueueView(
                 b.queue, b.min, b.max, e.committed, e.lock_ts, e.lock_deadline_ms, e.last_access_ms, b.lane
             )
-            for b, e in zip(bounds, table, strict=True)
+            for b, e in zip(given_bounds(bounds), table, strict=True)
         ]
         chosen = choose_queue(views, now_ms)
         if chosen is None:

@@ -24,7 +24,7 @@ from mqgate.core.message_window import (
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
 from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, translated
 
 PACKAGE: Final = "mqgate.offsets.backends.redis"
@@ -146,6 +146,10 @@ class RedisOffsetStore:
         self._watchers.append(listener)
 
     @property
+    def reads_bounds(self) -> bool:
+        return False
+
+    @property
     def hears_every_change(self) -> bool:
         return False
 
@@ -159,7 +163,7 @@ class RedisOffsetStore:
         self,
         group: str,
         client_id: str,
-        bounds: list[QueueBounds],
+        bounds: list[QueueBounds] | None,
         *,
         now_ms: int,
         max_count: int,
@@ -169,6 +173,7 @@ class RedisOffsetStore:
         read_from: Layout | None = None,
     ) -> Lease | None:
         args: list[Any] = [now_ms, max_count, lock_timeout_ms, max_attempts, owner, client_id, self.broker]
+        bounds = given_bounds(bounds)
         for i, b in enumerate(bounds):
             if b.queue != i:
                 raise ValueError(f"bounds[{i}] is queue {b.queue}: bounds must be in queue order")

@@ -12,7 +12,7 @@ from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry
+from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
 from mqgate.storeproc.client import StoreClient
 from mqgate.storeproc.wire import CONTROL, OFFSETS
 
@@ -26,6 +26,10 @@ class RemoteOffsetStore:
     @property
     def hears_every_change(self) -> bool:
         return False
+
+    @property
+    def reads_bounds(self) -> bool:
+        return True  # the store process has the message store: bounds, lease and read in one call
 
     def watch(self, listener: GroupListener) -> None:
         self._watchers.append(listener)
@@ -57,7 +61,7 @@ class RemoteOffsetStore:
         self,
         group: str,
         client_id: str,
-        bounds: list[QueueBounds],
+        bounds: list[QueueBounds] | None,
         *,
         now_ms: int,
         max_count: int,
@@ -78,7 +82,7 @@ class RemoteOffsetStore:
                 CONTROL, "lease_read", group, client_id, bounds, read_from, args
             )
         else:
-            got = await self._client.call(OFFSETS, "lease", group, client_id, bounds, **args)
+            got = await self._client.call(OFFSETS, "lease", group, client_id, given_bounds(bounds), **args)
         return got
 
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
