@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import operator
 import zlib
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -23,9 +24,9 @@ from mqgate.services.observers import Observers
 from mqgate.services.qos import (
     TOPIC_TARGET,
     Placement,
+    all_plain,
     held_message,
     held_payload,
-    is_plain,
     placements,
     split_target,
 )
@@ -39,6 +40,7 @@ STORED: Final = "stored"
 SCHEDULED: Final = "scheduled"
 NO_SCOPE: Final = contextlib.nullcontext()  # a produce of a gateway without failover
 SPOOLED: Final = "spooled"  # kept in the gateway's spool until a cluster takes it (SPEC P8, E7)
+_ORDER_KEY: Final = operator.attrgetter("order_key")  # read in C, for a whole batch
 
 
 class SpoolSink(Protocol):
@@ -88,7 +90,7 @@ class Producing:
     def store_queues_for(self, topic: str, grid: QueueGrid, messages: list[MessageInput]) -> list[int]:
         """The store queues of plain messages (lane 0), in order: a batch without order keys
         takes its round-robin turns in one step."""
-        if len(messages) == 1 or any(m.order_key for m in messages):
+        if len(messages) == 1 or any(map(_ORDER_KEY, messages)):
             return [self.store_queue_for(topic, grid, 0, m.order_key or None) for m in messages]
         queues = grid.queues
         turn = self._turns.get(topic, 0)
@@ -125,7 +127,7 @@ class Producing:
         traceparent: str | None,
     ) -> list[Receipt]:
         ts = now_ms()
-        if not all(is_plain(m) for m in messages):
+        if not all_plain(messages):
             return await self._produce_with_qos(producer, messages, ts, traceparent)
         by_queue: dict[int, list[StoredMessage]] = {}
         placed: list[tuple[int, int]] = []  # (queue, index within that queue's batch)
