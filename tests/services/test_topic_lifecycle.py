@@ -4,12 +4,13 @@ both stores: what happens to data, offsets, side queues and held messages."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.conftest import Client, Server, wait_until
+from tests.conftest import Client, RedisServer, Server, wait_until
 
 # Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -173,3 +174,47 @@ def test_held_messages_of_a_deleted_topic_are_dropped_and_counted(server: Server
     pattern = re.compile(r'^mqgate_dropped_held_messages_total\{target="t:h"\} 1\.0$', re.M)
     wait_until(lambda: pattern.search(httpx.get(server.url + "/metrics").text), 15, "the drop to be counted")
     client.close()
+
+
+def test_a_topic_whose_store_delete_fails_stays_registered_with_its_messages(
+    tmp_path: Path, own_redis: RedisServer
+) -> None:
+    """The registry row goes first (no produce or pull finds a topic being deleted); when the
+    store then cannot delete it (its Redis is down), the row comes back: the delete is answered
+    with an error and can be retried, and no store topic is left under no name for the next
+    topic of that name to take over, messages and all."""
+    server = Server(tmp_path / "data", extra_args=["--store", own_redis.url]).start()
+    try:
+        server.admin("POST", "/admin/topics", name="d", queues=2)
+        ptoken = server.admin("POST", "/admin/producers", name="d-p", topic="d")["token"]
+        client = Client(server, ptoken, None)
+        receipts(client, "d-p", [{"message": f"old{i}"} for i in range(3)])
+        assert call(server, "DELETE", "/admin/producers/d-p").status_code == 200
+
+        own_redis.kill9()
+        r = call(server, "DELETE", "/admin/topics/d")
+        assert r.status_code == 503, r.text
+        own_redis.start()  # the same files: what it acknowledged is there
+
+        assert call(server, "GET", "/admin/topics/d").status_code == 200, "the topic is still registered"
+
+        def consumer_made() -> str | None:
+            # A first call may meet a connection the old Redis closed (503), after the consumer's
+            # row was written: that one is deleted and made again.
+            r = call(server, "POST", "/admin/consumers", name="d-c", topic="d")
+            if r.status_code == 409:
+                call(server, "DELETE", "/admin/consumers/d-c")
+            return str(r.json()["result"]["token"]) if r.status_code == 200 else None
+
+        client.ctoken = wait_until(consumer_made, 20, "the gateway to reach the restarted Redis")
+        assert sorted(m["message"] for m in drain(client, "d", "d-c")) == ["old0", "old1", "old2"]
+
+        # The delete again, the store up: gone, and a topic made again under the name is empty.
+        assert call(server, "DELETE", "/admin/consumers/d-c").status_code == 200
+        r = call(server, "DELETE", "/admin/topics/d")
+        assert r.status_code == 200, r.text
+        client.ptoken, client.ctoken = server.setup_topic("d", queues=2)
+        assert drain(client, "d", "d-c") == []
+        client.close()
+    finally:
+        server.stop()

@@ -254,7 +254,7 @@ class Topology:
         the consumer). Scheduled messages for it are dropped when due, and counted."""
         if name.startswith(INTERNAL_PREFIXES):
             raise BadRequest(f"topic {name} belongs to a consumer: delete the consumer", field="name")
-        await self.topic(name)
+        rec = await self.topic(name)
         snap = self.ctx.registry.snapshot
         users = [f"producer {p.name}" for p in snap.producers.values() if p.topic == name]
         users += [f"producer {p.name}" for p in snap.producers.values() if name in p.allowed()]
@@ -264,9 +264,26 @@ class Topology:
             raise Conflict(
                 f"topic {name} is in use by {shown}: delete them first", field="name", code="in_use"
             )
-        # The registry first: from here on no produce or pull finds the topic.
+        # The registry first: from here on no produce or pull finds the topic. A store that
+        # cannot delete it (down, or refusing) gets the row back: a store topic under no name
+        # would be taken over, messages and all, by the next topic made under that name.
         await self.ctx.registry.change("remove", "topic", name)
-        await self._drop_store_topic(name)
+        try:
+            await self._drop_store_topic(name)
+        except BaseException:
+            await self._register_again(rec)
+            raise
+
+    async def _register_again(self, rec: TopicRecord) -> None:
+        """A topic whose store delete failed is registered again, as it was: the delete can be
+        retried. Made again meanwhile under its name: that one stays."""
+        try:
+            await self.ctx.registry.change("add_topic", rec)
+        except AlreadyExists:
+            pass
+        except Exception:
+            log.exception("topic %s: its store delete failed; its registry row was not put back", rec.name)
+            self.ctx.health.fault("registry", "topic_not_restored", rec.name)
 
     async def delete_producer(self, name: str) -> None:
         """Forget a producer: its token is refused from now on. Its messages stay."""
