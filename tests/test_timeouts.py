@@ -63,3 +63,37 @@ def test_the_answer_says_whether_the_event_was_set() -> None:
         return timed_out, woken, already
 
     assert asyncio.run(go()) == (False, True, True)
+
+
+def test_a_cancellation_a_librarys_wait_for_lost_stops_the_loop_at_its_next_wait() -> None:
+    """`asyncio.wait_for` on 3.11 returns the inner result when the task is cancelled in the
+    turn the inner future completes (redis-py sends each command within one): the loop goes on
+    asked to stop; its next `wait_event` raises the cancellation."""
+
+    async def go() -> tuple[bool, int]:
+        sent = asyncio.get_running_loop().create_future()
+        waiting = asyncio.Event()
+        rounds = 0
+
+        async def background() -> None:
+            nonlocal rounds
+            await asyncio.wait_for(sent, 60)  # a command's send, answered as the stop comes
+            rounds += 1
+            waiting.set()
+            while True:
+                await wait_event(asyncio.Event(), 60)
+                rounds += 1
+
+        task = asyncio.create_task(background())
+        await asyncio.sleep(0)  # the task waits in wait_for
+        sent.set_result(None)
+        task.cancel()  # the same turn: wait_for swallows it on 3.11 (returns the result)
+        done, _ = await asyncio.wait({task}, timeout=5)
+        if not done:
+            task.cancel()
+            await asyncio.wait({task}, timeout=5)
+        return bool(done) and task.cancelled(), rounds
+
+    ended, rounds = asyncio.run(go())
+    assert ended, "the loop went on waiting after its stop was lost"
+    assert rounds <= 1

@@ -10,14 +10,14 @@ import dataclasses
 import logging
 import os
 import secrets
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from mqgate.accesskeys.service import AccessKeys
 from mqgate.alerts.service import Alerts
-from mqgate.aliyun.edge import AliyunEdge, is_aliyun_request
-from mqgate.aliyun.service import AliyunService
+from mqgate.aliyun.detect import is_aliyun_request
 from mqgate.api import protocol
 from mqgate.api.auth import RoleGuard
 from mqgate.api.collector import tune_for_serving
@@ -60,13 +60,13 @@ from mqgate.services.gateway import Gateway
 from mqgate.services.observers import Observers
 from mqgate.services.topology import Topology
 from mqgate.settings import STORE_PROCESS_ENV, Settings, load_settings
-from mqgate.sqs.edge import SqsEdge, is_sqs_request
-from mqgate.sqs.service import SqsService
-from mqgate.sqs.tables import QueueTable
+from mqgate.sqs.detect import is_sqs_request
 from mqgate.tracing.lookup import TraceLookup
 from mqgate.tracing.service import Tracing
 from mqgate.transactions.service import HalfMessages
 from mqgate.web.app import Site, WebApp
+from mqgate.web.asgi import ASGIApp
+from mqgate.web.lazy import MadeOnFirstRequest
 
 log = logging.getLogger("mqgate")
 
@@ -284,11 +284,33 @@ def build_site(settings: Settings) -> Built:
         asyncio.get_running_loop().run_in_executor(None, dummy_hash)
         log.info("mqgate ready on %s:%s, store %s", settings.host, settings.port, settings.store)
 
-    sqs_service = SqsService(gateway, QueueTable(sql.engine))
+    # The compatibility edges are made, their modules imported, at their first request.
+    stopping: list[Callable[[], Awaitable[None]]] = []
+
+    def sqs_edge() -> ASGIApp:
+        from mqgate.sqs.edge import SqsEdge
+        from mqgate.sqs.service import SqsService
+        from mqgate.sqs.tables import QueueTable
+
+        service = SqsService(gateway, QueueTable(sql.engine))
+        stopping.append(service.move_tasks.stop)
+        return SqsEdge(service, access_keys, metrics)
+
+    def aliyun_edge() -> ASGIApp:
+        from mqgate.aliyun.edge import AliyunEdge
+        from mqgate.aliyun.service import AliyunService
+
+        return AliyunEdge(
+            AliyunService(gateway, max_body_bytes=settings.max_message_bytes, halves=halves),
+            access_keys,
+            metrics,
+            max_publish_bytes=6 * settings.max_message_bytes + 64 * 1024,  # escapes: at most 5 bytes a byte
+        )
 
     async def shutdown() -> None:
         await push.stop()
-        await sqs_service.move_tasks.stop()
+        for stop in stopping:
+            await stop()
         await alerts.stop()
         await failover.stop()
         await gateway.stop()
@@ -309,20 +331,16 @@ def build_site(settings: Settings) -> Built:
         },
     )
     console = build_console(platform, settings, sql.engine)
-    sqs = SqsEdge(sqs_service, access_keys, metrics)
-    aliyun = AliyunEdge(
-        AliyunService(gateway, max_body_bytes=settings.max_message_bytes, halves=halves),
-        access_keys,
-        metrics,
-        max_publish_bytes=6 * settings.max_message_bytes + 64 * 1024,  # escapes: at most 5 bytes a byte
-    )
     site = Site(
         api,
         mounts={console.mount: console},
         home=console.mount + "/",
         on_startup=startup,
         on_shutdown=shutdown,
-        edges=[(is_sqs_request, sqs), (is_aliyun_request, aliyun)],
+        edges=[
+            (is_sqs_request, MadeOnFirstRequest(sqs_edge)),
+            (is_aliyun_request, MadeOnFirstRequest(aliyun_edge)),
+        ],
     )
     return Built(site, api, console, platform)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from mqgate.aliyun import errors
-from mqgate.aliyun.edge import aliyun_error_of, is_aliyun_request
+from mqgate.aliyun.detect import is_aliyun_request
+from mqgate.aliyun.edge import aliyun_error_of
 from mqgate.aliyun.errors import AliyunError
 from mqgate.errors import BadRequest, MqgateError, PayloadTooLarge
 

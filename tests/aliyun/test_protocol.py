@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from mqgate.aliyun.detect import is_aliyun_path
 from mqgate.aliyun.errors import AliyunError
-from mqgate.aliyun.protocol import is_aliyun_path, parse_request, parse_tag_filter
+from mqgate.aliyun.protocol import parse_request, parse_tag_filter
 
 PATH = "/topics/orders/messages"
 

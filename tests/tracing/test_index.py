@@ -4,6 +4,7 @@ order with latencies, positions moved only from where they were, retention by ag
 from __future__ import annotations
 
 import pytest
+import sqlalchemy as sa
 
 from mqgate.tracing.events import TraceEvent, encode_event
 from mqgate.tracing.index import IndexRow, PositionMove, StalePositions, TraceIndex
@@ -112,3 +113,18 @@ def test_request_and_key_answers_are_bounded(index_url: str) -> None:
         assert [p.msg_id for p in index.paths(key="hot")] == [f"m{i}" for i in range(11, 6, -1)]
     finally:
         index.dispose()
+
+
+def test_the_request_id_index_holds_only_hops_with_one_on_either_database(index: TraceIndex) -> None:
+    """The partial index's condition reaches both dialects' DDL: PostgreSQL's is given when its
+    schema is created (naming it in the table loads that dialect in every gateway)."""
+    with index.engine.connect() as conn:
+        if index.is_sqlite:
+            ddl = conn.execute(
+                sa.text("SELECT sql FROM sqlite_master WHERE name = 'mqgate_trace_events_request'")
+            ).scalar_one()
+        else:
+            ddl = conn.execute(
+                sa.text("SELECT indexdef FROM pg_indexes WHERE indexname = 'mqgate_trace_events_request'")
+            ).scalar_one()
+    assert "request_id IS NOT NULL" in ddl, ddl

@@ -23,7 +23,7 @@ from mqgate.accesskeys.service import AccessKeys
 from mqgate.aliyun import errors
 from mqgate.aliyun import xml as mqxml
 from mqgate.aliyun.errors import AliyunError
-from mqgate.aliyun.protocol import AliyunRequest, is_aliyun_path, parse_request
+from mqgate.aliyun.protocol import AliyunRequest, parse_request
 from mqgate.aliyun.service import AliyunService
 from mqgate.aliyun.signature import (
     MAX_SKEW_S,
@@ -43,24 +43,11 @@ MAX_ACK_BODY_BYTES: Final = mqxml.MAX_ACK_DOCUMENT_BYTES
 MAX_CONSUME_BODY_BYTES: Final = 64 * 1024  # a GET has no body; one sent is read and ignored
 _METHOD_OPERATIONS: Final = {"POST": "publish", "GET": "consume", "DELETE": "ack"}
 ROUTE_PREFIX: Final = "aliyun "  # the metrics' route label: "aliyun publish", "aliyun consume:order", …
-_MQ_SCHEME: Final = b"MQ "
 _XML_TYPE: Final = mqxml.CONTENT_TYPE.encode()
 # The headers the signature covers (with every x-mq-*), and how many verified signatures are kept.
 _SIGNED: Final = frozenset({b"authorization", b"content-md5", b"content-type", b"date"})
 _VERIFIED_KEPT: Final = 4096
 _REQUESTS_KEPT: Final = 4096
-
-
-def is_aliyun_request(scope: Scope) -> bool:
-    """Whether a request is for this API, from its path and headers alone: the path
-    `/topics/{topic}/messages` with an `MQ` Authorization or an `x-mq-version` header."""
-    path: str = scope.get("path", "")
-    if not path.startswith("/topics/") or not is_aliyun_path(path):  # every native request asks
-        return False
-    for name, value in scope.get("headers", ()):
-        if (name == b"authorization" and value.startswith(_MQ_SCHEME)) or name == b"x-mq-version":
-            return True
-    return False
 
 
 def aliyun_error_of(exc: BaseException) -> AliyunError:

@@ -15,9 +15,9 @@ from typing import Final, Literal
 from urllib.parse import unquote
 
 from mqgate.aliyun import errors
+from mqgate.aliyun.detect import PATH
 from mqgate.aliyun.errors import AliyunError
 
-PATH: Final = re.compile(r"/topics/([^/]{1,512})/messages")
 TOPIC_NAME: Final = re.compile(r"[A-Za-z0-9._-]{1,128}")
 MAX_QUERY_BYTES: Final = 4096
 MIN_MESSAGES: Final = 1
@@ -65,10 +65,6 @@ class AliyunRequest:
     def label(self) -> str:
         """The operation as metrics and logs name it."""
         return f"{self.operation}:{self.trans}" if self.trans else self.operation
-
-
-def is_aliyun_path(path: str) -> bool:
-    return PATH.fullmatch(path) is not None
 
 
 def _query_error(message: str, name: str) -> AliyunError:

@@ -12,7 +12,6 @@ client sends earns a 500.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from typing import Final
@@ -23,11 +22,11 @@ from mqgate.metrics import Metrics
 from mqgate.sqs import errors as e
 from mqgate.sqs import sigv4
 from mqgate.sqs.answers import XML_CONTENT_TYPE, encode_error, encode_result
+from mqgate.sqs.detect import JSON_TARGET_PREFIX
 from mqgate.sqs.errors import SqsError, as_sqs_error
 from mqgate.sqs.protocol import (
     INPUTS,
     JSON_CONTENT_TYPE,
-    JSON_TARGET_PREFIX,
     MAX_REQUEST_BYTES,
     STS_INPUTS,
     Protocol,
@@ -43,29 +42,6 @@ log = logging.getLogger(__name__)
 SIGNED_SERVICES: Final = frozenset({"sqs", "sts"})
 KNOWN_ACTIONS: Final = frozenset(INPUTS) | frozenset(STS_INPUTS)
 UNKNOWN_ACTION: Final = "unknown"  # the metric's label for anything else: its values stay few
-QUEUE_PATH: Final = re.compile(r"/\d{12}/[^/]{1,128}")
-FORM_TYPE: Final = b"application/x-www-form-urlencoded"
-_TARGET_PREFIX_BYTES: Final = JSON_TARGET_PREFIX.encode()
-_ALGORITHM_BYTES: Final = sigv4.ALGORITHM.encode()
-
-
-def is_sqs_request(scope: Scope) -> bool:
-    """Whether a request is for the SQS API, from its method, path and headers alone (the body
-    is the edge's to read): a POST to `/` or to a queue URL's path that names an SQS action,
-    is signed the AWS way, or is a form (the query protocol)."""
-    if scope.get("method") != "POST":
-        return False
-    path: str = scope.get("path", "")
-    if path != "/" and not QUEUE_PATH.fullmatch(path):
-        return False
-    for name, value in scope.get("headers", ()):
-        if name == b"x-amz-target" and value.startswith(_TARGET_PREFIX_BYTES):
-            return True
-        if name == b"authorization" and value.startswith(_ALGORITHM_BYTES):
-            return True
-        if name == b"content-type" and value.lower().startswith(FORM_TYPE):
-            return True
-    return False
 
 
 def sqs_error_of(exc: BaseException) -> SqsError:

@@ -44,6 +44,7 @@ from urllib.parse import parse_qsl
 import msgspec
 
 from mqgate.sqs import errors as e
+from mqgate.sqs.detect import JSON_TARGET_PREFIX
 from mqgate.sqs.errors import SqsError
 
 Protocol = Literal["json", "query"]
@@ -79,7 +80,6 @@ MAX_INT64: Final = 2**63 - 1
 
 SQS_API_VERSION: Final = "2012-11-05"
 STS_API_VERSION: Final = "2011-06-15"
-JSON_TARGET_PREFIX: Final = "AmazonSQS."
 JSON_CONTENT_TYPE: Final = "application/x-amz-json-1.0"
 
 

@@ -50,8 +50,9 @@ from urllib.parse import quote, unquote_to_bytes
 
 from mqgate.core.mac import hmac_sha256
 from mqgate.errors import MqgateError
+from mqgate.sqs.detect import SIGV4_ALGORITHM
 
-ALGORITHM: Final = "AWS4-HMAC-SHA256"
+ALGORITHM: Final = SIGV4_ALGORITHM
 SERVICE: Final = "sqs"
 TERMINATOR: Final = "aws4_request"
 MAX_SKEW_S: Final = 15 * 60

@@ -1,0 +1,24 @@
+"""What a gateway imports to start (issue 28: start → /healthz within 0.5 s): not the doors
+most gateways never open, nor a database dialect it does not use. Each check in a fresh
+interpreter, whose modules are what importing the app loads."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+
+def modules_after_importing_the_app() -> set[str]:
+    code = "import sys, mqgate.app; print('\\n'.join(sys.modules))"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
+    )
+    return set(out.stdout.split())
+
+
+def test_the_app_loads_the_compatibility_edges_and_postgresql_only_when_used() -> None:
+    loaded = modules_after_importing_the_app()
+    assert "mqgate.app" in loaded and "mqgate.sqs.detect" in loaded and "mqgate.aliyun.detect" in loaded
+    edges = sorted(m for m in loaded if m.startswith(("mqgate.sqs.", "mqgate.aliyun.")))
+    assert edges == ["mqgate.aliyun.detect", "mqgate.sqs.detect"], edges
+    assert "sqlalchemy.dialects.postgresql" not in loaded
