@@ -289,6 +289,11 @@ class Consuming:
         self, c: ConsumerRecord, layout: Layout, client: str, max_count: int, owner: str
     ) -> Lease | None:
         await self.ensure_table(c, layout, client)
+        offsets = self.ctx.offsets
+        # Taken right before each lease: whether the backend reads them can change with a turn
+        # of the loop (a failover switch). The time after them: a slow store's bounds must not
+        # shorten the new lock.
+        bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
         args: dict[str, Any] = {
             "now_ms": now_ms(),
             "max_count": max_count,
@@ -296,10 +301,6 @@ class Consuming:
             "max_attempts": c.max_attempts,
             "owner": owner,
         }
-        offsets = self.ctx.offsets
-        # Taken right before each lease: whether the backend reads them can change with a turn
-        # of the loop (a failover switch).
-        bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
         try:
             return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
         except NotFound:  # removed meanwhile (an expired broadcast client): start again
