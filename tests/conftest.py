@@ -108,6 +108,22 @@ def terminate(proc: subprocess.Popen[bytes] | None, grace_s: float) -> None:
             proc.wait(5)
 
 
+class PortInUse(Exception):
+    """The gateway could not bind its port: another process took it first."""
+
+
+def answered_by(pid: int, started: int) -> bool:
+    """Whether `pid` is the process `started` or one of its children (a worker)."""
+    if pid == started:
+        return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # The command's name, in parentheses, may hold spaces: the parent's pid follows it.
+    return int(stat.rsplit(")", 1)[1].split()[1]) == started
+
+
 @dataclass
 class Server:
     data_dir: Path
@@ -123,7 +139,18 @@ class Server:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout_s: float = 20.0) -> Server:
+    def start(self, timeout_s: float = 20.0, port_tries: int = 3) -> Server:
+        """Start the gateway and wait for its own /healthz. A free port can be taken by another
+        test's server between `free_port` and the bind: then the gateway exits at once (it binds
+        before it starts) and gets another port, `port_tries` times in all."""
+        for _ in range(port_tries - 1):
+            try:
+                return self._start_once(timeout_s)
+            except PortInUse:
+                self.port = free_port()
+        return self._start_once(timeout_s)
+
+    def _start_once(self, timeout_s: float) -> Server:
         env = {**os.environ, "MQGATE_ADMIN_TOKEN": self.admin_token, **self.env}
         log = open(self.data_dir.parent / f"server-{self.port}.log", "ab")  # noqa: SIM115
         self.proc = subprocess.Popen(
@@ -148,11 +175,17 @@ class Server:
         def healthy() -> bool:
             assert self.proc is not None
             if self.proc.poll() is not None:
-                raise AssertionError(f"server exited with {self.proc.returncode}: {self.log_tail()}")
+                tail = self.log_tail()
+                if "address already in use" in tail[-600:].lower():
+                    raise PortInUse(self.port)
+                raise AssertionError(f"server exited with {self.proc.returncode}: {tail}")
             try:
-                return httpx.get(self.url + "/healthz", timeout=1).status_code == 200
+                r = httpx.get(self.url + "/healthz", timeout=1)
             except httpx.HTTPError:
                 return False
+            # Only this gateway's answer counts (or its workers'): another server on the port
+            # would otherwise be taken for it.
+            return r.status_code == 200 and answered_by(r.json()["result"]["pid"], self.proc.pid)
 
         wait_until(healthy, timeout_s, "the gateway to answer /healthz")
         return self

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -43,6 +44,7 @@ def run(args: argparse.Namespace) -> int:
     # no garbage: the collector, on by default, spent 50-60 ms of it walking them.
     collector_off_while_starting()
     import uvicorn
+    from uvicorn.config import STARTUP_FAILURE
 
     from mqgate.api.protocol import PROTOCOL_PATH
     from mqgate.app import build_app, prepare
@@ -65,10 +67,15 @@ def run(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers == 1:
-        app = build_app(settings)
+        config = uvicorn.Config(build_app(settings), **options)
+        # The port is taken before the start: a port in use fails at once, before the store is
+        # opened or recovered, and no client is answered by another server while this one starts.
+        sock = config.bind_socket()
+        server = uvicorn.Server(config)
         serving_collector()
-        uvicorn.run(app, **options)
-        return 0
+        with contextlib.suppress(KeyboardInterrupt):
+            server.run(sockets=[sock])
+        return 0 if server.started else STARTUP_FAILURE
     serving_collector()  # this process only watches its workers
     # Worker processes build their app from the environment: hand them the same settings.
     if args.config:
@@ -76,6 +83,10 @@ def run(args: argparse.Namespace) -> int:
     for name, value in flags.items():
         if value is not None:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
+    from uvicorn.supervisors import Multiprocess
+
+    config = uvicorn.Config("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
+    sock = config.bind_socket()  # before the store process starts, as above
     store_process = None
     if not settings.uses_redis:
         from mqgate.cli.store_supervisor import StoreProcess
@@ -86,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         store_process.start()
         os.environ[STORE_PROCESS_ENV] = str(store_process.path)
     try:
-        uvicorn.run("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
+        with contextlib.suppress(KeyboardInterrupt):
+            Multiprocess(config, sockets=[sock]).run()
     finally:
         if store_process is not None:
             store_process.stop()
