@@ -25,8 +25,18 @@ def test_a_port_in_use_fails_before_the_store_is_opened(tmp_path: Path, workers:
         held.listen()
         port = held.getsockname()[1]
         done = subprocess.run(
-            [MQGATE, "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
-            + ["--workers", str(workers)],
+            [
+                MQGATE,
+                "serve",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--data-dir",
+                str(data_dir),
+                "--workers",
+                str(workers),
+            ],
             env={**os.environ, "MQGATE_ADMIN_TOKEN": "mqa_test_port_in_use"},
             capture_output=True,
             timeout=60,
