@@ -10,7 +10,8 @@ import sys
 
 import uvicorn
 
-from mqgate.app import build_site, prepare
+from mqgate.app import build_site
+from mqgate.preparation import prepare
 from mqgate.settings import load_settings
 
 

@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from mqgate.app import build_site, prepare
+from mqgate.app import build_site
 from mqgate.errors import MqgateError, TooManyRequests, Unauthorized
+from mqgate.preparation import prepare
 from mqgate.settings import load_settings
 from mqgate.web.app import Headers, WebApp
 from mqgate.web.request import Request

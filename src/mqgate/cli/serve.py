@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
     from uvicorn.config import STARTUP_FAILURE
 
     from mqgate.api.protocol import PROTOCOL_PATH
-    from mqgate.app import build_app, prepare
+    from mqgate.preparation import prepare
 
     flags = {name: getattr(args, name) for name in SERVE_FLAGS}
     settings = load_settings(Path(args.config) if args.config else None, **flags)
@@ -67,6 +67,8 @@ def run(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": 5,
     }
     if settings.workers == 1:
+        from mqgate.app import build_app
+
         config = uvicorn.Config(build_app(settings), **options)
         # The port is taken before the start: a port in use fails at once, before the store is
         # opened or recovered, and no client is answered by another server while this one starts.
@@ -76,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             server.run(sockets=[sock])
         return 0 if server.started else STARTUP_FAILURE
-    serving_collector()  # this process only watches its workers
+    # This process only watches its workers: each imports the app for itself, this one never.
+    serving_collector()
     # Worker processes build their app from the environment: hand them the same settings.
     if args.config:
         os.environ[ENV_PREFIX + "CONFIG"] = str(Path(args.config).resolve())
