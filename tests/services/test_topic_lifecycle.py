@@ -218,3 +218,67 @@ def test_a_topic_whose_store_delete_fails_stays_registered_with_its_messages(
         client.close()
     finally:
         server.stop()
+
+
+def test_a_consumer_whose_cleanup_fails_stays_registered_and_its_delete_can_be_retried(
+    tmp_path: Path, own_redis: RedisServer
+) -> None:
+    """A consumer's delete removes its row first, then its offsets and side topics in the store;
+    when the store cannot (its Redis is down), the consumer and its dead-letter topic are
+    registered again: the delete is answered with an error and retried, rather than leaving a
+    name nobody can delete and offsets the next consumer of that name would start from."""
+    server = Server(tmp_path / "data", extra_args=["--store", own_redis.url]).start()
+    try:
+        ptoken, ctoken = server.setup_topic("e", queues=2)
+        client = Client(server, ptoken, ctoken)
+    except BaseException:
+        server.stop()
+        raise
+    try:
+        receipts(client, "e-p", [{"message": f"m{i}"} for i in range(4)])
+        assert len(drain(client, "e", "e-c")) == 4  # its offsets are at the end
+
+        own_redis.kill9()
+        r = call(server, "DELETE", "/admin/consumers/e-c")
+        assert r.status_code == 503, r.text
+        own_redis.start()
+
+        listed = server.admin("GET", "/admin/consumers")
+        assert "e-c" in [c["name"] for c in listed["consumers"]], "still registered"
+        assert call(server, "GET", "/admin/topics/%25DLQ%25e-c").status_code == 200
+        wait_until(
+            lambda: call(server, "DELETE", "/admin/consumers/e-c").status_code == 200,
+            20,
+            "the delete to succeed once the store is back",
+        )
+        assert call(server, "GET", "/admin/consumers/e-c/progress").status_code == 404
+        assert call(server, "GET", "/admin/topics/%25DLQ%25e-c").status_code == 404
+
+        def registered() -> str | None:
+            # A call may still meet a connection the old Redis closed (503): a registration
+            # that fails is undone, so it is simply made again.
+            r = call(
+                server, "POST", "/admin/consumers", name="e-c", topic="e", start="earliest", lockTimeoutS=1
+            )
+            assert r.status_code in (200, 503), r.text
+            return str(r.json()["result"]["token"]) if r.status_code == 200 else None
+
+        # Made again under the name, from the earliest: its old offsets went with the delete.
+        client.ctoken = wait_until(registered, 20, "the consumer to be registered again")
+        got: set[str] = set()
+
+        def everything_again() -> bool:
+            r = client.pull("e", "e-c", max=100, wait=0)
+            assert r.status_code in (200, 503), r.text  # 503: the same (a lease so cut short ends in 1 s)
+            if r.status_code == 200 and r.json()["result"]["status"] == "FOUND":
+                got.update(m["message"] for m in r.json()["result"]["msgList"])
+                assert client.call("/mq/ack", requestId=r.json()["result"]["requestId"]).status_code in (
+                    200,
+                    503,
+                )
+            return got == {f"m{i}" for i in range(4)}
+
+        wait_until(everything_again, 20, "every message to be delivered again")
+    finally:
+        client.close()
+        server.stop()

@@ -274,16 +274,19 @@ class Topology:
             await self._register_again(rec)
             raise
 
-    async def _register_again(self, rec: TopicRecord) -> None:
-        """A topic whose store delete failed is registered again, as it was: the delete can be
-        retried. Made again meanwhile under its name: that one stays."""
+    async def _register_again(self, rec: TopicRecord | ConsumerRecord) -> None:
+        """What a delete removed from the registry before a store or offsets step failed is
+        registered again, as it was: the delete can be retried, and nothing is left in the
+        store under no name for the next one of that name to take over. Made again meanwhile
+        under its name: that one stays."""
+        kind = "topic" if isinstance(rec, TopicRecord) else "consumer"
         try:
-            await self.ctx.registry.change("add_topic", rec)
+            await self.ctx.registry.change(f"add_{kind}", rec)
         except AlreadyExists:
             pass
         except Exception:
-            log.exception("topic %s: its store delete failed; its registry row was not put back", rec.name)
-            self.ctx.health.fault("registry", "topic_not_restored", rec.name)
+            log.exception("%s %s: its delete failed; its registry row was not put back", kind, rec.name)
+            self.ctx.health.fault("registry", f"{kind}_not_restored", rec.name)
 
     async def delete_producer(self, name: str) -> None:
         """Forget a producer: its token is refused from now on. Its messages stay."""
@@ -295,15 +298,26 @@ class Topology:
         retry queue and inbox, and, unless kept, its dead-letter topic. Its topic's messages
         stay for other consumers; a consumer registered later under the same name starts
         afresh by its start rule."""
-        await self.consumer(name)
+        rec = await self.consumer(name)
+        dlq = None if keep_dead_letters else self.ctx.registry.topic(dlq_topic(name))
+        # The registry first, as a topic's delete; should a step after it fail (the store
+        # down), the rows come back and the delete can be retried: each step is idempotent.
         await self.ctx.registry.change("remove", "consumer", name)
-        await self.ctx.offsets.drop_group(name)
-        await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
-        await self._drop_store_topic(retry_topic(name))
-        await self._drop_store_topic(inbox_topic(name))
-        if not keep_dead_letters and self.ctx.registry.topic(dlq_topic(name)) is not None:
-            await self.ctx.registry.change("remove", "topic", dlq_topic(name))
-            await self._drop_store_topic(dlq_topic(name))
+        try:
+            await self.ctx.offsets.drop_group(name)
+            await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
+            await self._drop_store_topic(retry_topic(name))
+            await self._drop_store_topic(inbox_topic(name))
+            if dlq is not None:
+                await self.ctx.registry.change("remove", "topic", dlq.name)
+                try:
+                    await self._drop_store_topic(dlq.name)
+                except BaseException:
+                    await self._register_again(dlq)
+                    raise
+        except BaseException:
+            await self._register_again(rec)
+            raise
 
     async def _drop_store_topic(self, name: str) -> None:
         self._store_topics.pop(name, None)
@@ -379,9 +393,22 @@ class Topology:
         await self._ensure_side_topics(rec, t)
         await self.ctx.registry.change("add_consumer", rec)
         if mode in (MODE_CLUSTER, *MESSAGE_LEVEL_MODES):  # one table, made now: its start is now
-            layout = await self.layout(rec)
-            await self.ctx.offsets.ensure_table(name, "", await self.start_offsets(rec, layout), now_ms())
+            try:
+                layout = await self.layout(rec)
+                await self.ctx.offsets.ensure_table(name, "", await self.start_offsets(rec, layout), now_ms())
+            except BaseException:
+                # Its token was never given out: the registration is undone, and made again
+                # when retried (not refused as existing).
+                await self._unregister(rec)
+                raise
         return rec, token
+
+    async def _unregister(self, rec: ConsumerRecord) -> None:
+        try:
+            await self.ctx.registry.change("remove", "consumer", rec.name)
+        except Exception:
+            log.exception("consumer %s: its registration failed and was not undone", rec.name)
+            self.ctx.health.fault("registry", "consumer_not_undone", rec.name)
 
     async def update_consumer(self, name: str, **changes: object) -> ConsumerRecord:
         await self.consumer(name)
