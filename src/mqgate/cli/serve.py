@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             os.environ[ENV_PREFIX + name.upper()] = str(value)
     from uvicorn.supervisors import Multiprocess
 
-    config = uvicorn.Config("mqgate.app:create_app", factory=True, workers=settings.workers, **options)
+    config = uvicorn.Config(f"{__name__}:worker_app", factory=True, workers=settings.workers, **options)
     sock = config.bind_socket()  # before the store process starts, as above
     store_process = None
     if not settings.uses_redis:
@@ -106,3 +106,16 @@ def run(args: argparse.Namespace) -> int:
         if store_process is not None:
             store_process.stop()
     return 0
+
+
+def worker_app() -> Any:
+    """A worker's app (`--workers N`: uvicorn imports this by name in each worker process),
+    imported and built with the collector off, as in a one-process start."""
+    from mqgate.api.collector import collector_off_while_starting, serving_collector
+
+    collector_off_while_starting()
+    from mqgate.app import create_app
+
+    site = create_app()
+    serving_collector()
+    return site
