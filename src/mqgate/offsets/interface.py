@@ -35,6 +35,10 @@ class OffsetEntry:
     # The lock ts of the last commit, so a retried ack is answered `already_acked`. Embedded:
     # in memory only (after a restart such a retry answers `offset_moved`, as before).
     acked_lock_ts: int = 0
+    # The lock ts of the first delivery of the batch at `committed`: kept by its redeliveries,
+    # so it names that batch's round of deliveries (`Lease.first_lock_ts`). In memory only in
+    # the embedded store, as `attempts`.
+    first_lock_ts: int = 0
     # A message-level consumer's receipts on this queue (core/message_window.py); None until
     # its first receive, and after a reset.
     window: Window | None = None
@@ -55,6 +59,10 @@ class Lease:
     # The batch's stored records (`MessageStore.read_raw` of its queue from `offset`), when the
     # backend read them with the lease (`read_from`); None: the caller reads them.
     records: list[tuple[int, bytes]] | None = None
+    # The lock ts of the batch's first delivery: the same on every redelivery of the batch, and
+    # on no other batch (lock ts only grow), so it names one batch's round of deliveries; what
+    # a redelivery writes elsewhere is keyed by it (the retry holds: services/redelivery.py).
+    first_lock_ts: int = 0
 
 
 def given_bounds(bounds: list[QueueBounds] | None) -> list[QueueBounds]:

@@ -53,9 +53,20 @@ class Scheduler(Protocol):
 
     async def close(self) -> None: ...
 
-    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+    async def hold(
+        self, items: list[tuple[bytes, list[Destination]]], keys: list[str] | None = None
+    ) -> list[int]:
         """Hold each (payload, destinations); return their sequence numbers (unique, increasing,
-        never reused). Durable when it returns (per the group commit's fsync mode)."""
+        never reused). Durable when it returns (per the group commit's fsync mode).
+
+        `keys`, one per item ("" = none), make a hold that is tried again idempotent: an item
+        whose key is kept is not held again, and gets the seq it got the first time. A key is
+        kept until `forget` (or a day). Only the Redis backend keeps them: there a hold that
+        answered an error may have been written (a replica wait that timed out) and a failover
+        can bring one back; the embedded backends ignore them."""
+
+    async def forget(self, keys: list[str]) -> None:
+        """The holds under these keys will not be tried again: drop the keys."""
 
     async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
         """Up to `limit` destinations whose start is at or before `now_ms`, expired ones

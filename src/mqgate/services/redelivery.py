@@ -8,9 +8,11 @@ from typing import Any, Final
 
 import msgspec
 
+from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout, Slot
 from mqgate.core.scheduling import redelivery_due
 from mqgate.core.tokens import AckToken
+from mqgate.errors import MqgateError
 from mqgate.model import StoredMessage
 from mqgate.names import dlq_topic
 from mqgate.offsets.interface import Lease
@@ -66,9 +68,17 @@ class Redelivery:
         failed_now: int,
     ) -> None:
         """Hold each message for the consumer's retry queue after its backoff (SPEC S5), or
-        dead-letter it when its deadline or max attempts come first; then commit the batch."""
+        dead-letter it when its deadline or max attempts come first; then commit the batch.
+
+        The hold and the commit are two writes, and the hold may be written although it
+        answered an error (a replica wait that timed out): the batch is then leased again once
+        its lock runs out and comes here again. Each message is held under a key of its batch's
+        round of deliveries, so that it is held once, and the keys are forgotten once the
+        commit is in."""
         now = now_ms()
         holds: list[tuple[bytes, list[Destination]]] = []
+        keys: list[str] = []
+        first_ts = self._first_lock_ts(lease)
         given_up: list[tuple[int, StoredMessage]] = []
         for o, m in msgs:
             failures = deliveries(m) + failed_now
@@ -81,8 +91,11 @@ class Redelivery:
             )
             target = Destination(RETRY_TARGET + c.name, due, m.deadline_ms or 0, m.priority or 0)
             holds.append((held_payload(again, None), [target]))
+            keys.append(f"{self.ctx.store.broker}:{c.name}:{client}:{lease.queue}:{first_ts}:{o}")
+        if not first_ts:
+            keys = []  # no name for the round: held as before, once per try
         if holds:
-            await self.ctx.scheduler.hold(holds)
+            await self.ctx.scheduler.hold(holds, keys or None)
             if self.observers.batch_hop:
                 kept = {o for o, _ in given_up}
                 retried = [(o, m) for o, m in msgs if o not in kept]
@@ -91,7 +104,23 @@ class Redelivery:
         reason = DLQ_REASON_ATTEMPTS
         if given_up and all(m.deadline_ms for _, m in given_up):
             reason = DLQ_REASON_EXPIRED
-        await self.settle_elsewhere(c, client, lease, msgs, given_up, reason, delivered=failed_now)
+        refusal = await self.settle_elsewhere(c, client, lease, msgs, given_up, reason, delivered=failed_now)
+        if keys and refusal is None:
+            # Committed (and, with a replica wait, on the replicas): the batch is not leased
+            # again, so its holds are not tried again. A refused commit keeps them: whoever
+            # holds the lock now commits the batch, holding it under the same keys first.
+            try:
+                await self.ctx.scheduler.forget(keys)
+            except MqgateError as exc:  # the batch is settled: the keys just go in a day
+                log.warning("consumer %s: %d hold keys kept: %s", c.name, len(keys), exc.message)
+
+    @staticmethod
+    def _first_lock_ts(lease: Lease) -> int:
+        """The lock ts of the first delivery of the lease's batch (0: unknown): a first
+        delivery's is its own (a batch released by its consumer)."""
+        if lease.first_lock_ts:
+            return lease.first_lock_ts
+        return lease.lock_ts if lease.attempts == 1 else 0
 
     async def settle_elsewhere(
         self,
@@ -104,16 +133,18 @@ class Redelivery:
         end: int | None = None,
         *,
         delivered: int,
-    ) -> None:
+    ) -> AckRefusal | None:
         """Commit a leased batch that was not delivered, after moving `dead` to the dead-letter
         topic (the rest was held for redelivery). `delivered`: deliveries of the batch that its
-        messages' delivery count does not include yet."""
+        messages' delivery count does not include yet. Returns why the commit was refused
+        (the lock ran out meanwhile), or None."""
         if dead:
             await self.to_dead_letters(c, client, lease, dead, reason, delivered)
         next_offset = end if end is not None else (msgs[-1][0] + 1 if msgs else lease.next_offset)
         token = self._lease_token(c, client, lease, next_offset)
-        await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
+        refusal = await self.ctx.offsets.record_dead_letters(token, len(dead), now_ms())
         self.ctx.store.wake(c.topic, consumer=c.name, count=1)
+        return refusal
 
     async def dead_letter_part(
         self,

@@ -271,10 +271,12 @@ class EmbeddedOffsetStore:
             e.attempts += 1
             e.delivered_end = end
         e.lock_ts = next_lock_ts(e.lock_ts, now_ms)
+        if not again or e.first_lock_ts == 0:  # a new batch; a redelivery keeps the first's
+            e.first_lock_ts = e.lock_ts
         e.lock_deadline_ms = now_ms + lock_timeout_ms
         e.lock_owner = owner
         e.last_access_ms = now_ms
-        return Lease(chosen.queue, start, end, e.lock_ts, e.attempts, dead)
+        return Lease(chosen.queue, start, end, e.lock_ts, e.attempts, dead, first_lock_ts=e.first_lock_ts)
 
     def _check(self, token: AckToken, now_ms: int) -> tuple[OffsetEntry | None, AckRefusal | None]:
         table = self._entries(token.consumer, token.client_id)

@@ -4,7 +4,8 @@
 -- ARGV[1] now ms, ARGV[2] max count, ARGV[3] lock timeout ms, ARGV[4] max attempts,
 -- ARGV[5] owner, ARGV[6] client id, ARGV[7] broker, then min, max, lane for queue 0, 1, ...
 -- Returns -1 (no table), {-2, queues in table} (bounds do not match the table), nil (no queue
--- free) or {queue, offset, next offset, lock ts, attempts, dead letter 0/1}.
+-- free) or {queue, offset, next offset, lock ts, attempts, dead letter 0/1, first lock ts}: the
+-- last is the lock ts of the batch's first delivery, the same on each redelivery of the batch.
 local now = tonumber(ARGV[1])
 local n = redis.call('HGET', KEYS[1], 'n')
 if not n then return -1 end
@@ -49,8 +50,8 @@ end
 if best == nil then return nil end
 
 local f = prefix .. best .. ':'
-local ad = redis.call('HMGET', KEYS[1], f .. 'attempts', f .. 'delivered_end', f .. 'lock_ts')
-local attempts, delivered_end, best_lock_ts = num(ad[1]), num(ad[2]), num(ad[3])
+local ad = redis.call('HMGET', KEYS[1], f .. 'attempts', f .. 'delivered_end', f .. 'lock_ts', f .. 'first')
+local attempts, delivered_end, best_lock_ts, first = num(ad[1]), num(ad[2]), num(ad[3]), num(ad[4])
 local start = best_committed
 if start < best_min then  -- retention dropped what was never consumed
   start, attempts = best_min, 0
@@ -68,6 +69,8 @@ else
   delivered_end = stop
 end
 local lock_ts = next_lock_ts(best_lock_ts, now)
+-- A new batch starts its own; a redelivery keeps it (0: a batch first delivered before 'first' was kept).
+if not again or first == 0 then first = lock_ts end
 redis.call('HSET', KEYS[1],
   f .. 'committed', start,
   f .. 'attempts', attempts,
@@ -75,5 +78,6 @@ redis.call('HSET', KEYS[1],
   f .. 'lock_ts', lock_ts,
   f .. 'lock_deadline', now + tonumber(ARGV[3]),
   f .. 'owner', ARGV[5],
-  f .. 'access', now)
-return {best, start, stop, lock_ts, attempts, dead and 1 or 0}
+  f .. 'access', now,
+  f .. 'first', first)
+return {best, start, stop, lock_ts, attempts, dead and 1 or 0, first}

@@ -61,6 +61,7 @@ _FIELDS: Final = {
     "delivered_end": "delivered_end",
     "dead": "dead_lettered",
     "acked": "acked_lock_ts",
+    "first": "first_lock_ts",
 }
 
 
@@ -186,8 +187,8 @@ class RedisOffsetStore:
             raise _no_table(group, client_id)
         if got[0] == MISMATCH:
             raise ValueError(f"{len(bounds)} queue bounds for a table of {got[1]} queues")
-        queue, offset, next_offset, lock_ts, attempts, dead = got
-        return Lease(queue, offset, next_offset, lock_ts, attempts, bool(dead))
+        queue, offset, next_offset, lock_ts, attempts, dead, first = got
+        return Lease(queue, offset, next_offset, lock_ts, attempts, bool(dead), first_lock_ts=first)
 
     async def _settle(
         self, what: str, token: AckToken, now_ms: int, op: str, value: int = 0, dead: int = 0

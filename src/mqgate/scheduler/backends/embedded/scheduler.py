@@ -228,7 +228,11 @@ class EmbeddedScheduler:
 
     # --- intake and delivery --------------------------------------------------------------
 
-    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+    async def hold(
+        self, items: list[tuple[bytes, list[Destination]]], keys: list[str] | None = None
+    ) -> list[int]:
+        """`keys` are ignored (Scheduler.hold): a hold here that raised was not written, or went
+        with the process."""
         if not items:
             return []
         for _, dests in items:
@@ -271,6 +275,9 @@ class EmbeddedScheduler:
             Due(rec.seq, index, rec.payload, d, is_expired(d.deadline_ms, now_ms), attempt)
             for rec, index, d, attempt in self._index.take(limit, now_ms + claim_ms)
         ]
+
+    async def forget(self, keys: list[str]) -> None:
+        """Nothing kept: `hold` ignores keys."""
 
     async def settle(self, done: list[tuple[int, int]]) -> None:
         if not done:

@@ -9,10 +9,12 @@
 --   KEYS[7] claims  zset    member -> claim deadline ms
 --   KEYS[8] tries   hash    member -> times claimed
 --   KEYS[9] targets hash    target -> destinations held for it, not settled yet
+--   KEYS[10] once   hash    hold key -> seq of the message held under it (hold.lua, forget.lua)
+--   KEYS[11] once_until zset hold key -> ms until which it is kept
 -- A member is '<seq:015d>:<index:05d>': zero-padded, so members of equal score sort by seq
 -- then index, exactly like mqgate.core.scheduling.delivery_order.
 
-local SEQ, MSG, DST, LEFT, DUE, READY, CLAIMS, TRIES, TARGETS = 1, 2, 3, 4, 5, 6, 7, 8, 9
+local SEQ, MSG, DST, LEFT, DUE, READY, CLAIMS, TRIES, TARGETS, ONCE, ONCE_UNTIL = 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11
 
 local function member(seq, index)
   return string.format('%015d:%05d', seq, index)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from typing import Any, Final
 
 import msgspec
@@ -26,9 +27,13 @@ from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, subsc
 from mqgate.scheduler.interface import Destination, Due, SchedulerStats, check_destinations
 
 PACKAGE: Final = "mqgate.scheduler.backends.redis"
-SCRIPTS: Final = ("hold", "claim", "settle")
+SCRIPTS: Final = ("hold", "claim", "settle", "forget")
 # Order matters: the scripts address the keys by position (common.lua).
-KEY_NAMES: Final = ("seq", "msg", "dst", "left", "due", "ready", "claims", "tries", "targets")
+KEY_NAMES: Final = (
+    "seq", "msg", "dst", "left", "due", "ready", "claims", "tries", "targets", "once", "once_until"
+)  # fmt: skip
+# How long a hold key is kept when nobody forgets it (a gateway that died before its commit).
+KEEP_KEYS_MS: Final = 24 * 3_600_000
 # Members moved per claim script call: bounds how long one call blocks Redis.
 MOVE_CAP: Final = 5_000
 _SEQ_DIGITS: Final = 15
@@ -78,17 +83,30 @@ class RedisScheduler:
 
     # --- intake and delivery --------------------------------------------------------------
 
-    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+    async def hold(
+        self, items: list[tuple[bytes, list[Destination]]], keys: list[str] | None = None
+    ) -> list[int]:
         if not items:
             return []
-        args: list[Any] = [self.channel, len(items)]
-        for payload, dests in items:
+        if keys is not None and len(keys) != len(items):
+            raise ValueError(f"{len(keys)} hold keys for {len(items)} messages")
+        now = int(time.time() * 1000)
+        args: list[Any] = [self.channel, len(items), now, now + KEEP_KEYS_MS]
+        for i, (payload, dests) in enumerate(items):
             check_destinations(dests)
-            args += [payload, len(dests)]
+            args += [keys[i] if keys is not None else "", payload, len(dests)]
             for d in dests:
                 args += [_encode(d), d.deliver_at_ms, d.target]
-        first = int(await self._run("schedule hold", "hold", args, self._wait))
-        return list(range(first, first + len(items)))
+        got = await self._run("schedule hold", "hold", args, self._wait)
+        first = int(got[0])
+        seqs = list(range(first, first + len(items)))
+        for i in range(1, len(got), 2):  # held before, under the same key
+            seqs[int(got[i])] = int(got[i + 1])
+        return seqs
+
+    async def forget(self, keys: list[str]) -> None:
+        if keys:
+            await self._run("schedule forget", "forget", list(keys))
 
     async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
         args = [now_ms, limit, now_ms + claim_ms, MOVE_CAP]

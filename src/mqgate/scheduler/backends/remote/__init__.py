@@ -19,9 +19,15 @@ class RemoteScheduler:
     async def close(self) -> None:
         return None
 
-    async def hold(self, items: list[tuple[bytes, list[Destination]]]) -> list[int]:
+    async def hold(
+        self, items: list[tuple[bytes, list[Destination]]], keys: list[str] | None = None
+    ) -> list[int]:
+        # The store process's scheduler is the embedded one, which ignores hold keys.
         got: list[int] = await self._client.call(SCHEDULER, "hold", items)
         return got
+
+    async def forget(self, keys: list[str]) -> None:
+        return None
 
     async def claim_due(self, now_ms: int, limit: int, claim_ms: int) -> list[Due]:
         got: list[Due] = await self._client.call(SCHEDULER, "claim_due", now_ms, limit, claim_ms)
