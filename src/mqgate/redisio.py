@@ -190,6 +190,7 @@ async def run_script(
         return await script(keys=keys, args=args)
     for _ in range(REDIRECT_TRIES):
         if isinstance(client, RedisCluster):
+            await client.initialize()  # the slot table: empty until the client's first command
             node = client.get_node_from_key(keys[0])
             cpipe = client.pipeline(transaction=False)
             cpipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)

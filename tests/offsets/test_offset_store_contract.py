@@ -215,6 +215,36 @@ def test_attempts_run_out_into_a_dead_letter_lease(backend: Any, tmp_path: Path)
     run(backend, tmp_path, body)
 
 
+def test_a_batch_s_redeliveries_keep_the_lock_ts_of_its_first_delivery(backend: Any, tmp_path: Path) -> None:
+    """`first_lock_ts` names one batch's round of deliveries (what the retry holds are keyed
+    by): the same on each redelivery and the dead-letter lease, new for the next batch and for
+    the same offsets leased again after a reset."""
+
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        first = await s.lease("g", "", bounds(5), now_ms=NOW, **LEASE)
+        assert first is not None and first.first_lock_ts == first.lock_ts
+        now, leases = NOW, []
+        for _ in range(3):  # two redeliveries, then the dead-letter lease (max_attempts 3)
+            now += 2000
+            lease = await s.lease("g", "", bounds(5), now_ms=now, **LEASE)
+            assert lease is not None and lease.lock_ts > first.lock_ts
+            leases.append(lease)
+        assert [(x.attempts, x.dead_letter, x.first_lock_ts) for x in leases] == [
+            (2, False, first.lock_ts),
+            (3, False, first.lock_ts),
+            (3, True, first.lock_ts),
+        ]
+        assert await s.record_dead_letters(token(leases[-1]), 5, now) is None
+        table = await s.table("g", "")
+        assert table is not None and table[0].first_lock_ts == first.lock_ts
+        await s.reset("g", "", 0, 0)
+        again = await s.lease("g", "", bounds(5), now_ms=now, **LEASE)
+        assert again is not None and again.offset == 0 and again.first_lock_ts == again.lock_ts > now - 1
+
+    run(backend, tmp_path, body)
+
+
 def test_broadcast_clients_have_their_own_offsets_and_expire(backend: Any, tmp_path: Path) -> None:
     async def body(s: OffsetStore) -> None:
         await s.ensure_table("g", "a", [0], NOW)

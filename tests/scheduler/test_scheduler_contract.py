@@ -18,8 +18,8 @@ from typing import Any, Protocol
 import pytest
 
 from mqgate.durable.group_commit import GroupCommitter
-from mqgate.errors import BadRequest
-from mqgate.redisio import connect
+from mqgate.errors import BadRequest, Unavailable
+from mqgate.redisio import ReplicaWait, connect
 from mqgate.scheduler.backends.embedded import EmbeddedScheduler
 from mqgate.scheduler.backends.redis import RedisScheduler
 from mqgate.scheduler.backends.redis.scheduler import MOVE_CAP
@@ -414,5 +414,56 @@ def test_a_hold_between_next_due_and_wait_is_not_missed(run: Callable[[Body], No
         t0 = time.monotonic()
         await s.wait(10)
         assert time.monotonic() - t0 < 5
+
+    run(body)
+
+
+# --- hold keys (Redis: a hold that answered an error may have been written) ------------------
+
+
+def test_a_keyed_hold_is_held_once_until_its_key_is_forgotten(run: Callable[[Body], None]) -> None:
+    """A hold whose replica wait fell short answers `Unavailable` but is written; tried again
+    (by this gateway or another) under the same key it holds nothing and answers the first seq.
+    A forgotten key, or one whose time ran out, holds anew. (The embedded backends ignore keys:
+    a hold there that raised was not written.)"""
+
+    async def body(h: Harness) -> None:
+        s = h.scheduler
+        if not isinstance(s, RedisScheduler):
+            return
+        other = await h.peer()
+        # More replicas than any test deployment has: every wait falls short.
+        stalled = RedisScheduler(s.client, prefix=h.prefix, name="contract", wait=ReplicaWait(64, 10))
+        lapsing = RedisScheduler(s.client, prefix=h.prefix, name="contract", keep_keys_ms=-1)
+        for x in (stalled, lapsing):
+            await x.open()
+        with pytest.raises(Unavailable):
+            await stalled.hold([(b"a", [dest("t")]), (b"b", [dest("t")])], ["ka", "kb"])
+        [a, b] = [d.seq for d in await s.claim_due(NOW, 10, 1000)]  # written all the same
+        items = [(b"a2", [dest("t")]), (b"c", [dest("t")]), (b"d", [dest("t")])]
+        again = await other.hold(items, ["ka", "kc", ""])
+        assert again[0] == a and again[1] > b and again[2] == again[1] + 1
+        assert await s.hold([(b"b2", [dest("t")])], ["kb"]) == [b]
+        stats = await s.stats()
+        assert (stats.held_messages, stats.held_destinations) == (4, 4)
+        assert sorted(d.payload for d in await s.claim_due(NOW, 10, 1000)) == [b"c", b"d"]
+        with pytest.raises(ValueError):
+            await s.hold([(b"x", [dest("t")])], ["k1", "k2"])
+
+        await other.forget(["ka", "nothing"])
+        [a3] = await s.hold([(b"a3", [dest("t")])], ["ka"])
+        assert a3 > again[2]
+        assert await s.hold([(b"b3", [dest("t")])], ["kb"]) == [b]  # still kept
+
+        # A key whose time ran out goes with the next hold, keyed or not (kept until 1 ms ago).
+        [e] = await lapsing.hold([(b"e", [dest("t")])], ["ke"])
+        [e2] = await lapsing.hold([(b"e2", [dest("t")])], ["ke"])
+        assert e2 > e
+        assert await s.client.hlen(s.keys[9]) == 4  # ka, kb, kc and the second ke
+        await s.hold([(b"f", [dest("t")])])
+        assert await s.client.hlen(s.keys[9]) == 3
+        assert await s.client.zcard(s.keys[10]) == 3
+        for x in (stalled, lapsing):
+            await x.close()
 
     run(body)

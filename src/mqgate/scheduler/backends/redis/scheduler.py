@@ -58,9 +58,11 @@ class RedisScheduler:
         prefix: str = "mq",
         name: str = "default",
         wait: ReplicaWait | None = None,
+        keep_keys_ms: int = KEEP_KEYS_MS,
     ) -> None:
         self.client = client
         self._wait = wait  # holds (accepted produces) wait for replicas when set
+        self._keep_keys_ms = keep_keys_ms  # hold keys nobody forgets go after this
         base = f"{prefix}:{{s:{name}}}"
         self.keys = [f"{base}:{k}" for k in KEY_NAMES]
         self.channel = f"{base}:wake"
@@ -91,7 +93,7 @@ class RedisScheduler:
         if keys is not None and len(keys) != len(items):
             raise ValueError(f"{len(keys)} hold keys for {len(items)} messages")
         now = int(time.time() * 1000)
-        args: list[Any] = [self.channel, len(items), now, now + KEEP_KEYS_MS]
+        args: list[Any] = [self.channel, len(items), now, now + self._keep_keys_ms]
         for i, (payload, dests) in enumerate(items):
             check_destinations(dests)
             args += [keys[i] if keys is not None else "", payload, len(dests)]

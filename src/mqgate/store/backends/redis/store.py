@@ -306,7 +306,7 @@ class RedisStore:
             meta = await self._client.hgetall(t.meta)
         return self._bounds_of(topic, t, meta)
 
-    def _bounds_of(self, topic: str, t: StoreTopic, meta: dict[bytes, bytes]) -> list[QueueBounds]:
+    def _bounds_of(self, topic: str, t: StoreTopic, meta: dict[Any, Any]) -> list[QueueBounds]:
         if not meta:
             self._topics.pop(topic, None)
             raise NotFound(f"topic {topic} does not exist", field="topic")
