@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mqgate.errors import Unavailable
+from mqgate.errors import BadRequest, Unavailable
 from mqgate.model import StoredMessage
 from mqgate.redisio import connect
 from mqgate.store.backends.redis import RedisStore
@@ -228,6 +228,39 @@ def test_concurrent_appends_from_two_gateways_get_distinct_gap_free_offsets(shar
                 assert stored == sorted(expected.items())
             totals = [sum(len(batch) for _, batch in sent[q]) for q in (0, 1)]
             assert [(x.min, x.max) for x in await b.bounds("t")] == [(0, totals[0]), (0, totals[1])]
+
+    asyncio.run(go())
+
+
+def test_appends_of_one_turn_go_in_one_script_call_and_a_bad_queue_fails_alone(
+    own_redis: RedisServer,
+) -> None:
+    """A group commit: the appends of a topic made in the same turn of the event loop are one
+    script call, each answered its own first offsets; an append to a queue the topic lacks is
+    refused by itself and takes nothing from the others."""
+
+    async def scripts(client: Any) -> int:
+        stats = await client.info("commandstats")
+        return sum(int(v["calls"]) for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+    async def go() -> None:
+        observer = connect(own_redis.url)
+        async with gateways(own_redis.url, count=1) as (a,):
+            await a.create_topic(TopicConfig("t", 2, WEEK_MS))
+            await a.append("t", 0, [msg(0)])  # the script loaded
+            before = await scripts(observer)
+            appends = [a.append("t", i % 2, [msg(i), msg(i + 100)]) for i in range(1, 21)]
+            results = await asyncio.gather(*appends, a.append("t", 7, [msg(99)]), return_exceptions=True)
+            assert await scripts(observer) - before == 1, "one script call for the turn's appends"
+            *firsts, bad = results
+            assert isinstance(bad, BadRequest) and bad.field == "queue", bad
+            # Queue 1 had nothing before, queue 0 the one message: each append's two follow each other.
+            assert sorted(f for i, f in enumerate(firsts, start=1) if i % 2 == 1) == list(range(0, 20, 2))
+            assert sorted(f for i, f in enumerate(firsts, start=1) if i % 2 == 0) == list(range(1, 21, 2))
+            for i, first in enumerate(firsts, start=1):
+                got = await a.read("t", i % 2, first, 2)
+                assert [m.body for _, m in got] == [f"m{i}", f"m{i + 100}"]
+        await observer.aclose()
 
     asyncio.run(go())
 

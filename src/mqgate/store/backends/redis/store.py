@@ -18,7 +18,7 @@ import msgspec
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 
-from mqgate.errors import BadRequest, MqgateError, NotFound
+from mqgate.errors import BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
 from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
@@ -36,7 +36,37 @@ WAKE_COALESCE_S: Final = 0.002
 RETENTION_CHUNK: Final = 10_000
 SCRIPT_ERROR: Final = "MQGATE "
 
+# One script call's share of a group of appends (`RedisStore.append_encoded`): bounded so a
+# call stays short for Redis, which runs nothing else meanwhile.
+GROUP_MAX_APPENDS: Final = 64
+GROUP_MAX_BYTES: Final = 1 << 20
+
 _encode = msgspec.json.Encoder().encode
+
+
+class _Group:
+    """Appends of one topic waiting for the same script call."""
+
+    __slots__ = ("answers", "batches", "size")
+
+    def __init__(self) -> None:
+        self.batches: list[tuple[int, list[Encoded]]] = []
+        self.answers: list[tuple[asyncio.Future[dict[int, int]], list[int]]] = []
+        self.size = 0
+
+    def takes(self, size: int) -> bool:
+        """Whether an append of `size` payload bytes may join (the first always may)."""
+        return not self.answers or (
+            len(self.answers) < GROUP_MAX_APPENDS and self.size + size <= GROUP_MAX_BYTES
+        )
+
+    def add(
+        self, batches: dict[int, list[Encoded]], size: int, answer: asyncio.Future[dict[int, int]]
+    ) -> None:
+        self.batches += batches.items()
+        self.answers.append((answer, list(batches)))
+        self.size += size
+
 
 # What the current task last looked at (topic, wake epoch), taken before each bounds/read
 # round trip: a wake that lands while the answer is on its way must not be lost.
@@ -82,6 +112,8 @@ class RedisStore:
         self._wake_pending: set[str] = set()
         self._trailing: set[str] = set()
         self._wake_task: asyncio.Task[None] | None = None
+        self._groups: dict[str, _Group] = {}  # per topic: the group appends of this turn join
+        self._group_tasks: set[asyncio.Task[None]] = set()
         self.listening = asyncio.Event()  # set while the pub/sub connection is subscribed
         self._closed = True
         self._watchers: list[TopicListener] = []
@@ -94,6 +126,8 @@ class RedisStore:
         self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def close(self) -> None:
+        if self._group_tasks:  # appends on their way: answered before the client goes
+            await asyncio.gather(*self._group_tasks, return_exceptions=True)
         self._closed = True
         for task in (self._listener, self._wake_task):
             if task is not None:
@@ -236,11 +270,55 @@ class RedisStore:
         return firsts, await write_companions(companions(firsts), self.append_encoded)
 
     async def append_encoded(self, topic: str, batches: dict[int, list[Encoded]]) -> dict[int, int]:
+        """Appends of one topic made in the same turn of the event loop go to Redis together,
+        in one script call (a group commit, as the embedded store's round): most of a single
+        produce's cost on Redis is the client's per call, not Redis's per message. Each append's
+        queues are checked first, so one bad queue fails its own append only."""
+        t = await self._topic(topic)
+        for q in batches:
+            if not 0 <= q < len(t.streams):
+                t, _ = await self._queue(topic, q)  # grown by another gateway, or BadRequest
+        size = sum(len(payload) for messages in batches.values() for _, payload in messages)
+        group = self._groups.get(topic)
+        if group is None or not group.takes(size):
+            group = _Group()
+            self._groups[topic] = group
+            task = asyncio.get_running_loop().create_task(self._append_group(topic, group))
+            self._group_tasks.add(task)
+            task.add_done_callback(self._group_tasks.discard)
+        answer: asyncio.Future[dict[int, int]] = asyncio.get_running_loop().create_future()
+        group.add(batches, size, answer)
+        return await answer
+
+    async def _append_group(self, topic: str, group: _Group) -> None:
+        """Runs once the appends of this turn have joined `group`: its one script call, each
+        append answered its own queues' first offsets (or the call's error)."""
+        if self._groups.get(topic) is group:
+            del self._groups[topic]  # later appends start a group of their own
+        try:
+            firsts = await self._append_now(topic, group.batches)
+        except BaseException as exc:
+            error = exc if isinstance(exc, Exception) else Unavailable("the store is closing")
+            for answer, _ in group.answers:
+                if not answer.done():
+                    answer.set_exception(error)
+            if not isinstance(exc, Exception):
+                raise
+            return
+        i = 0
+        for answer, queues in group.answers:
+            if not answer.done():  # not cancelled meanwhile (its request went away)
+                answer.set_result(dict(zip(queues, firsts[i : i + len(queues)], strict=True)))
+            i += len(queues)
+
+    async def _append_now(self, topic: str, batches: list[tuple[int, list[Encoded]]]) -> list[int]:
+        """One script call appending `batches` (a queue may come more than once: its batches
+        follow each other): the first offset of each, in order."""
         t = await self._topic(topic)
         streams = t.streams
         keys: list[bytes] = [t.meta]
         args: list[Any] = [t.channel, self._origin, int(WAKE_COALESCE_S * 1_000_000)]
-        for q, messages in batches.items():
+        for q, messages in batches:
             if not 0 <= q < len(streams):
                 t, _ = await self._queue(topic, q)
                 streams = t.streams
@@ -260,7 +338,7 @@ class RedisStore:
         if not published and topic not in self._trailing:
             self._trailing.add(topic)
             asyncio.get_running_loop().call_later(WAKE_COALESCE_S, self._trailing_wake, topic)
-        return dict(zip(batches, firsts, strict=True))
+        return [int(f) for f in firsts]
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
         t, stream = await self._queue(topic, queue)
