@@ -72,6 +72,16 @@ def redis_test_prefix() -> str:
     return "mqtest-" + secrets.token_hex(8)
 
 
+def fresh_redis_prefix() -> Iterator[str]:
+    """A fixture's body: a key prefix on the machine's Redis for one test, its keys deleted after."""
+    require_service(REDIS_HOST, REDIS_PORT, "Redis")
+    prefix = redis_test_prefix()
+    try:
+        yield prefix
+    finally:
+        delete_redis_keys(prefix)
+
+
 def delete_redis_keys(prefix: str) -> None:
     """Delete this test's keys only: the server is shared with other tests."""
     with redis.Redis(host=REDIS_HOST, port=REDIS_PORT) as client:

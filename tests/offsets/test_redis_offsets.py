@@ -31,13 +31,10 @@ from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.backends.redis import RedisOffsetStore
 from mqgate.offsets.interface import Lease, OffsetStore
-from tests.conftest import RedisServer, require_service
+from tests.conftest import RedisServer
 from tests.offsets.test_offset_store_contract import (
-    REDIS_HOST,
-    REDIS_PORT,
     REDIS_URL,
-    delete_redis_keys,
-    redis_test_prefix,
+    fresh_redis_prefix,
 )
 
 NOW = 1_700_000_000_000  # a realistic wall clock: Lua numbers must keep it exact
@@ -47,12 +44,7 @@ LEASE_ARGS: dict[str, Any] = {"max_count": 10, "lock_timeout_ms": 1000, "max_att
 
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    require_service(REDIS_HOST, REDIS_PORT, "Redis")
-    p = redis_test_prefix()
-    try:
-        yield p
-    finally:
-        delete_redis_keys(p)
+    yield from fresh_redis_prefix()
 
 
 @asynccontextmanager

@@ -34,13 +34,10 @@ from mqgate.services.qos import delivered_form
 from mqgate.services.redelivery import DELIVERIES_PROPERTY, Redelivery
 from mqgate.settings import load_settings
 from mqgate.store.backends.redis import RedisStore
-from tests.conftest import require_service, run_bounded
+from tests.conftest import run_bounded
 from tests.offsets.test_offset_store_contract import (
-    REDIS_HOST,
-    REDIS_PORT,
     REDIS_URL,
-    delete_redis_keys,
-    redis_test_prefix,
+    fresh_redis_prefix,
 )
 
 BROKER = "local"
@@ -63,12 +60,7 @@ CONSUMER = ConsumerRecord(
 
 @pytest.fixture
 def prefix() -> Iterator[str]:
-    require_service(REDIS_HOST, REDIS_PORT, "Redis")
-    p = redis_test_prefix()
-    try:
-        yield p
-    finally:
-        delete_redis_keys(p)
+    yield from fresh_redis_prefix()
 
 
 def message(offset: int) -> tuple[int, StoredMessage]:
