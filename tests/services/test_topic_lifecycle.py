@@ -223,10 +223,10 @@ def test_a_topic_whose_store_delete_fails_stays_registered_with_its_messages(
 def test_a_consumer_whose_cleanup_fails_stays_registered_and_its_delete_can_be_retried(
     tmp_path: Path, own_redis: RedisServer
 ) -> None:
-    """A consumer's delete removes its row first, then its offsets and side topics in the store;
-    when the store cannot (its Redis is down), the consumer and its dead-letter topic are
-    registered again: the delete is answered with an error and retried, rather than leaving a
-    name nobody can delete and offsets the next consumer of that name would start from."""
+    """A consumer's delete removes its row first, then its side topics and offsets in the store;
+    when the store cannot (its Redis is down), the consumer (paused) and its dead-letter topic
+    are registered again: the delete is answered with an error and retried, rather than leaving
+    a name nobody can delete and offsets the next consumer of that name would start from."""
     server = Server(tmp_path / "data", extra_args=["--store", own_redis.url]).start()
     try:
         ptoken, ctoken = server.setup_topic("e", queues=2)
@@ -243,8 +243,8 @@ def test_a_consumer_whose_cleanup_fails_stays_registered_and_its_delete_can_be_r
         assert r.status_code == 503, r.text
         own_redis.start()
 
-        listed = server.admin("GET", "/admin/consumers")
-        assert "e-c" in [c["name"] for c in listed["consumers"]], "still registered"
+        listed = {c["name"]: c for c in server.admin("GET", "/admin/consumers")["consumers"]}
+        assert listed["e-c"]["paused"] is True, "registered again, paused until the delete is retried"
         assert call(server, "GET", "/admin/topics/%25DLQ%25e-c").status_code == 200
         wait_until(
             lambda: call(server, "DELETE", "/admin/consumers/e-c").status_code == 200,

@@ -265,6 +265,43 @@ def test_appends_of_one_turn_go_in_one_script_call_and_a_bad_queue_fails_alone(
     asyncio.run(go())
 
 
+def test_an_append_cancelled_before_its_group_is_sent_is_not_written(shared_redis: None) -> None:
+    """A caller that went away before the group's call (a time limit, a closed request) is left
+    out of it, as its append alone would not have been sent; the others are written."""
+
+    async def go() -> None:
+        async with gateways("redis://127.0.0.1:6379/0", count=1) as (a,):
+            await a.create_topic(TopicConfig("t", 1, WEEK_MS))
+            kept = [asyncio.create_task(a.append("t", 0, [msg(i)])) for i in (1, 2)]
+            gone = asyncio.create_task(a.append("t", 0, [msg(3)]))
+            await asyncio.sleep(0)  # each has joined the turn's group, which has not run yet
+            gone.cancel()
+            assert sorted(await asyncio.gather(*kept)) == [0, 1]
+            assert gone.cancelled()
+            assert [(b.min, b.max) for b in await a.bounds("t")] == [(0, 2)]
+            assert [m.body for _, m in await a.read("t", 0, 0, 10)] == ["m1", "m2"]
+
+    asyncio.run(go())
+
+
+def test_a_pulls_bounds_are_read_after_a_redis_restart_without_an_error(own_redis: RedisServer) -> None:
+    """The pooled connections of a restarted Redis are closed by the server: a pull's bounds
+    (one pipeline for its three topics) are read again on a new one, not answered 503."""
+
+    async def go() -> None:
+        async with gateways(own_redis.url, count=1) as (a,):
+            for name in ("t", "u", "v"):
+                await a.create_topic(TopicConfig(name, 1, WEEK_MS))
+            await a.append("t", 0, [msg(1)])
+            await asyncio.gather(*(a.bounds_many(["t", "u", "v"]) for _ in range(4)))  # pooled
+            own_redis.kill9()
+            own_redis.start()  # its AOF: the topics are back
+            got = await a.bounds_many(["t", "u", "v"])
+            assert [[(b.min, b.max) for b in bounds] for bounds in got] == [[(0, 1)], [(0, 0)], [(0, 0)]]
+
+    asyncio.run(go())
+
+
 def test_a_topic_grown_by_one_gateway_is_usable_on_another(shared_redis: None) -> None:
     async def go() -> None:
         async with gateways("redis://127.0.0.1:6379/0") as (a, b):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -70,9 +72,7 @@ def run(args: argparse.Namespace) -> int:
         from mqgate.app import build_app
 
         config = uvicorn.Config(build_app(settings), **options)
-        # The port is taken before the start: a port in use fails at once, before the store is
-        # opened or recovered, and no client is answered by another server while this one starts.
-        sock = config.bind_socket()
+        sock = listening(config)
         server = uvicorn.Server(config)
         serving_collector()
         with contextlib.suppress(KeyboardInterrupt):
@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     from uvicorn.supervisors import Multiprocess
 
     config = uvicorn.Config(f"{__name__}:worker_app", factory=True, workers=settings.workers, **options)
-    sock = config.bind_socket()  # before the store process starts, as above
+    sock = listening(config)  # before the store process starts
     store_process = None
     if not settings.uses_redis:
         from mqgate.cli.store_supervisor import StoreProcess
@@ -119,3 +119,20 @@ def worker_app() -> Any:
     site = create_app()
     serving_collector()
     return site
+
+
+def listening(config: Any) -> Any:
+    """The server's socket, bound and listening before the app starts: a port in use fails at
+    once (exit 3), before the store is opened or recovered, and no client is answered by another
+    server while this one starts. Listening too, not only bound: two sockets with SO_REUSEADDR
+    may both bind a port no one listens on yet, and the second server's listen would then fail
+    after its start (silently, with uvloop: a gateway that never serves)."""
+    from uvicorn.config import STARTUP_FAILURE
+
+    sock = config.bind_socket()
+    try:
+        sock.listen(config.backlog)
+    except OSError as exc:
+        logging.getLogger("uvicorn.error").error(exc)
+        sys.exit(STARTUP_FAILURE)
+    return sock

@@ -300,12 +300,12 @@ class Topology:
         afresh by its start rule."""
         rec = await self.consumer(name)
         dlq = None if keep_dead_letters else self.ctx.registry.topic(dlq_topic(name))
-        # The registry first, as a topic's delete; should a step after it fail (the store
-        # down), the rows come back and the delete can be retried: each step is idempotent.
+        # The registry first, as a topic's delete. Should a step after it fail (the store
+        # down), the consumer comes back paused (no pull is served from what is left of it)
+        # and the delete can be retried: each step is idempotent. Its offsets go last, so
+        # that resuming it instead continues where it was.
         await self.ctx.registry.change("remove", "consumer", name)
         try:
-            await self.ctx.offsets.drop_group(name)
-            await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
             await self._drop_store_topic(retry_topic(name))
             await self._drop_store_topic(inbox_topic(name))
             if dlq is not None:
@@ -315,8 +315,10 @@ class Topology:
                 except BaseException:
                     await self._register_again(dlq)
                     raise
+            await self.ctx.offsets.drop_group(name)
+            await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
         except BaseException:
-            await self._register_again(rec)
+            await self._register_again(dataclasses.replace(rec, paused=True))
             raise
 
     async def _drop_store_topic(self, name: str) -> None:

@@ -8,6 +8,7 @@ gateways appending at once. Long polls wake across gateways through pub/sub.
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import os
 from collections.abc import Callable
@@ -47,11 +48,11 @@ _encode = msgspec.json.Encoder().encode
 class _Group:
     """Appends of one topic waiting for the same script call."""
 
-    __slots__ = ("answers", "batches", "size")
+    __slots__ = ("answers", "size")
 
     def __init__(self) -> None:
-        self.batches: list[tuple[int, list[Encoded]]] = []
-        self.answers: list[tuple[asyncio.Future[dict[int, int]], list[int]]] = []
+        # Each append's answer and its (queue, messages) batches, in the order they joined.
+        self.answers: list[tuple[asyncio.Future[dict[int, int]], list[tuple[int, list[Encoded]]]]] = []
         self.size = 0
 
     def takes(self, size: int) -> bool:
@@ -63,14 +64,27 @@ class _Group:
     def add(
         self, batches: dict[int, list[Encoded]], size: int, answer: asyncio.Future[dict[int, int]]
     ) -> None:
-        self.batches += batches.items()
-        self.answers.append((answer, list(batches)))
+        self.answers.append((answer, list(batches.items())))
         self.size += size
 
 
 # What the current task last looked at (topic, wake epoch), taken before each bounds/read
 # round trip: a wake that lands while the answer is on its way must not be lost.
 _looked: ContextVar[tuple[StoreTopic, int] | None] = ContextVar("mqgate_redis_store_looked", default=None)
+
+
+def _own_copy(exc: BaseException) -> BaseException:
+    """An error for one of a group's appends: a copy of the call's (each caller raises its own:
+    a raise rewrites the exception's traceback and context), the call's as its cause. Not an
+    Exception (the store's task cancelled): the store is closing."""
+    if not isinstance(exc, Exception):
+        return Unavailable("the Redis store is closing")
+    try:
+        own = copy.copy(exc)
+    except Exception:
+        return exc
+    own.__cause__ = exc
+    return own
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -126,9 +140,9 @@ class RedisStore:
         self._listener = asyncio.get_running_loop().create_task(self._listen())
 
     async def close(self) -> None:
-        if self._group_tasks:  # appends on their way: answered before the client goes
+        self._closed = True  # no append starts from here on
+        while self._group_tasks:  # appends on their way: answered before the client goes
             await asyncio.gather(*self._group_tasks, return_exceptions=True)
-        self._closed = True
         for task in (self._listener, self._wake_task):
             if task is not None:
                 await _stop(task)
@@ -278,6 +292,8 @@ class RedisStore:
         for q in batches:
             if not 0 <= q < len(t.streams):
                 t, _ = await self._queue(topic, q)  # grown by another gateway, or BadRequest
+        if self._closed:
+            raise Unavailable("the Redis store is closing")
         size = sum(len(payload) for messages in batches.values() for _, payload in messages)
         group = self._groups.get(topic)
         if group is None or not group.takes(size):
@@ -292,24 +308,29 @@ class RedisStore:
 
     async def _append_group(self, topic: str, group: _Group) -> None:
         """Runs once the appends of this turn have joined `group`: its one script call, each
-        append answered its own queues' first offsets (or the call's error)."""
+        append answered its own queues' first offsets (or the call's error, each its own copy).
+        An append whose caller went away before the call (cancelled: a time limit, a closed
+        request) is left out of it, as it would not have been sent on its own."""
         if self._groups.get(topic) is group:
             del self._groups[topic]  # later appends start a group of their own
+        answers = [(answer, batches) for answer, batches in group.answers if not answer.done()]
+        if not answers:
+            return
         try:
-            firsts = await self._append_now(topic, group.batches)
+            firsts = await self._append_now(topic, [b for _, batches in answers for b in batches])
         except BaseException as exc:
-            error = exc if isinstance(exc, Exception) else Unavailable("the store is closing")
-            for answer, _ in group.answers:
+            for answer, _ in answers:
                 if not answer.done():
-                    answer.set_exception(error)
+                    answer.set_exception(_own_copy(exc))
             if not isinstance(exc, Exception):
                 raise
             return
         i = 0
-        for answer, queues in group.answers:
+        for answer, batches in answers:
             if not answer.done():  # not cancelled meanwhile (its request went away)
-                answer.set_result(dict(zip(queues, firsts[i : i + len(queues)], strict=True)))
-            i += len(queues)
+                queues = [q for q, _ in batches]
+                answer.set_result(dict(zip(queues, firsts[i : i + len(batches)], strict=True)))
+            i += len(batches)
 
     async def _append_now(self, topic: str, batches: list[tuple[int, list[Encoded]]]) -> list[int]:
         """One script call appending `batches` (a queue may come more than once: its batches
@@ -333,7 +354,7 @@ class RedisStore:
                 )
             except rexc.ResponseError as exc:
                 raise self._script_error(exc, topic) from exc
-        t.notify(len(batches))  # one pull of each reader per queue written
+        t.notify(len({q for q, _ in batches}))  # one pull of each reader per queue written
         self._moved(topic)
         if not published and topic not in self._trailing:
             self._trailing.add(topic)
@@ -371,11 +392,28 @@ class RedisStore:
         if ts:
             _looked.set((ts[0], ts[0].epoch))
         with translated("reading bounds"):
-            async with self._client.pipeline(transaction=False) as pipe:
-                for t in ts:
-                    pipe.hgetall(t.meta)
-                metas = await pipe.execute()
+            if self._reader is None:
+                # A cluster client: a pipeline that meets a connection error closes every node's
+                # connections (redis-py), under the other calls in flight; one call a topic.
+                metas = await asyncio.gather(*(self._client.hgetall(t.meta) for t in ts))
+            else:
+                metas = await self._metas(ts)
         return [self._bounds_of(topic, t, meta) for topic, t, meta in zip(topics, ts, metas, strict=True)]
+
+    async def _metas(self, ts: list[StoreTopic]) -> list[Any]:
+        """The topics' meta hashes in one pipeline. A pipeline, unlike a single command, is not
+        tried again on a pooled connection the server closed (Redis restarted): these reads
+        are, once."""
+        for attempt in range(2):
+            try:
+                async with self._client.pipeline(transaction=False) as pipe:
+                    for t in ts:
+                        pipe.hgetall(t.meta)
+                    return list(await pipe.execute())
+            except rexc.ConnectionError:
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
         t = await self._topic(topic)
