@@ -18,6 +18,10 @@ from tests.conftest import MQGATE, free_port, terminate, wait_until
 pytestmark = pytest.mark.slow
 
 
+def serve_command(port: int, data_dir: Path) -> list[str]:
+    return [MQGATE, "serve", "--host", "127.0.0.1", "--port", str(port), "--data-dir", str(data_dir)]
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_port_in_use_fails_before_the_store_is_opened(tmp_path: Path, workers: int) -> None:
     data_dir = tmp_path / "data"
@@ -26,18 +30,7 @@ def test_a_port_in_use_fails_before_the_store_is_opened(tmp_path: Path, workers:
         held.listen()
         port = held.getsockname()[1]
         done = subprocess.run(
-            [
-                MQGATE,
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(data_dir),
-                "--workers",
-                str(workers),
-            ],
+            [*serve_command(port, data_dir), "--workers", str(workers)],
             env={**os.environ, "MQGATE_ADMIN_TOKEN": "mqa_test_port_in_use"},
             capture_output=True,
             timeout=60,
@@ -57,16 +50,7 @@ def test_two_gateways_started_on_one_port_one_serves_and_the_other_exits(tmp_pat
     token = "mqa_test_two_on_one_port"
     procs = [
         subprocess.Popen(
-            [
-                MQGATE,
-                "serve",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--data-dir",
-                str(tmp_path / f"d{i}"),
-            ],
+            serve_command(port, tmp_path / f"d{i}"),
             env={**os.environ, "MQGATE_ADMIN_TOKEN": token},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
