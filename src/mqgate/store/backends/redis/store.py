@@ -404,16 +404,16 @@ class RedisStore:
         """The topics' meta hashes in one pipeline. A pipeline, unlike a single command, is not
         tried again on a pooled connection the server closed (Redis restarted): these reads
         are, once."""
-        for attempt in range(2):
-            try:
-                async with self._client.pipeline(transaction=False) as pipe:
-                    for t in ts:
-                        pipe.hgetall(t.meta)
-                    return list(await pipe.execute())
-            except rexc.ConnectionError:
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
+        try:
+            return await self._pipelined_metas(ts)
+        except rexc.ConnectionError:
+            return await self._pipelined_metas(ts)
+
+    async def _pipelined_metas(self, ts: list[StoreTopic]) -> list[Any]:
+        async with self._client.pipeline(transaction=False) as pipe:
+            for t in ts:
+                pipe.hgetall(t.meta)
+            return list(await pipe.execute())
 
     async def bounds(self, topic: str) -> list[QueueBounds]:
         t = await self._topic(topic)
