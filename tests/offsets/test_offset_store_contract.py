@@ -14,6 +14,7 @@ import redis
 from mqgate import redisio
 from mqgate.core.tokens import AckToken
 from mqgate.durable.group_commit import GroupCommitter
+from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
 from mqgate.offsets.backends.embedded import EmbeddedOffsetStore
 from mqgate.offsets.backends.redis import RedisOffsetStore
@@ -163,6 +164,53 @@ def test_a_retried_ack_is_already_acked_not_a_lost_lock(backend: Any, tmp_path: 
         assert await s.ack(token(fourth), NOW + 2001) is None
         assert await s.ack(token(third), NOW + 2002) == "offset_moved"
         assert await s.ack(token(fourth), NOW + 2003) == "already_acked"
+
+    run(backend, tmp_path, body)
+
+
+def test_ack_and_lease_acks_then_leases_whatever_the_ack_answered(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "", [0], NOW)
+        first = await s.lease("g", "", bounds(25), now_ms=NOW, **LEASE)
+        assert first is not None
+        # The ack frees the queue, so the lease in the same step takes its next batch.
+        refusal, second = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 1, **LEASE)
+        assert refusal is None
+        assert second is not None and (second.queue, second.offset, second.next_offset) == (0, 10, 20)
+        table = await s.table("g", "")
+        assert table is not None and table[0].committed == 10 and table[0].acked_lock_ts == first.lock_ts
+        # A retried ack is refused, and the lease still runs: the queue is locked, nothing is free.
+        refusal, none = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 2, **LEASE)
+        assert (refusal, none) == ("already_acked", None)
+        # A refused ack leaves the lock alone; its lease takes what is free.
+        await s.ensure_table("g", "", [0, 0], NOW + 3)
+        refusal, third = await s.ack_and_lease(token(first), "g", "", bounds(25, 5), now_ms=NOW + 3, **LEASE)
+        assert refusal == "already_acked" and third is not None and third.queue == 1
+        refusal, last = await s.ack_and_lease(token(second), "g", "", bounds(25, 5), now_ms=NOW + 4, **LEASE)
+        assert (
+            refusal is None
+            and last is not None
+            and (last.queue, last.offset, last.next_offset) == (0, 20, 25)
+        )
+        with pytest.raises(NotFound):
+            await s.ack_and_lease(token(last, group="h"), "h", "", bounds(25), now_ms=NOW + 5, **LEASE)
+
+    run(backend, tmp_path, body)
+
+
+def test_ack_and_lease_with_a_token_of_another_client_acks_its_table(backend: Any, tmp_path: Path) -> None:
+    async def body(s: OffsetStore) -> None:
+        await s.ensure_table("g", "a", [0], NOW)
+        await s.ensure_table("g", "b", [0], NOW)
+        la = await s.lease("g", "a", bounds(4), now_ms=NOW, **LEASE)
+        assert la is not None
+        refusal, lb = await s.ack_and_lease(
+            token(la, client="a"), "g", "b", bounds(4), now_ms=NOW + 1, **LEASE
+        )
+        assert refusal is None and lb is not None and lb.offset == 0
+        tables = await s.table("g", "a"), await s.table("g", "b")
+        assert tables[0] is not None and tables[0][0].committed == 4
+        assert tables[1] is not None and tables[1][0].committed == 0 and tables[1][0].lock_ts == lb.lock_ts
 
     run(backend, tmp_path, body)
 

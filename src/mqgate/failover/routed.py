@@ -287,6 +287,48 @@ class RoutedOffsets(_Facade):
             ),
         )
 
+    async def ack_and_lease(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+        read_from: Layout | None = None,
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        if self.direct:
+            return await self.own.ack_and_lease(
+                token,
+                group,
+                client_id,
+                bounds,
+                now_ms=now_ms,
+                max_count=max_count,
+                lock_timeout_ms=lock_timeout_ms,
+                max_attempts=max_attempts,
+                owner=owner,
+                read_from=read_from,
+            )
+        # The token's cluster may not be the group's: each call goes where it belongs.
+        refusal = await self.ack(token, now_ms)
+        lease = await self.lease(
+            group,
+            client_id,
+            bounds,
+            now_ms=now_ms,
+            max_count=max_count,
+            lock_timeout_ms=lock_timeout_ms,
+            max_attempts=max_attempts,
+            owner=owner,
+            read_from=read_from,
+        )
+        return refusal, lease
+
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         if self.direct:
             return await self.own.ack(token, now_ms)

@@ -113,6 +113,24 @@ class OffsetStore(Protocol):
         layout's queue bounds from that store itself, in the same call.
         """
 
+    async def ack_and_lease(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+        read_from: Layout | None = None,
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        """`ack(token, now_ms)`, then `lease(...)` whatever the ack answered: a pull that carries
+        its previous batch's ack (`token.consumer` and `token.client_id` are `group` and
+        `client_id`). One round trip where the backend can (Redis, the store process)."""
+
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         """Commit `token.next_offset` and unlock, if the token still holds the lock."""
 

@@ -129,16 +129,20 @@ class Consuming:
                 f"consumer {c.name} is a push consumer: the gateway delivers to it", field="consumer"
             )
         ack_outcome: str | None = None
+        limited = c.rate_limit_per_s > 0
+        ack: AckToken | None = None  # acked with the first lease, in one step where the store can
         if request_id:
             token = self.token(request_id)
             if token.consumer != c.name:
                 raise Forbidden("requestId belongs to another consumer", field="requestId")
-            ack_outcome = await self._commit(c, token) or "ok"
+            if c.paused or limited:
+                ack_outcome = await self._commit(c, token) or "ok"
+            else:
+                ack = token
         if c.paused:
             return PullResult(PAUSED, ack=ack_outcome)
         table_client = self._table_client(c, client_id)
         granted = max_count
-        limited = c.rate_limit_per_s > 0
         if limited:
             granted, retry_after_s = await ctx.offsets.take_tokens(
                 c.name, c.rate_limit_per_s, max_count, now_ms()
@@ -148,7 +152,12 @@ class Consuming:
         deadline = time.monotonic() + wait_s
         layout = await self.topology.layout(c)
         while True:
-            lease = await self._lease(c, layout, table_client, granted, owner)
+            if ack is None:
+                lease = await self._lease(c, layout, table_client, granted, owner)
+            else:
+                refusal, lease = await self._ack_and_lease(c, ack, layout, table_client, granted, owner)
+                ack_outcome = refusal or "ok"
+                ack = None
             if lease is not None:
                 found = await self._serve(c, layout, table_client, lease)
                 if found is not None:
@@ -285,6 +294,29 @@ class Consuming:
             await self.ctx.offsets.ensure_table(c.name, client, starts, now_ms())
             self._table_sizes[key] = layout.size
 
+    def _lease_args(self, c: ConsumerRecord, max_count: int, owner: str) -> dict[str, Any]:
+        return {
+            "now_ms": now_ms(),
+            "max_count": max_count,
+            "lock_timeout_ms": int(c.lock_timeout_s * 1000),
+            "max_attempts": c.max_attempts,
+            "owner": owner,
+        }
+
+    async def _ack_and_lease(
+        self, c: ConsumerRecord, token: AckToken, layout: Layout, client: str, max_count: int, owner: str
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        """A pull's ack of its previous batch and its lease, in one round trip where the offset
+        store can. A table gone meanwhile fails the pull (NotFound), as the ack alone would."""
+        await self.ensure_table(c, layout, client)
+        offsets = self.ctx.offsets
+        bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
+        args = self._lease_args(c, max_count, owner)
+        refusal, lease = await offsets.ack_and_lease(token, c.name, client, bounds, read_from=layout, **args)
+        # The lease that took the acked queue again leaves nothing for a waiting pull to wake to.
+        await self._acked(c, token, refusal, freed=lease is None or lease.queue != token.queue)
+        return refusal, lease
+
     async def _lease(
         self, c: ConsumerRecord, layout: Layout, client: str, max_count: int, owner: str
     ) -> Lease | None:
@@ -294,13 +326,7 @@ class Consuming:
         # of the loop (a failover switch). The time after them: a slow store's bounds must not
         # shorten the new lock.
         bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
-        args: dict[str, Any] = {
-            "now_ms": now_ms(),
-            "max_count": max_count,
-            "lock_timeout_ms": int(c.lock_timeout_s * 1000),
-            "max_attempts": c.max_attempts,
-            "owner": owner,
-        }
+        args = self._lease_args(c, max_count, owner)
         try:
             return await offsets.lease(c.name, client, bounds, read_from=layout, **args)
         except NotFound:  # removed meanwhile (an expired broadcast client): start again
@@ -315,14 +341,22 @@ class Consuming:
     async def _commit(self, c: ConsumerRecord, token: AckToken) -> AckRefusal | None:
         """Ack a batch (SPEC G5), counted by outcome; the queue's waiting pulls are woken."""
         refusal = await self.ctx.offsets.ack(token, now_ms())
+        await self._acked(c, token, refusal)
+        return refusal
+
+    async def _acked(
+        self, c: ConsumerRecord, token: AckToken, refusal: AckRefusal | None, *, freed: bool = True
+    ) -> None:
+        """What follows an ack: its count by outcome, the wake of a waiting pull (unless the
+        queue it unlocked is locked again, `freed` False), the observers."""
         self.ctx.metrics.child(self.ctx.metrics.acks, c.name, refusal or "ok").inc()
         if refusal is None:
-            self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
+            if freed:
+                self.ctx.store.wake(c.topic, consumer=c.name, count=1)  # its queue is free again
             for acked in self.observers.acked:
                 acked(c, token.queue, token.next_offset - token.offset)
         for settled in self.observers.settled:
             await settled(c, token, "acked", refusal is None, refusal)
-        return refusal
 
     async def release(self, c: ConsumerRecord, token: AckToken) -> None:
         offsets = self.ctx.offsets

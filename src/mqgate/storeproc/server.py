@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout
+from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError, StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds
@@ -86,6 +88,7 @@ class StoreServer:
         self._store_bounds = store.bounds
         self._read_raw = store.read_raw
         self._lease = offsets.lease
+        self._ack = offsets.ack
         self._methods: dict[int, dict[str, Callable[..., Any]]] = {
             STORE: {name: getattr(store, name) for name in STORE_METHODS},
             OFFSETS: {name: getattr(offsets, name) for name in OFFSETS_METHODS},
@@ -95,6 +98,7 @@ class StoreServer:
                 "topics": store.topic_names,
                 "bounds": self._bounds,
                 "lease_read": self._lease_read,
+                "ack_lease_read": self._ack_lease_read,
                 "subscribe": self._subscribe,
                 "announce": self._announce,
             },
@@ -160,6 +164,22 @@ class StoreServer:
         slot = layout.slot(lease.queue)
         records = await self._read_raw(slot.topic, slot.queue, lease.offset, lease.next_offset - lease.offset)
         return dataclasses.replace(lease, records=records)
+
+    async def _ack_lease_read(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        layout: Layout | None,
+        args: dict[str, Any],
+    ) -> tuple[AckRefusal | None, Any]:
+        """`OffsetStore.ack_and_lease`: a pull's ack, then `_lease_read` (or the plain lease when
+        the worker sent no layout), in one round trip."""
+        refusal = await self._ack(token, args["now_ms"])
+        if layout is None:
+            return refusal, await self._lease(group, client_id, bounds, **args)
+        return refusal, await self._lease_read(group, client_id, bounds, layout, args)
 
     def _subscribe(self) -> None:
         assert self._current is not None

@@ -278,6 +278,33 @@ class EmbeddedOffsetStore:
         e.last_access_ms = now_ms
         return Lease(chosen.queue, start, end, e.lock_ts, e.attempts, dead, first_lock_ts=e.first_lock_ts)
 
+    async def ack_and_lease(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+        read_from: Layout | None = None,
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        refusal = await self.ack(token, now_ms)
+        lease = await self.lease(
+            group,
+            client_id,
+            bounds,
+            now_ms=now_ms,
+            max_count=max_count,
+            lock_timeout_ms=lock_timeout_ms,
+            max_attempts=max_attempts,
+            owner=owner,
+        )
+        return refusal, lease
+
     def _check(self, token: AckToken, now_ms: int) -> tuple[OffsetEntry | None, AckRefusal | None]:
         table = self._entries(token.consumer, token.client_id)
         if not 0 <= token.queue < len(table):

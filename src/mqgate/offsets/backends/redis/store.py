@@ -32,6 +32,7 @@ SCRIPTS: Final = (
     "ensure_table",
     "lease",
     "settle",
+    "ack_lease",
     "reset",
     "advance",
     "expire_clients",
@@ -173,31 +174,73 @@ class RedisOffsetStore:
         owner: str,
         read_from: Layout | None = None,
     ) -> Lease | None:
+        args = self._lease_args(client_id, bounds, now_ms, max_count, lock_timeout_ms, max_attempts, owner)
+        keys = [self._table_key(group, client_id), self._clients_key(group)]
+        got = await self._run("lease a queue", "lease", keys, args)
+        return _lease(got, group, client_id, bounds)
+
+    def _lease_args(
+        self,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+    ) -> list[Any]:
         args: list[Any] = [now_ms, max_count, lock_timeout_ms, max_attempts, owner, client_id, self.broker]
-        bounds = given_bounds(bounds)
-        for i, b in enumerate(bounds):
+        for i, b in enumerate(given_bounds(bounds)):
             if b.queue != i:
                 raise ValueError(f"bounds[{i}] is queue {b.queue}: bounds must be in queue order")
             args += (b.min, b.max, b.lane)
+        return args
+
+    async def ack_and_lease(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+        read_from: Layout | None = None,
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        if (token.consumer, token.client_id) != (group, client_id):  # two tables: two calls
+            refusal = await self.ack(token, now_ms)
+            lease = await self.lease(
+                group,
+                client_id,
+                bounds,
+                now_ms=now_ms,
+                max_count=max_count,
+                lock_timeout_ms=lock_timeout_ms,
+                max_attempts=max_attempts,
+                owner=owner,
+            )
+            return refusal, lease
+        ack = self._settle_args(token, now_ms, "commit", token.next_offset)
+        args = self._lease_args(client_id, bounds, now_ms, max_count, lock_timeout_ms, max_attempts, owner)
         keys = [self._table_key(group, client_id), self._clients_key(group)]
-        got = await self._run("lease a queue", "lease", keys, args)
-        if got is None:
-            return None
+        got = await self._run("ack and lease", "ack_lease", keys, [*ack, *args], self._wait)
         if got == NO_TABLE:
             raise _no_table(group, client_id)
-        if got[0] == MISMATCH:
-            raise ValueError(f"{len(bounds)} queue bounds for a table of {got[1]} queues")
-        queue, offset, next_offset, lock_ts, attempts, dead, first = got
-        return Lease(queue, offset, next_offset, lock_ts, attempts, bool(dead), first_lock_ts=first)
+        acked, leased = got
+        if acked is None:
+            self._moved(group)
+        return (None if acked is None else _REFUSALS[_text(acked)]), _lease(leased, group, client_id, bounds)
 
     async def _settle(
         self, what: str, token: AckToken, now_ms: int, op: str, value: int = 0, dead: int = 0
     ) -> AckRefusal | None:
         keys = [self._table_key(token.consumer, token.client_id), self._clients_key(token.consumer)]
-        args = [op, token.broker, token.queue, token.offset, token.lock_ts, now_ms, value, dead]
         # A commit that a failover loses would deliver its batch again: commits wait.
         wait = self._wait if op in ("commit", "dead") else None
-        got = await self._run(what, "settle", keys, [*args, token.client_id], wait)
+        got = await self._run(what, "settle", keys, self._settle_args(token, now_ms, op, value, dead), wait)
         if got is None:
             if op in ("commit", "dead"):
                 self._moved(token.consumer)
@@ -205,6 +248,21 @@ class RedisOffsetStore:
         if got == NO_TABLE:
             raise _no_table(token.consumer, token.client_id)
         return _REFUSALS[_text(got)]
+
+    @staticmethod
+    def _settle_args(token: AckToken, now_ms: int, op: str, value: int = 0, dead: int = 0) -> list[Any]:
+        """settle_batch.lua's arguments (settle.lua, ack_lease.lua)."""
+        return [
+            op,
+            token.broker,
+            token.queue,
+            token.offset,
+            token.lock_ts,
+            now_ms,
+            value,
+            dead,
+            token.client_id,
+        ]
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         return await self._settle("ack", token, now_ms, "commit", token.next_offset)
@@ -374,6 +432,18 @@ class RedisOffsetStore:
     async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
         args = ["return", rate_per_s, count, 0]
         await self._run("return rate tokens", "rate", [self._rate_key(group)], args)
+
+
+def _lease(got: Any, group: str, client_id: str, bounds: list[QueueBounds] | None) -> Lease | None:
+    """lease_queue.lua's answer."""
+    if got is None:
+        return None
+    if got == NO_TABLE:
+        raise _no_table(group, client_id)
+    if got[0] == MISMATCH:
+        raise ValueError(f"{len(given_bounds(bounds))} queue bounds for a table of {got[1]} queues")
+    queue, offset, next_offset, lock_ts, attempts, dead, first = got
+    return Lease(queue, offset, next_offset, lock_ts, attempts, bool(dead), first_lock_ts=first)
 
 
 def _no_table(group: str, client_id: str) -> NotFound:

@@ -85,6 +85,35 @@ class RemoteOffsetStore:
             got = await self._client.call(OFFSETS, "lease", group, client_id, given_bounds(bounds), **args)
         return got
 
+    async def ack_and_lease(
+        self,
+        token: AckToken,
+        group: str,
+        client_id: str,
+        bounds: list[QueueBounds] | None,
+        *,
+        now_ms: int,
+        max_count: int,
+        lock_timeout_ms: int,
+        max_attempts: int,
+        owner: str,
+        read_from: Layout | None = None,
+    ) -> tuple[AckRefusal | None, Lease | None]:
+        args = {
+            "now_ms": now_ms,
+            "max_count": max_count,
+            "lock_timeout_ms": lock_timeout_ms,
+            "max_attempts": max_attempts,
+            "owner": owner,
+        }
+        # The ack, the bounds, the lease and its batch's records in one round trip.
+        refusal, lease = await self._client.call(
+            CONTROL, "ack_lease_read", token, group, client_id, bounds, read_from, args
+        )
+        if refusal is None:
+            self._moved(token.consumer)
+        return refusal, lease
+
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
         refusal: AckRefusal | None = await self._client.call(OFFSETS, what, token, *args)
         if refusal is None:
