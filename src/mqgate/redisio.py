@@ -117,7 +117,7 @@ def connect(url: str, **options: Any) -> RedisClient:
         # which a slot migrating under load can use up (ASKING goes on a pooled connection
         # that may not be the command's, and the target then answers MOVED).
         cluster.RedisClusterRequestTTL = CLUSTER_REDIRECTIONS
-        return cluster
+        return _cluster_packing_in_c(cluster)
     if url.startswith(SENTINEL_SCHEME):
         where = _parse_multi_host(url, SENTINEL_SCHEME)
         if not where.path:
@@ -140,12 +140,23 @@ def _packing_in_c(client: aioredis.Redis) -> aioredis.Redis:
     """`client`, its commands packed by hiredis. redis-py's asyncio connections pack in Python
     (its blocking ones use hiredis): a batch produce's script call of 200 arguments took 124 µs
     to pack against 26 µs, a fifth of the request's CPU (benchmarks/RESULTS.md). Without
-    hiredis the client stays as it is. A cluster client keeps redis-py's packing: its nodes
-    make their connections from options this cannot reach."""
+    hiredis the client stays as it is."""
     if _hiredis_pack is not None:
         pool = client.connection_pool
         pool.connection_class = _packed_class(pool.connection_class)
     return client
+
+
+def _cluster_packing_in_c(cluster: RedisCluster) -> RedisCluster:
+    """`_packing_in_c` for a cluster client: each node makes its connections from the class in
+    the client's connection options, one dict the client shares with the nodes it finds later;
+    the startup nodes were made before (tests/test_redisio.py checks every node's class)."""
+    if _hiredis_pack is not None:
+        packed = _packed_class(cluster.connection_kwargs["connection_class"])
+        cluster.connection_kwargs["connection_class"] = packed
+        for node in [*cluster.startup_nodes, *cluster.nodes_manager.startup_nodes.values()]:
+            node.connection_class = packed
+    return cluster
 
 
 _PACKED: dict[type, type] = {}

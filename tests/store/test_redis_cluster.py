@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from redis.asyncio.connection import Connection
 
 import tests.offsets.test_message_mode_contract as message_contract
 import tests.offsets.test_offset_store_contract as offsets_contract
@@ -161,6 +162,25 @@ def test_each_topic_and_group_lives_in_one_slot_and_topics_spread_over_masters(
         return {redis_cluster.master_of_slot(s.pop()).port for s in by_tag.values()}  # type: ignore[union-attr]
 
     assert len(asyncio.run(main())) == 3
+
+
+def test_every_node_of_a_cluster_packs_commands_by_hiredis(redis_cluster: RedisClusterProcs) -> None:
+    """As a standalone client's (tests/test_redisio.py): the startup nodes and the nodes the
+    client found later make connections of the packing class."""
+
+    async def main() -> None:
+        client = redisio.connect(redis_cluster.url)
+        try:
+            for i in range(30):  # keys on every master
+                await client.set(f"mqtest-pack-{i}", b"v", ex=60)
+            nodes = client.get_nodes()
+            assert len(nodes) >= 3  # the masters, and the replicas once the cluster has them
+            for node in nodes:
+                assert node.connection_class.pack_command is not Connection.pack_command, node
+        finally:
+            await client.aclose()
+
+    asyncio.run(main())
 
 
 def _msg(i: int) -> StoredMessage:
