@@ -22,6 +22,7 @@ def test_the_app_loads_the_compatibility_edges_and_postgresql_only_when_used() -
     edges = sorted(m for m in loaded if m.startswith(("mqgate.sqs.", "mqgate.aliyun.")))
     assert edges == ["mqgate.aliyun.detect", "mqgate.sqs.detect"], edges
     assert "sqlalchemy.dialects.postgresql" not in loaded
+    assert "jinja2" not in loaded  # the console's templates: made for its first page
 
 
 def test_the_serve_commands_preparation_does_not_load_the_app() -> None:

@@ -174,24 +174,27 @@ def test_ack_and_lease_acks_then_leases_whatever_the_ack_answered(backend: Any, 
         first = await s.lease("g", "", bounds(25), now_ms=NOW, **LEASE)
         assert first is not None
         # The ack frees the queue, so the lease in the same step takes its next batch.
-        refusal, second = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 1, **LEASE)
-        assert refusal is None
+        got = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 1, **LEASE)
+        second = got.lease
+        assert got.refusal is None and got.lease_error is None
         assert second is not None and (second.queue, second.offset, second.next_offset) == (0, 10, 20)
         table = await s.table("g", "")
         assert table is not None and table[0].committed == 10 and table[0].acked_lock_ts == first.lock_ts
         # A retried ack is refused, and the lease still runs: the queue is locked, nothing is free.
-        refusal, none = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 2, **LEASE)
-        assert (refusal, none) == ("already_acked", None)
+        got = await s.ack_and_lease(token(first), "g", "", bounds(25), now_ms=NOW + 2, **LEASE)
+        assert (got.refusal, got.lease, got.lease_error) == ("already_acked", None, None)
         # A refused ack leaves the lock alone; its lease takes what is free.
         await s.ensure_table("g", "", [0, 0], NOW + 3)
-        refusal, third = await s.ack_and_lease(token(first), "g", "", bounds(25, 5), now_ms=NOW + 3, **LEASE)
-        assert refusal == "already_acked" and third is not None and third.queue == 1
-        refusal, last = await s.ack_and_lease(token(second), "g", "", bounds(25, 5), now_ms=NOW + 4, **LEASE)
+        got = await s.ack_and_lease(token(first), "g", "", bounds(25, 5), now_ms=NOW + 3, **LEASE)
+        assert got.refusal == "already_acked" and got.lease is not None and got.lease.queue == 1
+        got = await s.ack_and_lease(token(second), "g", "", bounds(25, 5), now_ms=NOW + 4, **LEASE)
+        last = got.lease
         assert (
-            refusal is None
+            got.refusal is None
             and last is not None
             and (last.queue, last.offset, last.next_offset) == (0, 20, 25)
         )
+        # An ack without a table fails, and nothing is done.
         with pytest.raises(NotFound):
             await s.ack_and_lease(token(last, group="h"), "h", "", bounds(25), now_ms=NOW + 5, **LEASE)
 
@@ -204,13 +207,20 @@ def test_ack_and_lease_with_a_token_of_another_client_acks_its_table(backend: An
         await s.ensure_table("g", "b", [0], NOW)
         la = await s.lease("g", "a", bounds(4), now_ms=NOW, **LEASE)
         assert la is not None
-        refusal, lb = await s.ack_and_lease(
-            token(la, client="a"), "g", "b", bounds(4), now_ms=NOW + 1, **LEASE
-        )
-        assert refusal is None and lb is not None and lb.offset == 0
+        got = await s.ack_and_lease(token(la, client="a"), "g", "b", bounds(4), now_ms=NOW + 1, **LEASE)
+        lb = got.lease
+        assert got.refusal is None and lb is not None and lb.offset == 0
         tables = await s.table("g", "a"), await s.table("g", "b")
         assert tables[0] is not None and tables[0][0].committed == 4
         assert tables[1] is not None and tables[1][0].committed == 0 and tables[1][0].lock_ts == lb.lock_ts
+        # The lease's table is gone (an expired client): the ack is done and answered, and the
+        # lease's error comes with it.
+        la = await s.lease("g", "a", bounds(8), now_ms=NOW + 2, **LEASE)
+        assert la is not None
+        got = await s.ack_and_lease(token(la, client="a"), "g", "gone", bounds(8), now_ms=NOW + 3, **LEASE)
+        assert got.refusal is None and got.lease is None and isinstance(got.lease_error, NotFound)
+        table = await s.table("g", "a")
+        assert table is not None and table[0].committed == 8
 
     run(backend, tmp_path, body)
 

@@ -464,3 +464,33 @@ def test_a_redis_crash_loses_no_commit_and_scripts_reload(own_redis: RedisServer
             await client.aclose()
 
     asyncio.run(go())
+
+
+def test_an_ack_and_lease_whose_replica_wait_falls_short_takes_no_lease(prefix: str) -> None:
+    """With a replica wait, a pull's ack must fail before its lease is taken: a lease the pull
+    never answers would keep the queue locked until its timeout and count an attempt."""
+
+    async def go() -> None:
+        client = redisio.connect(REDIS_URL)
+        replicas = int((await client.info("replication"))["connected_slaves"])
+        short = redisio.ReplicaWait(replicas + 1, 10)  # every replica wait falls short
+        store = RedisOffsetStore(client, broker=BROKER, prefix=prefix, wait=short)
+        await store.open()
+        try:
+            await store.ensure_table("g", "", [0], NOW)
+            first = await store.lease("g", "", [QueueBounds(0, 0, 30)], now_ms=NOW, **LEASE_ARGS)
+            assert first is not None
+            with pytest.raises(Unavailable):
+                await store.ack_and_lease(
+                    tok(first), "g", "", [QueueBounds(0, 0, 30)], now_ms=NOW + 1, **LEASE_ARGS
+                )
+            table = await store.table("g", "")
+            assert table is not None
+            entry = table[0]
+            # The ack was written (a wait cannot undo it); no new lock was taken after it.
+            assert (entry.committed, entry.lock_deadline_ms, entry.attempts) == (10, 0, 0)
+        finally:
+            await store.close()
+            await client.aclose()
+
+    asyncio.run(go())

@@ -25,7 +25,14 @@ from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError
 from mqgate.failover.routing import ClusterRouter
 from mqgate.model import QueueBounds, StoredMessage
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, OffsetStore
+from mqgate.offsets.interface import (
+    AckedLease,
+    GroupListener,
+    Lease,
+    OffsetEntry,
+    OffsetStore,
+    ack_then_lease,
+)
 from mqgate.store.interface import (
     Companions,
     Encoded,
@@ -300,34 +307,19 @@ class RoutedOffsets(_Facade):
         max_attempts: int,
         owner: str,
         read_from: Layout | None = None,
-    ) -> tuple[AckRefusal | None, Lease | None]:
+    ) -> AckedLease:
+        lease: dict[str, Any] = {
+            "now_ms": now_ms,
+            "max_count": max_count,
+            "lock_timeout_ms": lock_timeout_ms,
+            "max_attempts": max_attempts,
+            "owner": owner,
+            "read_from": read_from,
+        }
         if self.direct:
-            return await self.own.ack_and_lease(
-                token,
-                group,
-                client_id,
-                bounds,
-                now_ms=now_ms,
-                max_count=max_count,
-                lock_timeout_ms=lock_timeout_ms,
-                max_attempts=max_attempts,
-                owner=owner,
-                read_from=read_from,
-            )
+            return await self.own.ack_and_lease(token, group, client_id, bounds, **lease)
         # The token's cluster may not be the group's: each call goes where it belongs.
-        refusal = await self.ack(token, now_ms)
-        lease = await self.lease(
-            group,
-            client_id,
-            bounds,
-            now_ms=now_ms,
-            max_count=max_count,
-            lock_timeout_ms=lock_timeout_ms,
-            max_attempts=max_attempts,
-            owner=owner,
-            read_from=read_from,
-        )
-        return refusal, lease
+        return await ack_then_lease(self, token, group, client_id, bounds, **lease)
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         if self.direct:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout
@@ -63,6 +63,33 @@ class Lease:
     # on no other batch (lock ts only grow), so it names one batch's round of deliveries; what
     # a redelivery writes elsewhere is keyed by it (the retry holds: services/redelivery.py).
     first_lock_ts: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class AckedLease:
+    """`OffsetStore.ack_and_lease`'s answer: the ack's refusal (None: acked) and the lease (None:
+    no queue free), or what kept the lease from being taken after the ack was done."""
+
+    refusal: AckRefusal | None
+    lease: Lease | None
+    lease_error: Exception | None = None
+
+
+async def ack_then_lease(
+    offsets: OffsetStore,
+    token: AckToken,
+    group: str,
+    client_id: str,
+    bounds: list[QueueBounds] | None,
+    **lease: Any,
+) -> AckedLease:
+    """`ack_and_lease` as two calls: the ack, then the lease (`lease`: its keyword arguments)."""
+    refusal = await offsets.ack(token, lease["now_ms"])
+    try:
+        got = await offsets.lease(group, client_id, bounds, **lease)
+    except Exception as exc:  # the ack is done: it is answered, with what kept the lease
+        return AckedLease(refusal, None, exc)
+    return AckedLease(refusal, got)
 
 
 def given_bounds(bounds: list[QueueBounds] | None) -> list[QueueBounds]:
@@ -126,10 +153,11 @@ class OffsetStore(Protocol):
         max_attempts: int,
         owner: str,
         read_from: Layout | None = None,
-    ) -> tuple[AckRefusal | None, Lease | None]:
+    ) -> AckedLease:
         """`ack(token, now_ms)`, then `lease(...)` whatever the ack answered: a pull that carries
-        its previous batch's ack (`token.consumer` and `token.client_id` are `group` and
-        `client_id`). One round trip where the backend can (Redis, the store process)."""
+        its previous batch's ack. One round trip where the backend can (Redis, the store
+        process: the token's table is the lease's). An error of the ack is raised (nothing was
+        done); one of the lease, after the ack, comes in `AckedLease.lease_error`."""
 
     async def ack(self, token: AckToken, now_ms: int) -> AckRefusal | None:
         """Commit `token.next_offset` and unlock, if the token still holds the lock."""

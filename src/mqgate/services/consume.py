@@ -307,15 +307,28 @@ class Consuming:
         self, c: ConsumerRecord, token: AckToken, layout: Layout, client: str, max_count: int, owner: str
     ) -> tuple[AckRefusal | None, Lease | None]:
         """A pull's ack of its previous batch and its lease, in one round trip where the offset
-        store can. A table gone meanwhile fails the pull (NotFound), as the ack alone would."""
+        store can. The ack is answered and counted whatever happened to the lease after it."""
         await self.ensure_table(c, layout, client)
         offsets = self.ctx.offsets
         bounds = None if offsets.reads_bounds else await self.topology.bounds(layout)
         args = self._lease_args(c, max_count, owner)
-        refusal, lease = await offsets.ack_and_lease(token, c.name, client, bounds, read_from=layout, **args)
-        # The lease that took the acked queue again leaves nothing for a waiting pull to wake to.
-        await self._acked(c, token, refusal, freed=lease is None or lease.queue != token.queue)
-        return refusal, lease
+        got = await offsets.ack_and_lease(token, c.name, client, bounds, read_from=layout, **args)
+        lease = got.lease
+        # A lease that took the acked queue again (the same table, on the same cluster) leaves
+        # nothing for a waiting pull to wake to.
+        relocked = (
+            lease is not None
+            and lease.queue == token.queue
+            and token.client_id == client
+            and token.broker == self.ctx.store.broker
+        )
+        await self._acked(c, token, got.refusal, freed=not relocked)
+        if got.lease_error is None:
+            return got.refusal, lease
+        if isinstance(got.lease_error, NotFound):  # its table went, or is not on this cluster yet
+            self._table_sizes.pop((c.name, client), None)
+            return got.refusal, await self._lease(c, layout, client, max_count, owner)
+        raise got.lease_error
 
     async def _lease(
         self, c: ConsumerRecord, layout: Layout, client: str, max_count: int, owner: str

@@ -18,12 +18,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout
 from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError, StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds
+from mqgate.offsets.interface import AckedLease
 from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FramedConnection, frame
 
 log = logging.getLogger(__name__)
@@ -173,13 +173,18 @@ class StoreServer:
         bounds: list[QueueBounds] | None,
         layout: Layout | None,
         args: dict[str, Any],
-    ) -> tuple[AckRefusal | None, Any]:
+    ) -> AckedLease:
         """`OffsetStore.ack_and_lease`: a pull's ack, then `_lease_read` (or the plain lease when
         the worker sent no layout), in one round trip."""
         refusal = await self._ack(token, args["now_ms"])
-        if layout is None:
-            return refusal, await self._lease(group, client_id, bounds, **args)
-        return refusal, await self._lease_read(group, client_id, bounds, layout, args)
+        try:
+            if layout is None:
+                lease = await self._lease(group, client_id, bounds, **args)
+            else:
+                lease = await self._lease_read(group, client_id, bounds, layout, args)
+        except Exception as exc:  # the ack is done: it is answered, with what kept the lease
+            return AckedLease(refusal, None, exc)
+        return AckedLease(refusal, lease)
 
     def _subscribe(self) -> None:
         assert self._current is not None

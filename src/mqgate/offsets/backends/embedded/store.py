@@ -55,7 +55,14 @@ from mqgate.offsets.backends.embedded.journal import (
     table_record,
     visibility_record,
 )
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
+from mqgate.offsets.interface import (
+    AckedLease,
+    GroupListener,
+    Lease,
+    OffsetEntry,
+    ack_then_lease,
+    given_bounds,
+)
 
 JOURNAL_FILE: Final = "journal.log"
 COMPACT_MIN_RECORDS: Final = 10_000
@@ -291,9 +298,10 @@ class EmbeddedOffsetStore:
         max_attempts: int,
         owner: str,
         read_from: Layout | None = None,
-    ) -> tuple[AckRefusal | None, Lease | None]:
-        refusal = await self.ack(token, now_ms)
-        lease = await self.lease(
+    ) -> AckedLease:
+        return await ack_then_lease(
+            self,
+            token,
             group,
             client_id,
             bounds,
@@ -303,7 +311,6 @@ class EmbeddedOffsetStore:
             max_attempts=max_attempts,
             owner=owner,
         )
-        return refusal, lease
 
     def _check(self, token: AckToken, now_ms: int) -> tuple[OffsetEntry | None, AckRefusal | None]:
         table = self._entries(token.consumer, token.client_id)

@@ -24,7 +24,14 @@ from mqgate.core.message_window import (
 from mqgate.core.tokens import AckToken
 from mqgate.errors import NotFound
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
+from mqgate.offsets.interface import (
+    AckedLease,
+    GroupListener,
+    Lease,
+    OffsetEntry,
+    ack_then_lease,
+    given_bounds,
+)
 from mqgate.redisio import RedisClient, ReplicaWait, register, run_script, translated
 
 PACKAGE: Final = "mqgate.offsets.backends.redis"
@@ -209,30 +216,32 @@ class RedisOffsetStore:
         max_attempts: int,
         owner: str,
         read_from: Layout | None = None,
-    ) -> tuple[AckRefusal | None, Lease | None]:
-        if (token.consumer, token.client_id) != (group, client_id):  # two tables: two calls
-            refusal = await self.ack(token, now_ms)
-            lease = await self.lease(
-                group,
-                client_id,
-                bounds,
-                now_ms=now_ms,
-                max_count=max_count,
-                lock_timeout_ms=lock_timeout_ms,
-                max_attempts=max_attempts,
-                owner=owner,
-            )
-            return refusal, lease
+    ) -> AckedLease:
+        lease: dict[str, Any] = {
+            "now_ms": now_ms,
+            "max_count": max_count,
+            "lock_timeout_ms": lock_timeout_ms,
+            "max_attempts": max_attempts,
+            "owner": owner,
+        }
+        # Two tables: two calls. With a replica wait, the ack's wait must fail before a lease is
+        # taken (a lease the pull never answers stays locked until its timeout): two calls.
+        if (token.consumer, token.client_id) != (group, client_id) or self._wait is not None:
+            return await ack_then_lease(self, token, group, client_id, bounds, **lease)
         ack = self._settle_args(token, now_ms, "commit", token.next_offset)
         args = self._lease_args(client_id, bounds, now_ms, max_count, lock_timeout_ms, max_attempts, owner)
         keys = [self._table_key(group, client_id), self._clients_key(group)]
-        got = await self._run("ack and lease", "ack_lease", keys, [*ack, *args], self._wait)
+        got = await self._run("ack and lease", "ack_lease", keys, [*ack, *args])
         if got == NO_TABLE:
             raise _no_table(group, client_id)
         acked, leased = got
         if acked is None:
             self._moved(group)
-        return (None if acked is None else _REFUSALS[_text(acked)]), _lease(leased, group, client_id, bounds)
+        refusal = None if acked is None else _REFUSALS[_text(acked)]
+        try:
+            return AckedLease(refusal, _lease(leased, group, client_id, bounds))
+        except ValueError as exc:  # bounds that do not match the table: the ack is done
+            return AckedLease(refusal, None, exc)
 
     async def _settle(
         self, what: str, token: AckToken, now_ms: int, op: str, value: int = 0, dead: int = 0

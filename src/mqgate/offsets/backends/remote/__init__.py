@@ -12,7 +12,7 @@ from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import GroupListener, Lease, OffsetEntry, given_bounds
+from mqgate.offsets.interface import AckedLease, GroupListener, Lease, OffsetEntry, given_bounds
 from mqgate.storeproc.client import StoreClient
 from mqgate.storeproc.wire import CONTROL, OFFSETS
 
@@ -98,7 +98,7 @@ class RemoteOffsetStore:
         max_attempts: int,
         owner: str,
         read_from: Layout | None = None,
-    ) -> tuple[AckRefusal | None, Lease | None]:
+    ) -> AckedLease:
         args = {
             "now_ms": now_ms,
             "max_count": max_count,
@@ -107,12 +107,12 @@ class RemoteOffsetStore:
             "owner": owner,
         }
         # The ack, the bounds, the lease and its batch's records in one round trip.
-        refusal, lease = await self._client.call(
+        got: AckedLease = await self._client.call(
             CONTROL, "ack_lease_read", token, group, client_id, bounds, read_from, args
         )
-        if refusal is None:
+        if got.refusal is None:
             self._moved(token.consumer)
-        return refusal, lease
+        return got
 
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
         refusal: AckRefusal | None = await self._client.call(OFFSETS, what, token, *args)
