@@ -13,13 +13,17 @@ import pytest
 
 from mqgate.api.shapes import MessageIn
 from mqgate.backends import backends_for
+from mqgate.core.tokens import AckToken
+from mqgate.errors import Unavailable
 from mqgate.metrics import Metrics
 from mqgate.registry.cache import RegistryCache
+from mqgate.registry.records import ConsumerRecord
 from mqgate.registry.sql import SqlRegistry
 from mqgate.services import consume
 from mqgate.services.consume import FOUND, PullResult
 from mqgate.services.context import Context, now_ms
 from mqgate.services.gateway import Gateway
+from mqgate.services.observers import Observer, Settlement
 from mqgate.settings import load_settings
 from tests.conftest import run_bounded
 
@@ -103,5 +107,37 @@ def test_an_ack_is_answered_and_counted_when_the_pulls_own_table_had_expired(tmp
             assert table is not None and table[0].committed == 5
             again = await pull(gw, "b", request_id=first.request_id)
             assert again.ack == "already_acked"
+
+    run_bounded(go(), 90)
+
+
+class FailingRecord(Observer):
+    """A feature whose record of an ack fails, as a trace written to a failing cluster does."""
+
+    async def settled(
+        self, c: ConsumerRecord, token: AckToken, how: Settlement, durable: bool, refusal: str | None
+    ) -> None:
+        raise Unavailable("the trace store is down")
+
+
+def test_a_failed_record_of_the_ack_does_not_keep_the_batch_leased_with_it(tmp_path: Path) -> None:
+    """The batch the pull leased with its ack is delivered, and the record's failure counted as a
+    fault; before, the pull failed and its batch stayed locked until its lock timed out."""
+
+    async def go() -> None:
+        async with gateway(tmp_path) as gw:
+            first = await pull(gw, "a")
+            assert first.request_id is not None
+            gw.observers.attach(FailingRecord())
+            second = await pull(gw, "a", request_id=first.request_id)
+            assert (second.status, second.ack) == (FOUND, "ok")
+            assert second.messages is not None and [o for o, _ in second.messages] == [5, 6, 7, 8, 9]
+            assert gw.ctx.health.count("consume", "ack_observer") == 1
+            # Nothing leased with the ack (the last batch): the pull fails with the record's error.
+            rest = [await pull(gw, "a", request_id=second.request_id)]
+            with pytest.raises(Unavailable):
+                while rest[-1].status == FOUND:
+                    assert rest[-1].request_id is not None
+                    rest.append(await pull(gw, "a", request_id=rest[-1].request_id))
 
     run_bounded(go(), 90)

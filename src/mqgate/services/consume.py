@@ -20,7 +20,7 @@ from mqgate.core.tokens import (
     encode_ticket,
     encode_token,
 )
-from mqgate.errors import BadRequest, Conflict, Forbidden, NotFound
+from mqgate.errors import BadRequest, Conflict, Forbidden, MqgateError, NotFound
 from mqgate.model import MODE_CLUSTER, MODE_MESSAGE, MODE_PUSH, decode_stored
 from mqgate.names import validate_name
 from mqgate.offsets.interface import Lease
@@ -322,7 +322,14 @@ class Consuming:
             and token.client_id == client
             and token.broker == self.ctx.store.broker
         )
-        await self._acked(c, token, got.refusal, freed=not relocked)
+        try:
+            await self._acked(c, token, got.refusal, freed=not relocked)
+        except MqgateError as exc:
+            if lease is None:
+                raise
+            # A feature's record of the ack failed (a trace written to a failing cluster): the
+            # batch leased with it is delivered all the same, not left locked to its timeout.
+            self.ctx.health.fault("consume", "ack_observer", f"consumer {c.name}: {exc.message}")
         if got.lease_error is None:
             return got.refusal, lease
         if isinstance(got.lease_error, NotFound):  # its table went, or is not on this cluster yet

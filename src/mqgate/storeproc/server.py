@@ -23,7 +23,6 @@ from mqgate.core.tokens import AckToken
 from mqgate.errors import MqgateError, StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds
-from mqgate.offsets.interface import AckedLease
 from mqgate.storeproc.wire import CANCEL, CONTROL, NOTICE, OFFSETS, SCHEDULER, STORE, FramedConnection, frame
 
 log = logging.getLogger(__name__)
@@ -173,9 +172,10 @@ class StoreServer:
         bounds: list[QueueBounds] | None,
         layout: Layout | None,
         args: dict[str, Any],
-    ) -> AckedLease:
+    ) -> tuple[Any, Any, Exception | None]:
         """`OffsetStore.ack_and_lease`: a pull's ack, then `_lease_read` (or the plain lease when
-        the worker sent no layout), in one round trip."""
+        the worker sent no layout), in one round trip: (the ack's refusal, the lease, what kept
+        the lease from being taken after the ack was done)."""
         refusal = await self._ack(token, args["now_ms"])
         try:
             if layout is None:
@@ -183,8 +183,8 @@ class StoreServer:
             else:
                 lease = await self._lease_read(group, client_id, bounds, layout, args)
         except Exception as exc:  # the ack is done: it is answered, with what kept the lease
-            return AckedLease(refusal, None, exc)
-        return AckedLease(refusal, lease)
+            return refusal, None, exc
+        return refusal, lease, None
 
     def _subscribe(self) -> None:
         assert self._current is not None

@@ -107,12 +107,12 @@ class RemoteOffsetStore:
             "owner": owner,
         }
         # The ack, the bounds, the lease and its batch's records in one round trip.
-        got: AckedLease = await self._client.call(
+        refusal, lease, error = await self._client.call(
             CONTROL, "ack_lease_read", token, group, client_id, bounds, read_from, args
         )
-        if got.refusal is None:
+        if refusal is None:
             self._moved(token.consumer)
-        return got
+        return AckedLease(refusal, lease, error)
 
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
         refusal: AckRefusal | None = await self._client.call(OFFSETS, what, token, *args)
