@@ -27,6 +27,7 @@ import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis.asyncio.client import PubSub
 from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.connection import Connection
 from redis.asyncio.sentinel import Sentinel
 
 try:
@@ -35,6 +36,7 @@ except ImportError:  # redis without its hiredis extra
     _hiredis_pack = None  # type: ignore[assignment]
 
 from mqgate.errors import BadRequest, StorageError, Unavailable
+from mqgate.redislane import Lane
 from mqgate.urls import redact
 
 log = logging.getLogger(__name__)
@@ -133,7 +135,47 @@ def connect(url: str, **options: Any) -> RedisClient:
             where.path[0], username=where.username, password=where.password, db=db, **timeouts, **options
         )
         return _packing_in_c(client)
-    return _packing_in_c(aioredis.Redis.from_url(url, **timeouts, **options))
+    plain = LanedRedis.from_url(url, **timeouts, **options)
+    assert isinstance(plain, LanedRedis)
+    kwargs = plain.connection_pool.connection_kwargs
+    # Plain TCP and the client's own reply shapes (no option changes them): the lane's too.
+    if plain.connection_pool.connection_class is Connection and not options:
+        plain.lane = Lane(
+            kwargs.get("host", "localhost"),
+            int(kwargs.get("port", 6379)),
+            password=kwargs.get("password"),
+            username=kwargs.get("username"),
+            db=int(kwargs.get("db") or 0),
+            timeout_s=timeouts["socket_timeout"],
+            connect_timeout_s=timeouts["socket_connect_timeout"],
+            on_lost=plain.drop_idle_connections,
+        )
+    return _packing_in_c(plain)
+
+
+class LanedRedis(aioredis.Redis):
+    """A client of a standalone Redis, whose data-path commands go on its lane when it has one
+    (`lane_of`, redislane.py); closed with it."""
+
+    lane: Lane | None = None
+    _dropping: asyncio.Task[None] | None = None
+
+    def drop_idle_connections(self) -> None:
+        """The lane lost its connection (a restarted or hung server): the pool's idle ones most
+        likely went with it, and each would fail its next command; they are closed now."""
+        self._dropping = asyncio.get_running_loop().create_task(
+            self.connection_pool.disconnect(inuse_connections=False)
+        )
+
+    async def aclose(self, close_connection_pool: bool | None = None) -> None:
+        if self.lane is not None:
+            self.lane.close()
+        await super().aclose(close_connection_pool)
+
+
+def lane_of(client: RedisClient) -> Lane | None:
+    """The lane of `client` (a standalone Redis over TCP), or None: use the client itself."""
+    return client.lane if isinstance(client, LanedRedis) else None
 
 
 def _packing_in_c(client: aioredis.Redis) -> aioredis.Redis:
@@ -194,6 +236,9 @@ async def close_idle_connections(client: RedisClient) -> None:
             if asyncio.iscoroutine(closed):
                 await closed
         return
+    lane = lane_of(client)
+    if lane is not None:
+        lane.close_if_idle()
     await client.connection_pool.disconnect(inuse_connections=False)
 
 
@@ -240,7 +285,14 @@ async def run_script(
     script and the WAIT go in one pipeline to one node (on a cluster: the master of the
     keys' slot). A pair that meets MOVED/ASK/TRYAGAIN did not run and is sent again."""
     if wait is None:
-        return await script(keys=keys, args=args)
+        lane = lane_of(client)
+        if lane is None:
+            return await script(keys=keys, args=args)
+        try:
+            return await lane.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+        except rexc.NoScriptError:  # a new or restarted server: load it, then run it
+            await lane.execute("SCRIPT", "LOAD", script.script)
+            return await lane.execute("EVALSHA", script.sha, len(keys), *keys, *args)
     for _ in range(REDIRECT_TRIES):
         if isinstance(client, RedisCluster):
             await client.initialize()  # the slot table: empty until the client's first command

@@ -22,7 +22,7 @@ from redis import exceptions as rexc
 from mqgate.errors import BadRequest, MqgateError, NotFound, Unavailable
 from mqgate.model import QueueBounds, StoredMessage, decode_stored
 from mqgate.names import validate_topic_name
-from mqgate.redisio import RedisClient, ReplicaWait, listen_forever, register, run_script, translated
+from mqgate.redisio import RedisClient, ReplicaWait, lane_of, listen_forever, register, run_script, translated
 from mqgate.store.backends.redis.topic import StoreTopic, glob_escape, text, unparsed
 from mqgate.store.interface import Companions, Encoded, TopicConfig, TopicListener, write_companions
 from mqgate.store.waiters import ANY_READER, Reader
@@ -120,6 +120,7 @@ class RedisStore:
         if isinstance(client, aioredis.Redis):
             self._reader = aioredis.Redis(connection_pool=client.connection_pool)
             self._reader.set_response_callback("XRANGE", unparsed)
+        self._lane = lane_of(client)  # the data path's reads on one pipelined connection
         self._offset_for_time = register(client, SCRIPTS, "offset_for_time.lua")
         self._retention = register(client, SCRIPTS, "retention.lua")
         self._listener: asyncio.Task[None] | None = None
@@ -368,10 +369,12 @@ class RedisStore:
             return []
         start = b"%d-1" % max(offset, 0)
         with translated("reading"):
-            if self._reader is None:  # a cluster: parsed, [(id, {t: ts, d: json}), ...]
+            if self._lane is not None:  # raw: [[id, [t, ts, d, json]], ...]
+                entries: Any = await self._lane.execute(b"XRANGE", stream, start, b"+", b"COUNT", max_count)
+            elif self._reader is None:  # a cluster: parsed, [(id, {t: ts, d: json}), ...]
                 parsed: Any = await self._client.xrange(stream, start, b"+", count=max_count)
-                entries: Any = [(i, [None, None, None, fields[b"d"]]) for i, fields in parsed]
-            else:  # raw: [[id, [t, ts, d, json]], ...]
+                entries = [(i, [None, None, None, fields[b"d"]]) for i, fields in parsed]
+            else:  # raw, as the lane's
                 entries = await self._reader.xrange(stream, start, b"+", count=max_count)
         if not entries:
             return []
@@ -401,9 +404,13 @@ class RedisStore:
         return [self._bounds_of(topic, t, meta) for topic, t, meta in zip(topics, ts, metas, strict=True)]
 
     async def _metas(self, ts: list[StoreTopic]) -> list[Any]:
-        """The topics' meta hashes in one pipeline. A pipeline, unlike a single command, is not
-        tried again on a pooled connection the server closed (Redis restarted): these reads
-        are, once."""
+        """The topics' meta hashes in one pipeline (on the lane, the commands one after another
+        on its connection). A pipeline, unlike a single command, is not tried again on a pooled
+        connection the server closed (Redis restarted): these reads are, once."""
+        lane = self._lane
+        if lane is not None:
+            flat = await lane.execute_many(*((b"HGETALL", t.meta) for t in ts))
+            return [dict(zip(f[::2], f[1::2], strict=True)) for f in flat]
         try:
             return await self._pipelined_metas(ts)
         except rexc.ConnectionError:
