@@ -137,17 +137,20 @@ def connect(url: str, **options: Any) -> RedisClient:
         return _packing_in_c(client)
     plain = LanedRedis.from_url(url, **timeouts, **options)
     assert isinstance(plain, LanedRedis)
-    kwargs = plain.connection_pool.connection_kwargs
-    # Plain TCP and the client's own reply shapes (no option changes them): the lane's too.
-    if plain.connection_pool.connection_class is Connection and not options:
+    kwargs = plain.connection_pool.connection_kwargs  # the URL's query options are in them
+    # Plain TCP with the client's usual reply shapes (RESP2, bytes): the lane answers the same.
+    plain_tcp = plain.connection_pool.connection_class is Connection
+    if plain_tcp and not kwargs.get("decode_responses") and kwargs.get("protocol") in (None, 2, "2"):
         plain.lane = Lane(
             kwargs.get("host", "localhost"),
             int(kwargs.get("port", 6379)),
             password=kwargs.get("password"),
             username=kwargs.get("username"),
             db=int(kwargs.get("db") or 0),
-            timeout_s=timeouts["socket_timeout"],
-            connect_timeout_s=timeouts["socket_connect_timeout"],
+            timeout_s=float(kwargs.get("socket_timeout") or timeouts["socket_timeout"]),
+            connect_timeout_s=float(
+                kwargs.get("socket_connect_timeout") or timeouts["socket_connect_timeout"]
+            ),
             on_lost=plain.drop_idle_connections,
         )
     return _packing_in_c(plain)
@@ -163,9 +166,13 @@ class LanedRedis(aioredis.Redis):
     def drop_idle_connections(self) -> None:
         """The lane lost its connection (a restarted or hung server): the pool's idle ones most
         likely went with it, and each would fail its next command; they are closed now."""
-        self._dropping = asyncio.get_running_loop().create_task(
-            self.connection_pool.disconnect(inuse_connections=False)
-        )
+        self._dropping = asyncio.get_running_loop().create_task(self._drop_idle())
+
+    async def _drop_idle(self) -> None:
+        try:
+            await self.connection_pool.disconnect(inuse_connections=False)
+        except Exception as exc:  # a connection that fails to close is gone as well
+            log.debug("closing the pool's idle connections after the lane's was lost: %r", exc)
 
     async def aclose(self, close_connection_pool: bool | None = None) -> None:
         if self.lane is not None:
