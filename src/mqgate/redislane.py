@@ -10,11 +10,12 @@ commands of a connection in the order they arrive, as it would from several.
 What a caller sees is what redis-py's client (`redisio.connect`: no retries) gives: its
 exception classes (an error reply is parsed by redis-py's own parser, so `redisio.translated`
 maps it the same way); a command that was written and then lost its connection fails with
-`ConnectionError` and is not sent again (it may have run); one that found its connection gone
-before it was written goes on a new one. Each command that waits longer than the socket
-timeout fails with `TimeoutError`, and its reply, should it come, is dropped (the connection
-keeps the order); a connection that received nothing for twice the timeout while commands
-wait is dropped, failing them, and the next command opens another. Only plain TCP to a
+`ConnectionError` and is not sent again (it may have run), unless the caller says it only reads;
+one that found its connection gone before it was written goes on a new one. Each command
+that waits longer than the socket timeout fails with `TimeoutError`, and its reply, should it
+come, is dropped (the connection keeps the order); a connection that received nothing for
+twice the timeout while commands wait is dropped, failing them, and the next command opens
+another. Only plain TCP to a
 standalone server: TLS, Unix sockets, Sentinel and Cluster keep redis-py.
 """
 
@@ -173,12 +174,22 @@ class Lane:
     def connected(self) -> bool:
         return self._protocol is not None and not self._protocol.closed
 
-    async def execute(self, *args: Any) -> Any:
-        return (await self.execute_many(args))[0]
+    async def execute(self, *args: Any, reads: bool = False) -> Any:
+        return (await self.execute_many(args, reads=reads))[0]
 
-    async def execute_many(self, *commands: tuple[Any, ...]) -> list[Any]:
-        """Several commands written at once, their replies in order (an error reply raised)."""
+    async def execute_many(self, *commands: tuple[Any, ...], reads: bool = False) -> list[Any]:
+        """Several commands written at once, their replies in order (an error reply raised).
+        `reads`: they only read, so commands whose connection was lost under them are sent once
+        more on a new one (a restarted server: the first command finds the old one dead)."""
         packed = [hiredis.pack_command(c) for c in commands]
+        try:
+            return await self._send(packed)
+        except rexc.ConnectionError:
+            if not reads or self._closed:
+                raise
+        return await self._send(packed)
+
+    async def _send(self, packed: list[bytes]) -> list[Any]:
         protocol = self._protocol
         if protocol is None or protocol.closed:
             protocol = await self._connected()

@@ -370,7 +370,9 @@ class RedisStore:
         start = b"%d-1" % max(offset, 0)
         with translated("reading"):
             if self._lane is not None:  # raw: [[id, [t, ts, d, json]], ...]
-                entries: Any = await self._lane.execute(b"XRANGE", stream, start, b"+", b"COUNT", max_count)
+                entries: Any = await self._lane.execute(
+                    b"XRANGE", stream, start, b"+", b"COUNT", max_count, reads=True
+                )
             elif self._reader is None:  # a cluster: parsed, [(id, {t: ts, d: json}), ...]
                 parsed: Any = await self._client.xrange(stream, start, b"+", count=max_count)
                 entries = [(i, [None, None, None, fields[b"d"]]) for i, fields in parsed]
@@ -409,7 +411,7 @@ class RedisStore:
         connection the server closed (Redis restarted): these reads are, once."""
         lane = self._lane
         if lane is not None:
-            flat = await lane.execute_many(*((b"HGETALL", t.meta) for t in ts))
+            flat = await lane.execute_many(*((b"HGETALL", t.meta) for t in ts), reads=True)
             return [dict(zip(f[::2], f[1::2], strict=True)) for f in flat]
         try:
             return await self._pipelined_metas(ts)
