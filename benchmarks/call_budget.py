@@ -3,8 +3,9 @@
 
 For each path, untraced and traced (a project policy at info), the interpreter's count of
 function calls (`sys.setprofile` 'call' and 'c_call' events) made while the gateway serves ONE
-request: a produce of one message, a batch produce of 100, a pull of 100 (`max=100`) and the ack
-of that pull. The ASGI app is called directly (no server, no socket) in an event loop of this
+request: a produce of one message, a batch produce of 100, a pull of 100 (`max=100`), the ack
+of that pull, and a pull of 100 that carries the previous pull's requestId (its ack: the
+benchmarks' pull + ack, one request a batch). The ASGI app is called directly (no server, no socket) in an event loop of this
 process, on the embedded store in a temporary directory, with fsync=always.
 
 What is counted, so that the count is the same run after run, whatever else the machine does:
@@ -62,7 +63,9 @@ BUDGET_FILE = ROOT / "benchmarks" / "call_budget.json"
 RECORD_COMMAND = ".venv/bin/python benchmarks/call_budget.py --record"
 OVER = 0.05  # a count more than 5 % over its budget fails
 UNDER = 0.20  # ... and one more than 20 % under it: the budget is out of date
-PATHS = ("produce", "produce_batch", "pull", "ack")
+# pull_acking: a pull of 100 carrying the previous pull's requestId, its ack (the benchmarks' pull
+# + ack: one request acks one batch and leases the next).
+PATHS = ("produce", "produce_batch", "pull", "ack", "pull_acking")
 MODES = ("untraced", "traced")
 KEYS = tuple(f"{path}/{mode}" for path in PATHS for mode in MODES)
 BATCH = 100  # messages of a batch produce, of a pull and so of its ack
@@ -267,9 +270,11 @@ class Harness:
             "POST", "/mq/produce/batch", "pulled-p", {"producer": "pulled-p", "messages": messages}
         )
 
-    def _pull(self) -> Request:
-        query = urlencode({"topic": "pulled", "consumer": "pulled-c", "max": BATCH})
-        return self.prepared("GET", "/mq/message", "pulled-c", query=query)
+    def _pull(self, acking: str = "") -> Request:
+        fields: dict[str, Any] = {"topic": "pulled", "consumer": "pulled-c", "max": BATCH}
+        if acking:
+            fields["requestId"] = acking
+        return self.prepared("GET", "/mq/message", "pulled-c", query=urlencode(fields))
 
     async def pull(self) -> Request:
         await self._fill()
@@ -282,12 +287,19 @@ class Harness:
         fields = {"requestId": found["requestId"], "consumer": "pulled-c"}
         return self.prepared("POST", "/mq/ack", "pulled-c", fields)
 
+    async def pull_acking(self) -> Request:
+        await self._fill()
+        found = (await self._pull()()).result()
+        assert len(found["msgList"]) == BATCH, found
+        await self._fill()
+        return self._pull(acking=found["requestId"])
+
     async def after(self, path: str, answer: Answer) -> None:
         """Check the answer; ack a pull (the next pull finds the next BATCH)."""
         result = answer.result()
         if path == "produce_batch":
             assert len(result["receipts"]) == BATCH, result
-        elif path == "pull":
+        elif path in ("pull", "pull_acking"):
             assert len(result["msgList"]) == BATCH, result
             (await self.call("POST", "/mq/ack", "pulled-c", {"requestId": result["requestId"]})).result()
 
