@@ -5,8 +5,9 @@ For each path, untraced and traced (a project policy at info), the interpreter's
 function calls (`sys.setprofile` 'call' and 'c_call' events) made while the gateway serves ONE
 request: a produce of one message, a batch produce of 100, a pull of 100 (`max=100`), the ack
 of that pull, and a pull of 100 that carries the previous pull's requestId (its ack: the
-benchmarks' pull + ack, one request a batch). The ASGI app is called directly (no server, no socket) in an event loop of this
-process, on the embedded store in a temporary directory, with fsync=always.
+benchmarks' pull + ack, one request a batch). The ASGI app is called directly (no server, no
+socket) in an event loop of this process, on the embedded store in a temporary directory, with
+fsync=always.
 
 What is counted, so that the count is the same run after run, whatever else the machine does:
 

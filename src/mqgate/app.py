@@ -10,9 +10,10 @@ import dataclasses
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 from mqgate.accesskeys.service import AccessKeys
 from mqgate.alerts.service import Alerts
@@ -70,8 +71,7 @@ from mqgate.web.lazy import MadeOnFirstRequest
 log = logging.getLogger("mqgate")
 
 
-@dataclass(slots=True, frozen=True)
-class Built:
+class Built(msgspec.Struct, frozen=True):
     """What build_site made: the ASGI app, its two doors, and the platform they serve."""
 
     site: Site
@@ -80,8 +80,7 @@ class Built:
     platform: Platform
 
 
-@dataclass(slots=True, frozen=True)
-class Core:
+class Core(msgspec.Struct, frozen=True):
     """What the data path stands on: the registry database, the backends, the cluster pool and
     the router every store call goes through, and the context that holds them."""
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.health import Health
@@ -20,8 +21,7 @@ from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.interface import MessageStore
 
 
-@dataclass(slots=True)
-class Backends:
+class Backends(msgspec.Struct):
     store: MessageStore
     offsets: OffsetStore
     scheduler: Scheduler

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
+
+import msgspec
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -25,8 +26,7 @@ log = logging.getLogger("mqgate.health")
 LOG_EVERY_S: Final = 10.0
 
 
-@dataclass(slots=True)
-class _Fault:
+class _Fault(msgspec.Struct):
     count: int = 0
     last: str = ""
     logged_at: float = -LOG_EVERY_S

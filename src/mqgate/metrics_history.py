@@ -22,9 +22,9 @@ import logging
 import socket
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.services.context import Context
@@ -60,8 +60,7 @@ history = sa.Table(
 )
 
 
-@dataclass(slots=True, frozen=True)
-class Point:
+class Point(msgspec.Struct, frozen=True):
     """One point of a chart: None where nothing was recorded."""
 
     at_ms: int
@@ -71,8 +70,7 @@ class Point:
     lag_max: int | None
 
 
-@dataclass(slots=True, frozen=True)
-class Reading:
+class Reading(msgspec.Struct, frozen=True):
     produced: float
     consumed: float
     lag: float

@@ -4,7 +4,7 @@ to reach a feature without knowing how it was built."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 from mqgate.alerts.service import Alerts
 from mqgate.failover.service import Failover
@@ -17,8 +17,7 @@ from mqgate.tracing.lookup import TraceLookup
 from mqgate.tracing.service import Tracing
 
 
-@dataclass(slots=True, frozen=True)
-class Platform:
+class Platform(msgspec.Struct, frozen=True):
     gateway: Gateway  # the data path
     tracing: Tracing
     trace_lookup: TraceLookup

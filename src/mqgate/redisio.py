@@ -19,10 +19,10 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
 from importlib import resources
 from typing import Any, Final, TypeAlias
 
+import msgspec
 import redis.asyncio as aioredis
 from redis import exceptions as rexc
 from redis.asyncio.client import PubSub
@@ -53,16 +53,14 @@ CLUSTER_REDIRECTIONS: Final = 64
 RedisClient: TypeAlias = aioredis.Redis | RedisCluster
 
 
-@dataclass(frozen=True, slots=True)
-class ReplicaWait:
+class ReplicaWait(msgspec.Struct, frozen=True):
     """Answer a write only once `replicas` replicas have it (`WAIT`), or fail after `timeout_ms`."""
 
     replicas: int
     timeout_ms: int
 
 
-@dataclass(frozen=True, slots=True)
-class _Address:
+class _Address(msgspec.Struct, frozen=True):
     nodes: list[tuple[str, int]]
     username: str | None
     password: str | None

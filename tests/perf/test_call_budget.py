@@ -1,9 +1,10 @@
 """The data path's budget of Python calls per request (issue 28 item 3): one produce, a batch
-produce of 100, a pull of 100, its ack, and a pull carrying the previous pull's ack, untraced and traced, each counted as the interpreter
-counts calls (benchmarks/call_budget.py says what is counted, and why the count is the same on a
-busy machine) against benchmarks/call_budget.json. More than 5 % over a budget fails; more than
-20 % under it fails too, so that the file is re-recorded and keeps catching the next change.
-No wall-clock figure here: those are the benchmarks' (benchmarks/README.md)."""
+produce of 100, a pull of 100, its ack, and a pull carrying the previous pull's ack, untraced
+and traced, each counted as the interpreter counts calls (benchmarks/call_budget.py says what is
+counted, and why the count is the same on a busy machine) against benchmarks/call_budget.json.
+More than 5 % over a budget fails; more than 20 % under it fails too, so that the file is
+re-recorded and keeps catching the next change. No wall-clock figure here: those are the
+benchmarks' (benchmarks/README.md)."""
 
 from __future__ import annotations
 

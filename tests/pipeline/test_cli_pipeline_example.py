@@ -4,7 +4,6 @@ again without harm. Spark is not needed for this; tests/pipeline runs the pipeli
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import subprocess
 import sys
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from msgspec.structs import replace
 
 from mqgate.pipeline.config import load_config
 from mqgate.pipeline.parsing import SourceMessage, parse_message
@@ -110,7 +110,7 @@ def test_the_example_creates_no_table_of_the_tests_in_its_database(pg_url: str) 
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
         own = {"ledger", "dead_letters", "retries", "hot_keys", "pending", "flushes"}
         assert tables == {"video_likes", "video_comments"} | {f"mqgate_pipeline_{t}" for t in own}
-        injecting = dataclasses.replace(config, sink=dataclasses.replace(config.sink, fail_keys=("k",)))
+        injecting = replace(config, sink=replace(config.sink, fail_keys=("k",)))
         create_tables(conn, injecting)
         assert conn.execute("SELECT to_regclass('mqgate_pipeline_fault_probe')").fetchone() == (
             "mqgate_pipeline_fault_probe",

@@ -45,7 +45,7 @@ def seed(history: QueueStateHistory, rng: random.Random) -> None:
 
 
 def _fields(r: QueueInterval) -> dict[str, object]:
-    return {name: getattr(r, name) for name in QueueInterval.__dataclass_fields__}
+    return {name: getattr(r, name) for name in QueueInterval.__struct_fields__}
 
 
 def pages(history: QueueStateHistory, limit: int, **query: object) -> list[list[QueueInterval]]:

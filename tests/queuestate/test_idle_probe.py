@@ -9,10 +9,11 @@ reads of the real store and offsets."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, cast
+
+from msgspec.structs import replace
 
 from mqgate.api.shapes import MessageIn
 from mqgate.backends import backends_for
@@ -87,9 +88,7 @@ def test_an_idle_probe_reads_nothing_and_a_produce_costs_its_topic(tmp_path: Pat
             ctx = gateway.ctx
             producer, _ = await gateway.topology.register_producer("p7", "t7")
             store, offsets = Counting(ctx.store), Counting(ctx.offsets)
-            qs = QueueState(
-                dataclasses.replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets))
-            )
+            qs = QueueState(replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets)))
             observers.attach(qs)
 
             await qs._probe(B)  # the first probe reads everything
@@ -153,9 +152,7 @@ def test_following_the_gateways_moves_needs_no_periodic_full_probe(tmp_path: Pat
         async with topics_and_consumers(tmp_path) as (gateway, _):
             ctx = gateway.ctx
             store, offsets = Counting(ctx.store), Counting(ctx.offsets)
-            qs = QueueState(
-                dataclasses.replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets))
-            )
+            qs = QueueState(replace(ctx, store=cast(MessageStore, store), offsets=cast(OffsetStore, offsets)))
             qs.follow(gateway.changes)
             await qs._probe(B)  # the first probe reads everything
             assert (store.calls, offsets.calls) == (TOPICS, TOPICS)

@@ -25,9 +25,9 @@ import secrets
 import string
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -72,8 +72,7 @@ def could_be_access_key_id(value: str) -> bool:
     )
 
 
-@dataclass(slots=True, frozen=True)
-class AccessKey:
+class AccessKey(msgspec.Struct, frozen=True):
     name: str
     project: str
     account: str
@@ -86,16 +85,14 @@ class AccessKey:
         return self.revoked_ms is not None
 
 
-@dataclass(slots=True, frozen=True)
-class IssuedKey:
+class IssuedKey(msgspec.Struct, frozen=True):
     """A new key with its secret: the only time the secret is answered."""
 
     key: AccessKey
     secret_access_key: str
 
 
-@dataclass(slots=True, frozen=True)
-class ActiveKey:
+class ActiveKey(msgspec.Struct, frozen=True):
     """A key that may sign requests, with its secret (in memory only)."""
 
     key: AccessKey

@@ -20,8 +20,9 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Container, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 LAG: Final = "lag"
 DEAD_LETTERS: Final = "dead_letters"
@@ -45,8 +46,7 @@ def consumer_of(key: str) -> str:
     return key.split(":", 1)[1]
 
 
-@dataclass(slots=True, frozen=True)
-class Condition:
+class Condition(msgspec.Struct, frozen=True):
     """A rule that holds now for one consumer."""
 
     kind: str
@@ -71,8 +71,7 @@ class Condition:
         )
 
 
-@dataclass(slots=True, frozen=True)
-class Clear:
+class Clear(msgspec.Struct, frozen=True):
     """The rule was evaluated and does not hold (an active alert of this key resolves)."""
 
     reason: str
@@ -113,13 +112,12 @@ def growth(points: Iterable[tuple[int, int]], now_ms: int, window_ms: int) -> tu
     return grown, covered
 
 
-@dataclass(slots=True)
-class DeadLetterWatch:
+class DeadLetterWatch(msgspec.Struct):
     """Dead-letter counts per consumer over a sliding window, and the rule on them."""
 
     threshold: int  # new dead letters within the window that raise the alert; 0 = off
     window_ms: int
-    _points: dict[str, deque[tuple[int, int]]] = field(default_factory=dict)
+    _points: dict[str, deque[tuple[int, int]]] = msgspec.field(default_factory=dict)
 
     def observe(self, consumer: str, count: int, now_ms: int) -> None:
         """The count now. A count equal to the last one kept is not kept: it changes neither
@@ -167,8 +165,7 @@ class DeadLetterWatch:
             del self._points[name]
 
 
-@dataclass(slots=True, frozen=True)
-class Decision:
+class Decision(msgspec.Struct, frozen=True):
     fire: list[Condition]  # hold and were not active: notify "firing"
     keep: list[Condition]  # hold and are active: their figures are updated, nobody is told
     resolve: list[tuple[str, Clear]]  # active and no longer hold: notify "resolved"

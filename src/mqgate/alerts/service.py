@@ -34,9 +34,9 @@ import contextlib
 import heapq
 import logging
 import socket
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError
 
@@ -98,8 +98,7 @@ table = sa.Table(
 Row = dict[str, Any]  # an alert's row, as a notification is made from it
 
 
-@dataclass(slots=True, frozen=True)
-class ActiveAlert:
+class ActiveAlert(msgspec.Struct, frozen=True):
     key: str
     kind: str
     consumer: str
@@ -145,7 +144,7 @@ class AlertTable:
 
     def active(self) -> list[ActiveAlert]:
         c = table.c
-        cols = [getattr(c, f) for f in ActiveAlert.__dataclass_fields__]
+        cols = [getattr(c, f) for f in ActiveAlert.__struct_fields__]
         with self.engine.connect() as conn:
             rows = conn.execute(sa.select(*cols).where(c.state == FIRING).order_by(c.since_ms, c.key)).all()
         return [ActiveAlert(*r) for r in rows]

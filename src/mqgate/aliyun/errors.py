@@ -9,14 +9,14 @@ handle (`xml.encode_ack_errors`), status `ACK_PARTIAL_FAILURE_STATUS`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import MqgateError
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorKind:
+class ErrorKind(msgspec.Struct, frozen=True):
     """One error as the service answers it."""
 
     code: str  # the document's <Code>, e.g. "MessageNotExist"

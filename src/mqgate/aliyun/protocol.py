@@ -10,9 +10,10 @@ InvalidQueryString, a path the API does not have InvalidRequestURL.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import Final, Literal
 from urllib.parse import unquote
+
+import msgspec
 
 from mqgate.aliyun import errors
 from mqgate.aliyun.detect import PATH
@@ -50,8 +51,7 @@ _TRANS: Final[dict[str, frozenset[str]]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
-class AliyunRequest:
+class AliyunRequest(msgspec.Struct, frozen=True):
     operation: Operation
     topic: str
     instance: str  # `ns`: "" for none (the key's project)

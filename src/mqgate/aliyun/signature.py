@@ -32,9 +32,10 @@ import calendar
 import hashlib
 import hmac
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from email.utils import parsedate_tz
 from typing import Final
+
+import msgspec
 
 from mqgate.aliyun import errors
 from mqgate.aliyun.errors import AliyunError
@@ -53,8 +54,7 @@ Lookup = Callable[[str], str | None]
 Headers = Mapping[str, str] | Iterable[tuple[str, str]]
 
 
-@dataclass(frozen=True, slots=True)
-class Verified:
+class Verified(msgspec.Struct, frozen=True):
     """Who signed a request that verified."""
 
     access_key_id: str

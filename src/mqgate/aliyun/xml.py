@@ -31,9 +31,10 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Final, NoReturn
 from xml.parsers import expat
+
+import msgspec
 
 from mqgate.aliyun import errors
 from mqgate.aliyun.errors import AliyunError, ErrorKind
@@ -80,8 +81,7 @@ class NotXmlText(ValueError):
 # Decoding
 
 
-@dataclass(frozen=True, slots=True)
-class PublishRequest:
+class PublishRequest(msgspec.Struct, frozen=True):
     """A publish's body, decoded and checked."""
 
     body: str
@@ -415,8 +415,7 @@ def encode_publish_result(message_id: str, body_md5: str, receipt_handle: str = 
     return _document("Message", inner)
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumedMessage:
+class ConsumedMessage(msgspec.Struct, frozen=True):
     """One message of a consume's answer (also of a `trans=pop` of half messages)."""
 
     message_id: str
@@ -427,7 +426,7 @@ class ConsumedMessage:
     next_consume_time_ms: int
     consumed_times: int
     tag: str = ""
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = msgspec.field(default_factory=dict)
     body_md5: str = ""  # "" -> computed from body
 
 
@@ -461,8 +460,7 @@ def encode_consume_result(messages: Sequence[ConsumedMessage]) -> bytes:
     return _document("Messages", "".join(parts))
 
 
-@dataclass(frozen=True, slots=True)
-class AckFailure:
+class AckFailure(msgspec.Struct, frozen=True):
     """A receipt handle an ack (or commit / rollback) could not apply."""
 
     receipt_handle: str

@@ -31,10 +31,11 @@ consumer and topic per interval: small next to the trace events).
 from __future__ import annotations
 
 import bisect
-import dataclasses
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from typing import Any, Final, Generic, TypeVar
+
+import msgspec
 
 from mqgate.analytics.reports import iso
 from mqgate.queuestate.diagnosis import CONSUMER_SIDE, QUEUE_SIDE, Finding, Thresholds, diagnose
@@ -126,7 +127,7 @@ def timeline(window: ProjectWindow, from_ms: int | None, to_ms: int | None, t: T
     end = to_ms if to_ms is not None else max(every) + step
     starts = list(range(first, end, step))
     lookback = t.lookback_ms(step)
-    per_interval = dataclasses.replace(t, error_window_ms=step, full_window_ms=step)
+    per_interval = msgspec.structs.replace(t, error_window_ms=step, full_window_ms=step)
 
     present: dict[int, set[Lane]] = defaultdict(set)
     for q in queues.rows:
@@ -251,7 +252,7 @@ def _runs(starts: list[int], step: int, marks: dict[int, dict[FindingKey, Findin
 
 
 def thresholds_json(t: Thresholds) -> dict[str, Any]:
-    out = dataclasses.asdict(t)
+    out = msgspec.structs.asdict(t)
     out["store_error_types"] = sorted(t.store_error_types)
     return out
 

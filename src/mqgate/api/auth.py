@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import hmac
 import time
-from dataclasses import dataclass
 from typing import TypeVar
+
+import msgspec
 
 from mqgate.core.tokens import TICKET_PREFIX, TICKET_TOKEN_HASH_CHARS, AckToken, StreamTicket
 from mqgate.errors import Forbidden, MqgateError, Unauthorized
@@ -26,19 +27,16 @@ from mqgate.services.topology import Topology
 from mqgate.web.request import Request
 
 
-@dataclass(slots=True, frozen=True)
-class Admin:
+class Admin(msgspec.Struct, frozen=True):
     """The caller holds the admin token."""
 
 
-@dataclass(slots=True, frozen=True)
-class TokenCaller:
+class TokenCaller(msgspec.Struct, frozen=True):
     consumer: ConsumerRecord
     token: AckToken
 
 
-@dataclass(slots=True, frozen=True)
-class TicketHolder:
+class TicketHolder(msgspec.Struct, frozen=True):
     """The caller holds a stream ticket of `consumer` (and of its client `client_id`)."""
 
     consumer: ConsumerRecord

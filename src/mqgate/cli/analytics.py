@@ -14,6 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from mqgate.errors import BadRequest, MqgateError
 
 
@@ -78,12 +80,11 @@ def add_parser(commands: Any) -> None:
 
 def parse_thresholds(items: list[str] | None) -> Any:
     """`NAME=VALUE` items over the health rules' defaults (mqgate.queuestate.diagnosis.Thresholds)."""
-    import dataclasses
 
     from mqgate.queuestate.diagnosis import Thresholds
 
     defaults = Thresholds()
-    known = {f.name for f in dataclasses.fields(Thresholds)}
+    known = {f.name for f in msgspec.structs.fields(Thresholds)}
     changes: dict[str, Any] = {}
     for item in items or []:
         name, sep, text = item.partition("=")
@@ -104,7 +105,7 @@ def parse_thresholds(items: list[str] | None) -> Any:
         if not isinstance(value, frozenset) and value <= 0:
             raise BadRequest(f"--threshold {name} must be positive", field="--threshold")
         changes[name] = value
-    return dataclasses.replace(defaults, **changes)
+    return msgspec.structs.replace(defaults, **changes)
 
 
 def options(args: argparse.Namespace) -> Any:

@@ -4,8 +4,8 @@ console calls these in a worker thread, the CLI directly."""
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -20,8 +20,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True, frozen=True)
-class UserRow:
+class UserRow(msgspec.Struct, frozen=True):
     name: str
     provider: str
     created_ms: int

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, replace
 from typing import Any, Final, Protocol
 
 import msgspec
 import sqlalchemy as sa
+from msgspec.structs import replace
 
 from mqgate.console.audit import AuditLog
 from mqgate.console.tables import create_tables
@@ -118,8 +118,7 @@ def clean(value: Any) -> Any:
     return value
 
 
-@dataclass(slots=True)
-class ApiAudit:
+class ApiAudit(msgspec.Struct):
     gateway: Gateway
     record: Recorder
     failures: int = 0  # entries that could not be written (logged; the change itself stands)

@@ -16,7 +16,6 @@ import math
 import mimetypes
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -76,8 +75,7 @@ def route(method: str, path: str, handler: Handler, role: str = "signed_in") -> 
     return Route(method, path, handler, role)
 
 
-@dataclass(slots=True, frozen=True)
-class SessionCookie:
+class SessionCookie(msgspec.Struct, frozen=True):
     """What the session cookie names: the session, and the cookie's value (to end it)."""
 
     session: Session

@@ -12,9 +12,9 @@ import hmac
 import json
 import secrets
 import time
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.console import tables as t
@@ -27,8 +27,7 @@ REJECTED: Final = "rejected"
 FAILED: Final = "failed"  # approved, but the registration was refused (e.g. the name is taken)
 
 
-@dataclass(slots=True, frozen=True)
-class Application:
+class Application(msgspec.Struct, frozen=True):
     id: int
     kind: str
     name: str

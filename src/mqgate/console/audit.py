@@ -6,9 +6,9 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.console import tables as t
@@ -16,8 +16,7 @@ from mqgate.console import tables as t
 PAGE_ROWS: Final = 100
 
 
-@dataclass(slots=True, frozen=True)
-class AuditEntry:
+class AuditEntry(msgspec.Struct, frozen=True):
     id: int
     at_ms: int
     actor: str
@@ -29,8 +28,7 @@ class AuditEntry:
     after: Any
 
 
-@dataclass(slots=True, frozen=True)
-class AuditFilter:
+class AuditFilter(msgspec.Struct, frozen=True):
     actor: str | None = None
     action: str | None = None  # a prefix: "topic." matches every topic action
     target: str | None = None  # a substring

@@ -7,16 +7,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final
+
+import msgspec
 
 TABLE_ROWS: Final = 60  # the table of points shows the newest ones, up to this many
 DIGITS: Final = 3  # values sent to the browser are rounded to this many decimals
 
 
-@dataclass(slots=True, frozen=True)
-class Chart:
+class Chart(msgspec.Struct, frozen=True):
     key: str  # an id for the page: produce, consume, lag
     title: str
     unit: str
@@ -41,8 +41,7 @@ class Chart:
         }
 
 
-@dataclass(slots=True, frozen=True)
-class ChartNote:
+class ChartNote(msgspec.Struct, frozen=True):
     """What stands in a chart's place when there is nothing it could draw (a latency chart of a
     topic nobody traces): why, and a link to what would change that; never an empty chart."""
 

@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.errors import Conflict, MqgateError
 from mqgate.services.deadletters import DeadLetters, RedriveControl, Selection
@@ -37,22 +37,21 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class RedriveTask:
+class RedriveTask(msgspec.Struct):
     consumer: str
     project: str
     actor: str
     selection: Selection
     scope: str
     filters: dict[str, str]
-    started_ms: int = field(default_factory=now_ms)
+    started_ms: int = msgspec.field(default_factory=now_ms)
     left: int | None = None  # chosen and not copied yet, after the last slice (None: none ran)
     slices: int = 0
     state: str = "running"  # running, done, cancelled, failed
     error: str = ""
     finished_ms: int | None = None
-    copies: list[dict[str, Any]] = field(default_factory=list)  # the first COPIES_AUDITED
-    control: RedriveControl = field(default_factory=RedriveControl)  # its stop, its copies so far
+    copies: list[dict[str, Any]] = msgspec.field(default_factory=list)  # the first COPIES_AUDITED
+    control: RedriveControl = msgspec.field(default_factory=RedriveControl)  # its stop, its copies so far
     task: asyncio.Task[None] | None = None
 
     @property
@@ -147,12 +146,12 @@ class RedriveTasks:
                 job.left = result.left
                 job.slices += 1
                 room = COPIES_AUDITED - len(job.copies)
-                job.copies += [dataclasses.asdict(c) for c in result.redriven[: max(room, 0)]]
+                job.copies += [msgspec.structs.asdict(c) for c in result.redriven[: max(room, 0)]]
                 more = result.left > 0 or (sel.offset is None and result.scanned >= sel.scan)
                 if not more:
                     break
                 # The next slice goes on where this one ended, at the same pace.
-                sel = dataclasses.replace(sel, start=result.next)
+                sel = msgspec.structs.replace(sel, start=result.next)
                 if rate is not None:
                     with contextlib.suppress(TimeoutError):
                         wait_s = started + made / rate - time.monotonic()

@@ -8,8 +8,9 @@ and approves applications, an admin does everything everywhere, users included.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 VIEWER: Final = "viewer"
 MEMBER: Final = "member"
@@ -20,8 +21,7 @@ LEVEL: Final = {role: i + 1 for i, role in enumerate(ROLES)}
 EVERY_PROJECT: Final = "*"
 
 
-@dataclass(slots=True, frozen=True)
-class Grant:
+class Grant(msgspec.Struct, frozen=True):
     role: str
     project: str
 
@@ -37,12 +37,11 @@ def check_grant(role: str, project: str) -> str | None:
     return None
 
 
-@dataclass(slots=True, frozen=True)
-class Principal:
+class Principal(msgspec.Struct, frozen=True):
     """A signed-in user and what they were granted."""
 
     name: str
-    grants: tuple[Grant, ...] = field(default_factory=tuple)
+    grants: tuple[Grant, ...] = msgspec.field(default_factory=tuple)
 
     def level(self, project: str) -> int:
         return max((LEVEL[g.role] for g in self.grants if g.project in (project, EVERY_PROJECT)), default=0)

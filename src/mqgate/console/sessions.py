@@ -5,22 +5,20 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from dataclasses import dataclass
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.console import tables as t
 
 
-@dataclass(slots=True, frozen=True)
-class SessionPolicy:
+class SessionPolicy(msgspec.Struct, frozen=True):
     idle_ms: int = 60 * 60 * 1000  # an hour without a request ends it
     lifetime_ms: int = 12 * 60 * 60 * 1000  # and it never outlives a working day
     touch_every_ms: int = 60 * 1000  # `seen` is written at most this often
 
 
-@dataclass(slots=True, frozen=True)
-class Session:
+class Session(msgspec.Struct, frozen=True):
     user: str
     csrf: str
     created_ms: int

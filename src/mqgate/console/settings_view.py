@@ -6,8 +6,9 @@ from __future__ import annotations
 import functools
 import inspect
 import re
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mqgate import settings as settings_module
 from mqgate.console.formats import number, retention, size
@@ -24,8 +25,7 @@ _SECRET_PARAM: Final = re.compile(
 _FIELD: Final = re.compile(r"^    (\w+): ")
 
 
-@dataclass(slots=True, frozen=True)
-class SettingRow:
+class SettingRow(msgspec.Struct, frozen=True):
     name: str
     value: str
     source: str  # "default", "file …", "env MQGATE_…", "command line", "set by the program"

@@ -8,16 +8,14 @@ attempt refused for the limit is not counted; one whose password was right gives
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.console import tables as t
 from mqgate.sqlschema import upsert_insert
 
 
-@dataclass(slots=True, frozen=True)
-class Limits:
+class Limits(msgspec.Struct, frozen=True):
     per_user: int = 5  # failures per window for one user name (known or not)
     per_ip: int = 20  # failures per window from one address
     window_ms: int = 15 * 60 * 1000

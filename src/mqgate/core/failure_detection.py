@@ -23,8 +23,9 @@ from __future__ import annotations
 import enum
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 
 class ClusterState(enum.StrEnum):
@@ -48,8 +49,7 @@ SERVING: Final = frozenset({ClusterState.HEALTHY, ClusterState.SUSPECT})
 _BUCKETS: Final = 10
 
 
-@dataclass(slots=True, frozen=True)
-class DetectionRules:
+class DetectionRules(msgspec.Struct, frozen=True):
     """Every threshold of the detector; the defaults are the documented ones (docs/FAILOVER.md)."""
 
     send_timeout_s: float = 60.0  # an operation slower than this is TIMED_OUT (SPEC P8 default)
@@ -75,8 +75,7 @@ class DetectionRules:
         return outcome
 
 
-@dataclass(slots=True, frozen=True)
-class Transition:
+class Transition(msgspec.Struct, frozen=True):
     cluster: str
     before: ClusterState
     after: ClusterState
@@ -218,8 +217,7 @@ class Detector:
 # --- the active cluster of a project --------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True)
-class Choice:
+class Choice(msgspec.Struct, frozen=True):
     cluster: str
     switched: bool
     reason: str

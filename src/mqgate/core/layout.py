@@ -17,8 +17,9 @@ table only grows at the end.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.model import QueueBounds
 from mqgate.names import INTERNAL_PREFIXES
@@ -36,8 +37,7 @@ def inbox_topic(consumer: str) -> str:
     return f"{INBOX_PREFIX}{consumer}"
 
 
-@dataclass(slots=True, frozen=True)
-class Slot:
+class Slot(msgspec.Struct, frozen=True):
     topic: str
     queue: int  # the store queue within `topic`
     lane: int
@@ -113,8 +113,7 @@ def grown(shapes: tuple[Shape, ...], queues: int, lanes: int) -> tuple[Shape, ..
     return (*shapes, (queues, lanes))
 
 
-@dataclass(slots=True, frozen=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     consumer: str
     topic: str
     grid: QueueGrid

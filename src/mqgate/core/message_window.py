@@ -21,6 +21,8 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal
 
+import msgspec
+
 # What settling one message by its receipt gives.
 DELETED: Final = "deleted"  # it was in flight under this receipt: deleted now
 ALREADY: Final = "already_deleted"  # deleted before (a retried delete): nothing to do
@@ -32,15 +34,13 @@ MessageOutcome = Literal["deleted", "already_deleted", "stale_receipt", "changed
 DEFAULT_WINDOW: Final = 20_000  # offsets a queue's window spans at most
 
 
-@dataclass(slots=True)
-class InFlight:
+class InFlight(msgspec.Struct):
     visible_ms: int  # when it may be received again
     receives: int  # times received (the receipt names the receive: with first_ms, its identity)
     first_ms: int  # when it was first received
 
 
-@dataclass(slots=True, frozen=True)
-class Received:
+class Received(msgspec.Struct, frozen=True):
     """One message handed out (or, `dead_letter`, out of receives: for the dead-letter topic)."""
 
     queue: int

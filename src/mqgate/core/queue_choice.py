@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+
+import msgspec
 
 
-@dataclass(slots=True, frozen=True)
-class QueueView:
+class QueueView(msgspec.Struct, frozen=True):
     queue: int
     min_offset: int
     max_offset: int

@@ -8,11 +8,10 @@ rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import msgspec
 
 
-@dataclass(slots=True)
-class TokenBucket:
+class TokenBucket(msgspec.Struct):
     rate_per_s: float
     tokens: float
     updated_ms: int

@@ -11,8 +11,7 @@ in a thread.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.errors import AlreadyExists, BadRequest, Conflict, NotFound
@@ -64,8 +63,7 @@ resent_ids_table = sa.Table(
 )
 
 
-@dataclass(slots=True, frozen=True)
-class Assignment:
+class Assignment(msgspec.Struct, frozen=True):
     """A project's clusters as configured."""
 
     project: str
@@ -74,8 +72,7 @@ class Assignment:
     auto_failback: bool
 
 
-@dataclass(slots=True, frozen=True)
-class FailoverConfig:
+class FailoverConfig(msgspec.Struct, frozen=True):
     clusters: dict[str, ClusterSpec]
     projects: dict[str, Assignment]
 

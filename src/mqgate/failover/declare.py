@@ -20,7 +20,7 @@ and offsets stay until retention, so a fail-back finds the tables where they wer
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import msgspec
 
 from mqgate.core.layout import Layout, inbox_topic, retry_topic
 from mqgate.core.queue_choice import lock_is_held
@@ -32,8 +32,7 @@ from mqgate.registry.records import ConsumerRecord, Snapshot, TopicRecord
 from mqgate.store.interface import MessageStore, TopicConfig
 
 
-@dataclass(slots=True, frozen=True)
-class ProjectTopology:
+class ProjectTopology(msgspec.Struct, frozen=True):
     project: str
     topics: dict[str, TopicRecord]  # the project's topics and its consumers' dead-letter topics
     consumers: dict[str, ConsumerRecord]
@@ -50,10 +49,9 @@ def project_topology(snapshot: Snapshot, project: str) -> ProjectTopology:
     return ProjectTopology(project, topics, consumers)
 
 
-@dataclass(slots=True)
-class DeclareReport:
-    topics: list[str] = field(default_factory=list)
-    tables_created: list[str] = field(default_factory=list)
+class DeclareReport(msgspec.Struct):
+    topics: list[str] = msgspec.field(default_factory=list)
+    tables_created: list[str] = msgspec.field(default_factory=list)
 
 
 async def table_bounds(store: MessageStore, layout: Layout) -> list[QueueBounds]:
@@ -107,11 +105,14 @@ async def consumer_backlog(
     return total
 
 
-@dataclass(slots=True)
-class CleanupReport:
-    released: list[tuple[str, str, int]] = field(default_factory=list)  # consumer, client, table index
-    refused: list[tuple[str, str, int, str]] = field(default_factory=list)  # ... and why
-    backlog: dict[tuple[str, str], int] = field(default_factory=dict)  # (consumer, client) -> messages
+class CleanupReport(msgspec.Struct):
+    released: list[tuple[str, str, int]] = msgspec.field(
+        default_factory=list
+    )  # consumer, client, table index
+    refused: list[tuple[str, str, int, str]] = msgspec.field(default_factory=list)  # ... and why
+    backlog: dict[tuple[str, str], int] = msgspec.field(
+        default_factory=dict
+    )  # (consumer, client) -> messages
 
     @property
     def drained(self) -> bool:

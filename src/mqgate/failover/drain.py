@@ -24,7 +24,8 @@ once.
 from __future__ import annotations
 
 from collections.abc import Collection
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.core.layout import Layout, inbox_topic
 from mqgate.failover.declare import ProjectTopology, table_bounds
@@ -35,9 +36,8 @@ from mqgate.store.interface import Encoded, MessageStore
 BATCH = 500
 
 
-@dataclass(slots=True)
-class DrainReport:
-    moved: dict[str, int] = field(default_factory=dict)  # consumer -> messages copied
+class DrainReport(msgspec.Struct):
+    moved: dict[str, int] = msgspec.field(default_factory=dict)  # consumer -> messages copied
     duplicates: int = 0
     skipped: int = 0  # copies not moved: the message was resent to the active cluster
 

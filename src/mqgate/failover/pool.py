@@ -32,9 +32,10 @@ import os
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from mqgate.backends import Backends, backends_for
 from mqgate.core.failure_detection import ClusterState, DetectionRules, Detector, Outcome, Transition
@@ -55,8 +56,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True, frozen=True)
-class ClusterSpec:
+class ClusterSpec(msgspec.Struct, frozen=True):
     name: str
     url: str
     pool: str = "default"
@@ -65,8 +65,7 @@ class ClusterSpec:
     broker: str | None = None
 
 
-@dataclass(slots=True, frozen=True)
-class ClusterStatus:
+class ClusterStatus(msgspec.Struct, frozen=True):
     """What metrics, the admin API and the log show of one cluster."""
 
     name: str
@@ -86,8 +85,7 @@ class ClusterStatus:
 PROBE_HISTORY: Final = 300  # probes a cluster keeps (5 minutes at the default interval)
 
 
-@dataclass(slots=True, frozen=True)
-class ProbePoint:
+class ProbePoint(msgspec.Struct, frozen=True):
     """One probe of a cluster: when, what it found, how long it took."""
 
     at_ms: int

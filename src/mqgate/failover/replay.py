@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.errors import Unavailable
 from mqgate.failover.spool import QueueKey, Spool, SpoolRecord
@@ -29,11 +30,10 @@ class NotSent(Unavailable):
     known, the project not declared there): the batch's try does not count."""
 
 
-@dataclass(slots=True)
-class ReplayResult:
+class ReplayResult(msgspec.Struct):
     resent: int = 0
     batches: int = 0
-    failed: dict[QueueKey, str] = field(default_factory=dict)  # queue -> why it stopped
+    failed: dict[QueueKey, str] = msgspec.field(default_factory=dict)  # queue -> why it stopped
 
 
 class Replayer:

@@ -16,7 +16,6 @@ import logging
 import secrets
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -72,8 +71,7 @@ _ENCODE = msgspec.json.Encoder()
 _DECODE = msgspec.json.Decoder(StoredMessage)
 
 
-@dataclass(slots=True, frozen=True)
-class ProjectFailover:
+class ProjectFailover(msgspec.Struct, frozen=True):
     """What the admin API shows of one project's clusters."""
 
     project: str
@@ -88,8 +86,7 @@ class ProjectFailover:
     draining: list[str]  # clusters it left that still hold its consumers' backlog
 
 
-@dataclass(slots=True, frozen=True)
-class StrandedBacklog:
+class StrandedBacklog(msgspec.Struct, frozen=True):
     """A consumer's messages left on a cluster its project moved away from, not drained yet:
     not in its lag (measured on the active cluster) until the drain moves them to its inbox."""
 

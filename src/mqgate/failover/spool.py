@@ -39,7 +39,6 @@ import os
 import time
 from collections import OrderedDict, deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -87,8 +86,7 @@ MARK_DECODER: Final = msgspec.msgpack.Decoder(Mark)
 ENCODE: Final = msgspec.msgpack.Encoder().encode
 
 
-@dataclass(slots=True)
-class Entry:
+class Entry(msgspec.Struct):
     seq: int
     key: QueueKey
     msg_id: str
@@ -98,16 +96,14 @@ class Entry:
     end: int
 
 
-@dataclass(slots=True)
-class Segment:
+class Segment(msgspec.Struct):
     first_seq: int
     path: Path
     size: int
     pending: int = 0
 
 
-@dataclass(slots=True, frozen=True)
-class SpoolStats:
+class SpoolStats(msgspec.Struct, frozen=True):
     pending: int
     pending_bytes: int
     disk_bytes: int
@@ -120,8 +116,7 @@ class SpoolStats:
     corrupt_skipped: int
 
 
-@dataclass(slots=True)
-class Scan:
+class Scan(msgspec.Struct):
     """What reading one spool file found: its records (with their byte span), how far it is
     intact, and how many damaged records inside it were skipped."""
 

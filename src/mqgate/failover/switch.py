@@ -24,9 +24,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.core.failure_detection import ClusterState, choose_active
@@ -49,8 +49,7 @@ project_active = sa.Table(
 )
 
 
-@dataclass(slots=True, frozen=True)
-class ActiveRecord:
+class ActiveRecord(msgspec.Struct, frozen=True):
     project: str
     cluster: str
     epoch: int  # 1 for the first choice, +1 at every switch
@@ -110,8 +109,7 @@ class SqlSwitchRecords:
             return None  # another gateway inserted the first row
 
 
-@dataclass(slots=True, frozen=True)
-class ProjectClusters:
+class ProjectClusters(msgspec.Struct, frozen=True):
     project: str
     primary: str
     backup: str | None = None
@@ -122,8 +120,7 @@ class ProjectClusters:
             raise BadRequest(f"the backup of project {self.project} is its primary", field="backup")
 
 
-@dataclass(slots=True, frozen=True)
-class SwitchEvent:
+class SwitchEvent(msgspec.Struct, frozen=True):
     project: str
     before: str | None
     after: str
@@ -133,8 +130,7 @@ class SwitchEvent:
     changed_ms: int = 0  # the switch record's time (shared by every gateway), for the console's timeline
 
 
-@dataclass(slots=True)
-class _View:
+class _View(msgspec.Struct):
     record: ActiveRecord
     read_at: float  # monotonic time the read that saw it started
 

@@ -9,8 +9,9 @@ Every method is atomic with respect to every other caller, in any number of gate
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+import msgspec
 
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout
@@ -22,8 +23,7 @@ from mqgate.model import QueueBounds
 GroupListener = Callable[[str | None], None]
 
 
-@dataclass(slots=True)
-class OffsetEntry:
+class OffsetEntry(msgspec.Struct):
     committed: int
     lock_ts: int = 0
     lock_deadline_ms: int = 0
@@ -44,8 +44,7 @@ class OffsetEntry:
     window: Window | None = None
 
 
-@dataclass(slots=True, frozen=True)
-class Lease:
+class Lease(msgspec.Struct, frozen=True):
     """A queue locked for one pull: deliver `[offset, next_offset)`."""
 
     queue: int
@@ -65,8 +64,7 @@ class Lease:
     first_lock_ts: int = 0
 
 
-@dataclass(slots=True, frozen=True)
-class AckedLease:
+class AckedLease(msgspec.Struct, frozen=True):
     """`OffsetStore.ack_and_lease`'s answer: the ack's refusal (None: acked) and the lease (None:
     no queue free), or what kept the lease from being taken after the ack was done."""
 

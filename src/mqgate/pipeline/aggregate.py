@@ -8,16 +8,16 @@ flushed when the pipeline shuts down.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 REASON_COUNT: Final = "count"
 REASON_AGE: Final = "age"
 REASON_SHUTDOWN: Final = "shutdown"
 
 
-@dataclass(slots=True, frozen=True)
-class FlushRule:
+class FlushRule(msgspec.Struct, frozen=True):
     count: int
     age_s: float
 

@@ -10,9 +10,10 @@ import os
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
+
+import msgspec
 
 from mqgate.errors import BadRequest
 from mqgate.names import validate_name
@@ -38,20 +39,18 @@ class PipelineConfigError(BadRequest):
     code = "pipeline_config"
 
 
-@dataclass(slots=True, frozen=True)
-class EventType:
+class EventType(msgspec.Struct, frozen=True):
     type: str
     topic: str
     format: str
     # Dotted JSON path of the key (json, batch); None: the message's first key (keys[0]).
     key: str | None
     table: str
-    fields: Mapping[str, str] = field(default_factory=dict)
-    field_types: Mapping[str, str] = field(default_factory=dict)
+    fields: Mapping[str, str] = msgspec.field(default_factory=dict)
+    field_types: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
-@dataclass(slots=True, frozen=True)
-class JobConfig:
+class JobConfig(msgspec.Struct, frozen=True):
     name: str
     gateway: str
     admin_token: str
@@ -66,8 +65,7 @@ class JobConfig:
     starting_offsets: str = "earliest"
 
 
-@dataclass(slots=True, frozen=True)
-class HotKeyConfig:
+class HotKeyConfig(msgspec.Struct, frozen=True):
     enabled: bool
     topic: str
     # Events move off a worker whose share of the batch passes load_limit times the fair
@@ -81,15 +79,13 @@ class HotKeyConfig:
     load_limit: float = 1.1
 
 
-@dataclass(slots=True, frozen=True)
-class RetryConfig:
+class RetryConfig(msgspec.Struct, frozen=True):
     topic: str
     delay_s: float = 60.0
     max_attempts: int = 5
 
 
-@dataclass(slots=True, frozen=True)
-class SinkConfig:
+class SinkConfig(msgspec.Struct, frozen=True):
     url: str
     batch_rows: int = 500
     # PostgreSQL sessions one executor process opens at most; workers beyond it wait their
@@ -104,14 +100,12 @@ class SinkConfig:
     fail_always_keys: tuple[str, ...] = ()
 
 
-@dataclass(slots=True, frozen=True)
-class AggregateConfig:
+class AggregateConfig(msgspec.Struct, frozen=True):
     count: int = 100
     age_s: float = 300.0
 
 
-@dataclass(slots=True, frozen=True)
-class PipelineConfig:
+class PipelineConfig(msgspec.Struct, frozen=True):
     job: JobConfig
     events: tuple[EventType, ...]
     hot_keys: HotKeyConfig

@@ -17,9 +17,9 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
 import psycopg
 
 from mqgate.pipeline.config import PipelineConfig
@@ -45,18 +45,16 @@ TOP_KEYS_PER_TASK: Final = 64
 MAX_ERRORS: Final = 5
 
 
-@dataclass(slots=True, frozen=True)
-class TaskPlan:
+class TaskPlan(msgspec.Struct, frozen=True):
     config: PipelineConfig
     kind: str
     # Hot-key detection (event queries with hot_keys.enabled): the rule, and the keys whose
     # share of the processing time measured so far reaches the rule's time_share.
     hot_rule: HotKeyRule | None = None
-    slow_keys: Mapping[str, float] = field(default_factory=dict)
+    slow_keys: Mapping[str, float] = msgspec.field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class TaskReport:
+class TaskReport(msgspec.Struct):
     events: int = 0
     applied: int = 0
     duplicates: int = 0
@@ -65,13 +63,13 @@ class TaskReport:
     moved_hot: int = 0
     parse_failures: int = 0
     # The batch's next offset per source queue (from the rows this task was sent).
-    ends: dict[int, int] = field(default_factory=dict)
+    ends: dict[int, int] = msgspec.field(default_factory=dict)
     # Seconds of worker time per key (the costliest keys only), for hot-key detection.
-    key_seconds: dict[str, float] = field(default_factory=dict)
+    key_seconds: dict[str, float] = msgspec.field(default_factory=dict)
     # Busy seconds of each worker queue, to see how even the load was.
-    worker_seconds: dict[int, float] = field(default_factory=dict)
-    errors: list[str] = field(default_factory=list)
-    hot: list[HotKey] = field(default_factory=list)
+    worker_seconds: dict[int, float] = msgspec.field(default_factory=dict)
+    errors: list[str] = msgspec.field(default_factory=list)
+    hot: list[HotKey] = msgspec.field(default_factory=list)
 
     def merge(self, other: TaskReport) -> None:
         self.events += other.events
@@ -91,27 +89,25 @@ class TaskReport:
         self.hot.extend(other.hot)
 
 
-@dataclass(slots=True)
-class TaskInput:
+class TaskInput(msgspec.Struct):
     """What one Spark task got after the shuffle (stages.task_input)."""
 
     # Worker queue -> its events, in source-queue order.
     queues: dict[int, list[Event]]
-    failures: list[ParseFailure] = field(default_factory=list)
+    failures: list[ParseFailure] = msgspec.field(default_factory=list)
     # The next offset per source queue, from the progress rows this task was sent.
-    ends: dict[int, int] = field(default_factory=dict)
+    ends: dict[int, int] = msgspec.field(default_factory=dict)
     # The micro-batch's events (event queries): a worker's fair share, for hot-key detection.
     batch_events: int = 0
 
 
-@dataclass(slots=True)
-class _WorkerResult:
+class _WorkerResult(msgspec.Struct):
     worker: int
     applied: int = 0
     duplicates: int = 0
-    failed: list[tuple[Event, str]] = field(default_factory=list)
+    failed: list[tuple[Event, str]] = msgspec.field(default_factory=list)
     seconds: float = 0.0
-    key_seconds: dict[str, float] = field(default_factory=dict)
+    key_seconds: dict[str, float] = msgspec.field(default_factory=dict)
 
 
 def _write_chunk(sink: Sink, chunk: Sequence[Event]) -> ChunkResult:

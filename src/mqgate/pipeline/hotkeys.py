@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from mqgate.pipeline.dispatch import stable_hash
 from mqgate.pipeline.parsing import Event
@@ -31,16 +32,14 @@ REASON_TIME: Final = "time"
 _FORGET_S: Final = 1e-4
 
 
-@dataclass(slots=True, frozen=True)
-class HotKey:
+class HotKey(msgspec.Struct, frozen=True):
     key: str
     events: int  # the key's events in the batch
     moved: int  # how many of them take the hot path
     reason: str
 
 
-@dataclass(slots=True, frozen=True)
-class HotKeyRule:
+class HotKeyRule(msgspec.Struct, frozen=True):
     partitions: int
     # A key is a candidate only with at least min_count events and min_share of the batch.
     min_count: int
@@ -52,13 +51,12 @@ class HotKeyRule:
     load_limit: float = 1.1
 
 
-@dataclass(slots=True)
-class KeyTimes:
+class KeyTimes(msgspec.Struct):
     """Per-key processing time reported by the workers, decayed each batch so it follows
     the current load rather than all history."""
 
     decay: float = 0.5
-    seconds: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = msgspec.field(default_factory=dict)
 
     def add(self, measured: Mapping[str, float]) -> None:
         kept = {k: v * self.decay for k, v in self.seconds.items() if v * self.decay >= _FORGET_S}

@@ -19,9 +19,9 @@ import functools
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.query import StreamingQuery
 
@@ -47,8 +47,7 @@ RESTART_DELAY_S: Final = 2.0
 STOP_GRACE_S: Final = 60.0
 
 
-@dataclass(slots=True, frozen=True)
-class QuerySpec:
+class QuerySpec(msgspec.Struct, frozen=True):
     name: str
     kind: str
     topic: str
@@ -64,11 +63,10 @@ def query_specs(config: PipelineConfig) -> list[QuerySpec]:
     return specs
 
 
-@dataclass(slots=True)
-class RunSummary:
+class RunSummary(msgspec.Struct):
     batches: int = 0
-    report: TaskReport = field(default_factory=TaskReport)
-    hot_keys: dict[str, int] = field(default_factory=dict)
+    report: TaskReport = msgspec.field(default_factory=TaskReport)
+    hot_keys: dict[str, int] = msgspec.field(default_factory=dict)
     flushed: int = 0
     seconds: float = 0.0
     # From the start of the first micro-batch that had events to the end of the run.

@@ -12,8 +12,9 @@ import base64
 import binascii
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.pipeline.config import EventType
 
@@ -25,8 +26,7 @@ PROP_ERROR: Final = "mq.error"
 MAX_ERROR_CHARS: Final = 1000
 
 
-@dataclass(slots=True)
-class SourceMessage:
+class SourceMessage(msgspec.Struct):
     """One stored message as the mqgate data source delivers it."""
 
     message_id: str
@@ -36,11 +36,10 @@ class SourceMessage:
     offset: int
     timestamp_ms: int = 0
     keys: Sequence[str] = ()
-    properties: Mapping[str, str] = field(default_factory=dict)
+    properties: Mapping[str, str] = msgspec.field(default_factory=dict)
 
 
-@dataclass(slots=True)
-class Event:
+class Event(msgspec.Struct):
     event_id: str
     type: str
     key: str
@@ -56,8 +55,7 @@ class Event:
     origin: str = ""
 
 
-@dataclass(slots=True)
-class ParseFailure:
+class ParseFailure(msgspec.Struct):
     event_id: str
     type: str
     payload: str

@@ -14,9 +14,9 @@ import threading
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import Any, Final
 
+import msgspec
 import psycopg
 from psycopg import sql
 
@@ -38,11 +38,10 @@ def describe(exc: BaseException) -> str:
     return " ".join(f"{type(exc).__name__}: {exc}".split())[:MAX_ERROR_CHARS]
 
 
-@dataclass(slots=True)
-class ChunkResult:
-    applied: list[Event] = field(default_factory=list)
+class ChunkResult(msgspec.Struct):
+    applied: list[Event] = msgspec.field(default_factory=list)
     duplicates: int = 0
-    failed: list[tuple[Event, str]] = field(default_factory=list)
+    failed: list[tuple[Event, str]] = msgspec.field(default_factory=list)
 
 
 class _Pool:

@@ -11,8 +11,9 @@ import contextlib
 import email.utils
 import ssl
 import time
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from mqgate.push.endpoints import Endpoint
 
@@ -31,8 +32,7 @@ def _tls() -> ssl.SSLContext:
     return _TLS
 
 
-@dataclass(frozen=True, slots=True)
-class Answer:
+class Answer(msgspec.Struct, frozen=True):
     status: int
     retry_after_s: float | None  # what the endpoint asked for with Retry-After, if it did
 
@@ -60,12 +60,11 @@ def _retry_after(value: str) -> float | None:
     return max(when.timestamp() - time.time(), 0.0)
 
 
-@dataclass(slots=True)
-class _Connection:
+class _Connection(msgspec.Struct):
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     reused: bool = False
-    idle_since: float = field(default_factory=time.monotonic)
+    idle_since: float = msgspec.field(default_factory=time.monotonic)
 
     def close(self) -> None:
         self.writer.close()

@@ -13,9 +13,10 @@ import asyncio
 import ipaddress
 import re
 import socket
-from dataclasses import dataclass
 from typing import Final
 from urllib.parse import urlsplit
+
+import msgspec
 
 from mqgate.errors import BadRequest
 
@@ -39,8 +40,7 @@ class EndpointRefused(Exception):
     """The endpoint may not be reached (a private address, a name that does not resolve)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Endpoint:
+class Endpoint(msgspec.Struct, frozen=True):
     url: str
     https: bool
     host: str  # a name or an address, without brackets

@@ -24,7 +24,6 @@ import logging
 import re
 import time
 from collections import deque
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -55,8 +54,7 @@ _HEADER_NAME: Final = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}")
 _HEADER_VALUE: Final = re.compile(r"[\t\x20-\x7e]{0,1024}")
 
 
-@dataclass(frozen=True, slots=True)
-class Attempt:
+class Attempt(msgspec.Struct, frozen=True):
     at_ms: int
     msg_id: str
     attempt: int

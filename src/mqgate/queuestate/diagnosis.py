@@ -39,9 +39,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import Final, TypeVar
+
+import msgspec
 
 from mqgate.queuestate.rows import NO_QUEUE, ConsumerInterval, ProduceInterval, ProjectWindow, QueueInterval
 
@@ -53,8 +54,7 @@ _R = TypeVar("_R")
 EvidenceValue = int | float | str | None | list[float] | list[int] | dict[str, int] | dict[str, float]
 
 
-@dataclass(frozen=True, slots=True)
-class Thresholds:
+class Thresholds(msgspec.Struct, frozen=True):
     growth_intervals: int = 3
     min_growth: int = 10
     silent_after_ms: int = 300_000
@@ -77,8 +77,7 @@ class Thresholds:
         )
 
 
-@dataclass(frozen=True, slots=True)
-class Finding:
+class Finding(msgspec.Struct, frozen=True):
     rule: str
     side: str  # CONSUMER_SIDE or QUEUE_SIDE
     project: str
@@ -87,11 +86,10 @@ class Finding:
     consumer: str | None
     since_ms: int
     summary: str
-    evidence: dict[str, EvidenceValue] = field(default_factory=dict)
+    evidence: dict[str, EvidenceValue] = msgspec.field(default_factory=dict)
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectHealth:
+class ProjectHealth(msgspec.Struct, frozen=True):
     project: str
     verdict: str
     checked_ms: int

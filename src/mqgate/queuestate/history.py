@@ -27,9 +27,9 @@ import itertools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass, fields
 from typing import Any, Final, TypeVar
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -72,8 +72,7 @@ _MERGE_PRODUCE: Final = {"interval_ms": LATEST, "produced": ADD}
 _MERGE_ERROR: Final = {"count": ADD}
 
 
-@dataclass(frozen=True, slots=True)
-class PruneCounts:
+class PruneCounts(msgspec.Struct, frozen=True):
     """Rows deleted by one prune, per table."""
 
     queues: int
@@ -458,7 +457,7 @@ def _singles(
                 pending[k] = piece
                 heapq.heappush(order, k)
                 continue
-            fields = asdict(have)
+            fields = msgspec.structs.asdict(have)
             for name, how in merge.items():
                 fields[name] = _combine(how, fields[name], getattr(piece, name))
             pending[k] = type(piece)(**fields)
@@ -467,7 +466,7 @@ def _singles(
 
 
 def _as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:
-    return [{f.name: getattr(r, f.name) for f in fields(r)} for r in rows]
+    return [{f.name: getattr(r, f.name) for f in msgspec.structs.fields(r)} for r in rows]
 
 
 def _produce_dicts(rows: Iterable[ProduceInterval]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -29,8 +29,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.queuestate.history import PruneCounts, QueueStateHistory
 from mqgate.queuestate.rows import Rollup
@@ -51,8 +52,7 @@ def wall_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True)
-class RecorderStats:
+class RecorderStats(msgspec.Struct):
     written_rows: int = 0
     flushes: int = 0
     failed_flushes: int = 0

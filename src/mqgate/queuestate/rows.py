@@ -14,8 +14,10 @@ So an idle gateway's history grows by what changed, not by one row per queue per
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
 from typing import Final, TypeVar
+
+import msgspec
+from msgspec.structs import replace
 
 # The queue of a pull that delivered nothing: the gateway chose no queue, but the pull still
 # shows the consumer is alive, so it is counted on this pseudo-queue of the topic.
@@ -29,8 +31,7 @@ def _average(area: int, covered_ms: int) -> float | None:
     return area / covered_ms if covered_ms > 0 else None
 
 
-@dataclass(frozen=True, slots=True)
-class QueueInterval:
+class QueueInterval(msgspec.Struct, frozen=True):
     """One queue of a topic over one interval [start_ms, start_ms + interval_ms)."""
 
     project: str
@@ -56,8 +57,7 @@ class QueueInterval:
         return self.start_ms + self.interval_ms
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerInterval:
+class ConsumerInterval(msgspec.Struct, frozen=True):
     """One consumer group on one queue of a topic over one interval. Backlog is the queue's
     newest offset minus the group's committed offset. Rows with queue NO_QUEUE carry only the
     pulls that delivered nothing."""
@@ -88,8 +88,7 @@ class ConsumerInterval:
         return self.start_ms + self.interval_ms
 
 
-@dataclass(frozen=True, slots=True)
-class ProduceInterval:
+class ProduceInterval(msgspec.Struct, frozen=True):
     """Produce calls to one topic over one interval, and the failed ones by error type (the
     error's code: "storage", "disk_full", "bad_request", ...)."""
 
@@ -98,7 +97,7 @@ class ProduceInterval:
     start_ms: int
     interval_ms: int
     produced: int  # messages accepted
-    errors: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = msgspec.field(default_factory=dict)
 
     @property
     def error_count(self) -> int:
@@ -109,13 +108,12 @@ class ProduceInterval:
         return self.start_ms + self.interval_ms
 
 
-@dataclass(slots=True)
-class Rollup:
+class Rollup(msgspec.Struct):
     """Rows closed by the sampler and not yet written."""
 
-    queues: list[QueueInterval] = field(default_factory=list)
-    consumers: list[ConsumerInterval] = field(default_factory=list)
-    produce: list[ProduceInterval] = field(default_factory=list)
+    queues: list[QueueInterval] = msgspec.field(default_factory=list)
+    consumers: list[ConsumerInterval] = msgspec.field(default_factory=list)
+    produce: list[ProduceInterval] = msgspec.field(default_factory=list)
 
     def __len__(self) -> int:
         return len(self.queues) + len(self.consumers) + len(self.produce)
@@ -126,8 +124,7 @@ class Rollup:
         self.produce.extend(other.produce)
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectWindow:
+class ProjectWindow(msgspec.Struct, frozen=True):
     """A project's rows over a time window: what the diagnosis reads."""
 
     project: str

@@ -19,8 +19,9 @@ Pure: no IO; the recorder calls it on the event loop.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any, Final, Generic, TypeVar
+
+from msgspec.structs import replace
 
 from mqgate.queuestate.rows import MAX_RUN_MS, ConsumerInterval, QueueInterval, Rollup
 

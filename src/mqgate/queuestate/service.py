@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import MqgateError
 from mqgate.model import MODE_BROADCAST, MessageInput, QueueBounds
@@ -44,8 +45,7 @@ log = logging.getLogger(__name__)
 FULL_PROBE_EVERY_S: Final = 60.0
 
 
-@dataclass(slots=True)
-class ProbeCounts:
+class ProbeCounts(msgspec.Struct):
     rounds: int = 0
     full_rounds: int = 0
     topics_read: int = 0  # store bounds read

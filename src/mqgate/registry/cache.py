@@ -12,8 +12,9 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final, Protocol
+
+import msgspec
 
 from mqgate.errors import MqgateError
 from mqgate.registry.records import (
@@ -185,8 +186,7 @@ class RegistryCache:
         return by_project.get(project, [])
 
 
-@dataclass(slots=True, frozen=True)
-class Removed:
+class Removed(msgspec.Struct, frozen=True):
     """The records a refresh found gone, by name."""
 
     topics: frozenset[str] = frozenset()

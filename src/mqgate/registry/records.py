@@ -6,8 +6,9 @@ import functools
 import hashlib
 import hmac
 import secrets
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from mqgate.core.layout import QueueGrid, Shape, grid_for
 
@@ -28,8 +29,7 @@ def token_matches(token: str, token_hash: str) -> bool:
     return hmac.compare_digest(hash_token(token), token_hash)
 
 
-@dataclass(slots=True, frozen=True)
-class TopicRecord:
+class TopicRecord(msgspec.Struct, frozen=True):
     name: str
     queues: int
     retention_ms: int
@@ -55,8 +55,7 @@ class TopicRecord:
         return self.queues * (self.max_priority + 1)
 
 
-@dataclass(slots=True, frozen=True)
-class ProjectRecord:
+class ProjectRecord(msgspec.Struct, frozen=True):
     """A group of related services (SPEC P1); every topic belongs to one."""
 
     name: str
@@ -64,8 +63,7 @@ class ProjectRecord:
     created_ms: int
 
 
-@dataclass(slots=True, frozen=True)
-class PolicyRecord:
+class PolicyRecord(msgspec.Struct, frozen=True):
     """A trace policy as stored (SPEC P2): mode, its selector, level."""
 
     id: str
@@ -84,8 +82,7 @@ def _shapes(grown_from: str, queues: int, lanes: int) -> tuple[Shape, ...]:
     return (*[(q, n) for q, n in earlier], (queues, lanes))
 
 
-@dataclass(slots=True, frozen=True)
-class ProducerRecord:
+class ProducerRecord(msgspec.Struct, frozen=True):
     name: str
     topic: str
     token_hash: str
@@ -104,8 +101,7 @@ class ProducerRecord:
         return destination in allowed or (destination.startswith("inbox:") and "inbox:*" in allowed)
 
 
-@dataclass(slots=True, frozen=True)
-class ConsumerRecord:
+class ConsumerRecord(msgspec.Struct, frozen=True):
     name: str
     topic: str
     mode: str  # "cluster" | "broadcast" | "message" | "push"
@@ -120,11 +116,10 @@ class ConsumerRecord:
     push: str = ""  # a push consumer's settings, JSON (push/config.py); "" for the others
 
 
-@dataclass(slots=True, frozen=True)
-class Snapshot:
+class Snapshot(msgspec.Struct, frozen=True):
     version: int
     topics: dict[str, TopicRecord]
     producers: dict[str, ProducerRecord]
     consumers: dict[str, ConsumerRecord]
-    projects: dict[str, ProjectRecord] = field(default_factory=dict)
-    policies: dict[str, PolicyRecord] = field(default_factory=dict)
+    projects: dict[str, ProjectRecord] = msgspec.field(default_factory=dict)
+    policies: dict[str, PolicyRecord] = msgspec.field(default_factory=dict)

@@ -7,9 +7,9 @@ gateway notices any change with one cheap query and loads only the rows that cha
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, OperationalError, SQLAlchemyError
 
@@ -112,16 +112,15 @@ CHANGES_PRUNE_EVERY: Final = 1_000
 KIND_ALL: Final = "all"
 
 
-@dataclass(slots=True, frozen=True)
-class Changes:
+class Changes(msgspec.Struct, frozen=True):
     """The records changed after a version, as they are now (None: no longer there)."""
 
     version: int
     topics: dict[str, TopicRecord | None]
     producers: dict[str, ProducerRecord | None]
     consumers: dict[str, ConsumerRecord | None]
-    projects: dict[str, ProjectRecord | None] = field(default_factory=dict)
-    policies: dict[str, PolicyRecord | None] = field(default_factory=dict)
+    projects: dict[str, ProjectRecord | None] = msgspec.field(default_factory=dict)
+    policies: dict[str, PolicyRecord | None] = msgspec.field(default_factory=dict)
 
 
 # Change-log kinds: each a table, its key column, and its record type.
@@ -356,4 +355,4 @@ def _load(conn: sa.Connection, kind: str, names: set[str]) -> dict[str, Any]:
 
 
 def _row(rec: Any) -> dict[str, Any]:
-    return {f.name: getattr(rec, f.name) for f in fields(rec)}
+    return {f.name: getattr(rec, f.name) for f in msgspec.structs.fields(rec)}

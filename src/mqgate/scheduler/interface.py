@@ -10,7 +10,6 @@ a backend that is shared (Redis).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Protocol
 
 import msgspec
@@ -38,8 +37,7 @@ class Due(msgspec.Struct, frozen=True):
     attempt: int = 1  # how many times it has been claimed, this one included
 
 
-@dataclass(slots=True, frozen=True)
-class SchedulerStats:
+class SchedulerStats(msgspec.Struct, frozen=True):
     held_messages: int
     held_destinations: int
     claimed: int

@@ -3,8 +3,9 @@ message id within a bounded number of records (docs/PROTOCOL.md, "Browse")."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import BadRequest
 from mqgate.model import decode_stored
@@ -15,8 +16,7 @@ from mqgate.services.logread import LogReading
 SCAN_CHUNK: Final = 1000
 
 
-@dataclass(slots=True, frozen=True)
-class Query:
+class Query(msgspec.Struct, frozen=True):
     offset: int | None = None
     timestamp_ms: int | None = None
     key: str | None = None
@@ -39,8 +39,7 @@ class Query:
         return m.msg_id == self.message_id if self.message_id is not None else self.key in m.keys
 
 
-@dataclass(slots=True)
-class Page:
+class Page(msgspec.Struct):
     start: int  # the first offset looked at
     next: int  # where to continue: the offset after the last one looked at
     scanned: int

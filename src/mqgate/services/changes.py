@@ -20,7 +20,8 @@ served by a cluster), a reader must look at everything on its own schedule. A mo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.core.layout import INBOX_PREFIX, RETRY_PREFIX
 from mqgate.offsets.interface import OffsetStore
@@ -29,13 +30,12 @@ from mqgate.registry.records import Snapshot
 from mqgate.store.interface import MessageStore
 
 
-@dataclass(slots=True)
-class Moved:
+class Moved(msgspec.Struct):
     """What a reader is handed: everything, or the consumers and store topics that moved."""
 
     everything: bool
-    consumers: set[str] = field(default_factory=set)  # whose lag may have moved
-    topics: set[str] = field(default_factory=set)  # store topics whose bounds may have moved
+    consumers: set[str] = msgspec.field(default_factory=set)  # whose lag may have moved
+    topics: set[str] = msgspec.field(default_factory=set)  # store topics whose bounds may have moved
 
 
 class ChangeReader:

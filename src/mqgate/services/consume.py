@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 from operator import itemgetter
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.core.acks import AckRefusal
 from mqgate.core.budget import within_budget
@@ -50,8 +51,7 @@ _MARK_DEADLINE: Final = b'"deadline":'
 _payload: Final = itemgetter(1)
 
 
-@dataclass(slots=True)
-class PullResult:
+class PullResult(msgspec.Struct):
     status: str
     request_id: str | None = None
     queue: int = -1  # the store queue of `source` (one numbering everywhere, docs/PROTOCOL.md)

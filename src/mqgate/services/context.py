@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.health import Health
 from mqgate.metrics import Metrics
@@ -18,8 +19,7 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(slots=True, frozen=True)
-class Context:
+class Context(msgspec.Struct, frozen=True):
     settings: Settings
     store: MessageStore
     offsets: OffsetStore
@@ -27,4 +27,4 @@ class Context:
     registry: RegistryCache
     metrics: Metrics
     secret: bytes  # signs ack tokens
-    health: Health = field(default_factory=Health)  # storage faults and degraded states
+    health: Health = msgspec.field(default_factory=Health)  # storage faults and degraded states

@@ -25,7 +25,6 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
@@ -57,8 +56,7 @@ PACED_MAX_S: Final = 30.0
 PACE_STEPS_PER_S: Final = 10  # a paced redrive appends this many small batches a second
 
 
-@dataclass(slots=True, frozen=True)
-class Selection:
+class Selection(msgspec.Struct, frozen=True):
     """What to redrive: one record (`offset` or `message_id`), or each record from the
     position on that passes every filter given (`everything`: no filter), scanning at most
     `scan` records.
@@ -143,18 +141,16 @@ def source_of(m: StoredMessage) -> str:
     return m.properties.get("dlq.source") or m.properties.get("dlq.topic", "")
 
 
-@dataclass(slots=True)
-class RedriveControl:
+class RedriveControl(msgspec.Struct):
     """A paced redrive watched and stopped from outside (a task in the background): `stop`,
     once set, ends it at its next step, as its time limit does (what it copied is recorded, the
     rest counted in `left`); `copied` counts the copies as they are made."""
 
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = msgspec.field(default_factory=asyncio.Event)
     copied: int = 0
 
 
-@dataclass(slots=True, frozen=True)
-class RedrivenCopy:
+class RedrivenCopy(msgspec.Struct, frozen=True):
     dlq_offset: int
     message_id: str
     topic: str
@@ -162,8 +158,7 @@ class RedrivenCopy:
     offset: int
 
 
-@dataclass(slots=True)
-class RedriveResult:
+class RedriveResult(msgspec.Struct):
     consumer: str
     dead_letters: str
     position: int  # every dead letter below it is redriven
@@ -171,13 +166,12 @@ class RedriveResult:
     next: int  # the offset after the last one scanned
     scan_limit: int
     already_redriven: int = 0
-    redriven: list[RedrivenCopy] = field(default_factory=list)
+    redriven: list[RedrivenCopy] = msgspec.field(default_factory=list)
     copied: bool = False  # copies only: the dead letters stay waiting
     left: int = 0  # chosen but not copied: over what a paced redrive takes at once
 
 
-@dataclass(slots=True, frozen=True)
-class RedrivePreview:
+class RedrivePreview(msgspec.Struct, frozen=True):
     """What a redrive with the same selection would copy now (no lock taken, nothing moves)."""
 
     consumer: str
@@ -191,8 +185,7 @@ class RedrivePreview:
     will_copy: int  # of `matched`, what one redrive takes (a paced one: at most `Selection.most`)
 
 
-@dataclass(slots=True, frozen=True)
-class DeadLetterState:
+class DeadLetterState(msgspec.Struct, frozen=True):
     consumer: str
     dead_letters: str
     min: int

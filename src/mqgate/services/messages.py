@@ -11,8 +11,9 @@ import asyncio
 import time
 import zlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.core.layout import Layout, Slot
 from mqgate.core.message_window import DEFAULT_WINDOW, MessageOutcome, Received
@@ -34,8 +35,7 @@ MAX_VISIBILITY_S: Final = 43_200.0  # 12 hours, as SQS
 VISIBILITY_RECHECK_S: Final = 1.0
 
 
-@dataclass(slots=True, frozen=True)
-class Delivery:
+class Delivery(msgspec.Struct, frozen=True):
     """One received message, with what names this receive of it."""
 
     topic: str  # the consumer's topic

@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
 from typing import Final
+
+import msgspec
 
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import BadRequest, MqgateError, NotFound
@@ -48,8 +49,7 @@ LAG_COALESCE_S: Final = 0.1
 LAG_PASS_SHARE: Final = 20
 
 
-@dataclass(slots=True, frozen=True)
-class QueueProgress:
+class QueueProgress(msgspec.Struct, frozen=True):
     client_id: str | None  # broadcast clients only
     broker: str
     queue: int
@@ -67,8 +67,7 @@ class QueueProgress:
     dead_lettered: int
 
 
-@dataclass(slots=True, frozen=True)
-class ConsumerProgress:
+class ConsumerProgress(msgspec.Struct, frozen=True):
     consumer: str
     topic: str
     mode: str
@@ -77,11 +76,10 @@ class ConsumerProgress:
     alert_backlog: int
     lag: int
     dead_lettered: int
-    queues: list[QueueProgress] = field(default_factory=list)
+    queues: list[QueueProgress] = msgspec.field(default_factory=list)
 
 
-@dataclass(slots=True, frozen=True)
-class ClampedOffset:
+class ClampedOffset(msgspec.Struct, frozen=True):
     """A reset to an offset outside a queue's [min, max]: it went to the nearest bound."""
 
     client_id: str | None  # broadcast clients only
@@ -91,14 +89,12 @@ class ClampedOffset:
     offset: int
 
 
-@dataclass(slots=True, frozen=True)
-class ResetOutcome:
+class ResetOutcome(msgspec.Struct, frozen=True):
     progress: ConsumerProgress
     clamped: list[ClampedOffset]
 
 
-@dataclass(slots=True, frozen=True)
-class PurgeMove:
+class PurgeMove(msgspec.Struct, frozen=True):
     """One committed offset a purge moves: from where the consumer stands to the queue's end."""
 
     consumer: str
@@ -113,8 +109,7 @@ class PurgeMove:
         return max(self.end - self.committed, 0)
 
 
-@dataclass(slots=True, frozen=True)
-class PurgePlan:
+class PurgePlan(msgspec.Struct, frozen=True):
     """What a purge of `topic` (every consumer of it) or of `consumer` does, or did."""
 
     topic: str

@@ -7,7 +7,6 @@ import contextlib
 import logging
 import operator
 import zlib
-from dataclasses import dataclass
 from typing import Final, Protocol
 
 import msgspec
@@ -62,8 +61,7 @@ class SpoolSink(Protocol):
         ...
 
 
-@dataclass(slots=True, frozen=True)
-class Spooled:
+class Spooled(msgspec.Struct, frozen=True):
     """A produce kept in the spool; `possible_duplicate`: its failed send may have stored it."""
 
     possible_duplicate: bool

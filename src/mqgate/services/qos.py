@@ -8,7 +8,6 @@ import logging
 import operator
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any, Final
 
 import msgspec
@@ -36,8 +35,7 @@ _decode_held = msgspec.msgpack.Decoder().decode
 _encode_json = msgspec.json.Encoder().encode
 
 
-@dataclass(slots=True, frozen=True)
-class Placement:
+class Placement(msgspec.Struct, frozen=True):
     """One destination of a produced message, resolved: a target and its window."""
 
     target: str  # "t:<topic>", "i:<consumer>" (inbox) or "r:<consumer>" (retry)

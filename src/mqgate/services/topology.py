@@ -7,10 +7,11 @@ registration on, so any read path only ever reads.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from collections.abc import Callable
 from typing import Final, TypeVar
+
+import msgspec
 
 from mqgate.core.layout import Layout, QueueGrid, grid_for, grown, inbox_topic, retry_topic
 from mqgate.errors import (
@@ -242,7 +243,7 @@ class Topology:
         if not changes:
             return t
         # The store first: a registry row never names queues the store does not have.
-        await self._ensure_store_topic(dataclasses.replace(t, **changes))  # type: ignore[arg-type]
+        await self._ensure_store_topic(msgspec.structs.replace(t, **changes))
         await self.ctx.registry.change("update_topic", name, **changes)
         return await self.topic(name)
 
@@ -318,7 +319,7 @@ class Topology:
             await self.ctx.offsets.drop_group(name)
             await self.ctx.offsets.drop_group(REDRIVE_PREFIX + name)
         except BaseException:
-            await self._register_again(dataclasses.replace(rec, paused=True))
+            await self._register_again(msgspec.structs.replace(rec, paused=True))
             raise
 
     async def _drop_store_topic(self, name: str) -> None:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.errors import BadRequest
 
@@ -27,8 +28,7 @@ class OptionError(BadRequest):
     """A reader or writer option is missing or malformed; `field` names the option."""
 
 
-@dataclass(slots=True, frozen=True)
-class Bounds:
+class Bounds(msgspec.Struct, frozen=True):
     """One store queue: `min` the oldest stored offset, `max` the next offset to be written."""
 
     queue: int
@@ -36,8 +36,7 @@ class Bounds:
     max: int
 
 
-@dataclass(slots=True, frozen=True)
-class QueueRange:
+class QueueRange(msgspec.Struct, frozen=True):
     """Offsets `start` (inclusive) to `end` (exclusive) of one store queue."""
 
     queue: int

@@ -9,9 +9,10 @@ from __future__ import annotations
 import difflib
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import MqgateError
 from mqgate.names import validate_name, validate_topic_name
@@ -88,8 +89,7 @@ def _name(options: Mapping[str, str], name: str, value: str) -> str:
         raise OptionError(f"option {exc.message}", field=name) from None
 
 
-@dataclass(slots=True, frozen=True)
-class ReadOptions:
+class ReadOptions(msgspec.Struct, frozen=True):
     topic: str
     gateway: str | None  # one of gateway and store is set
     store: str | None
@@ -147,8 +147,7 @@ def read_options(options: Mapping[str, str], streaming: bool) -> ReadOptions:
     )
 
 
-@dataclass(slots=True, frozen=True)
-class WriteOptions:
+class WriteOptions(msgspec.Struct, frozen=True):
     gateway: str
     producer: str
     token: str

@@ -19,8 +19,9 @@ Where each name, status and side comes from:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import MqgateError
 
@@ -28,8 +29,7 @@ SQS_NAMESPACE: Final = "com.amazonaws.sqs"
 COMMON_NAMESPACE: Final = "com.amazon.coral.service"
 
 
-@dataclass(frozen=True, slots=True)
-class ErrorKind:
+class ErrorKind(msgspec.Struct, frozen=True):
     """One error as AWS SQS answers it in both protocols."""
 
     code: str  # the JSON protocol's name (the shape), e.g. "QueueDoesNotExist"

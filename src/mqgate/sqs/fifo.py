@@ -21,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Final, Protocol
+
+import msgspec
 
 from mqgate.model import QueueBounds, StoredMessage
 
@@ -64,18 +65,16 @@ def dedup_key(scope: str, group: str, dedup_id: str) -> str:
     return f"{group}\n{dedup_id}" if scope == SCOPE_GROUP else dedup_id
 
 
-@dataclass(frozen=True, slots=True)
-class Sent:
+class Sent(msgspec.Struct, frozen=True):
     msg_id: str
     sequence: str
     at_ms: int
 
 
-@dataclass(slots=True)
-class _QueueState:
-    seen: OrderedDict[str, Sent] = field(default_factory=OrderedDict)  # oldest first
-    scanned: dict[int, int] = field(default_factory=dict)  # store queue → next offset to read
-    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+class _QueueState(msgspec.Struct):
+    seen: OrderedDict[str, Sent] = msgspec.field(default_factory=OrderedDict)  # oldest first
+    scanned: dict[int, int] = msgspec.field(default_factory=dict)  # store queue → next offset to read
+    turn: asyncio.Lock = msgspec.field(default_factory=asyncio.Lock)
 
 
 class Deduplication:

@@ -37,7 +37,6 @@ import itertools
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Annotated, Any, Final, Literal
 from urllib.parse import parse_qsl
 
@@ -84,35 +83,30 @@ JSON_CONTENT_TYPE: Final = "application/x-amz-json-1.0"
 
 
 # --- the input shapes --------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class Scalar:
+class Scalar(msgspec.Struct, frozen=True):
     kind: Literal["string", "integer", "long", "boolean", "blob"]
 
 
-@dataclass(frozen=True, slots=True)
-class ListOf:
+class ListOf(msgspec.Struct, frozen=True):
     member: Shape
     # The query protocol's name of each item of a flattened list: it replaces the member's own
     # name (`AttributeNames` → `AttributeName.1`); None keeps the member's name.
     query_item: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class MapOf:
+class MapOf(msgspec.Struct, frozen=True):
     value: Shape
     query_key: str = "Name"
     query_value: str = "Value"
 
 
-@dataclass(frozen=True, slots=True)
-class Member:
+class Member(msgspec.Struct, frozen=True):
     shape: Shape
     required: bool = False
     query_name: str | None = None  # the query protocol's name, when not the JSON one
 
 
-@dataclass(frozen=True, slots=True)
-class Struct:
+class Struct(msgspec.Struct, frozen=True):
     members: dict[str, Member]
 
 
@@ -263,15 +257,14 @@ _DEDUP_ID: Final = re.compile(rf"[!-~]{{1,{MAX_DEDUP_ID_CHARS}}}")
 _ALLOWED_CHARS: Final = "#x9 | #xA | #xD | #x20 to #xD7FF | #xE000 to #xFFFD | #x10000 to #x10FFFF"
 
 
-@dataclass(slots=True)
-class SqsRequest:
+class SqsRequest(msgspec.Struct):
     action: str
     params: dict[str, Any]
     protocol: Protocol
     service: Literal["sqs", "sts"] = "sqs"
-    request_id: str = field(default_factory=lambda: new_request_id())
+    request_id: str = msgspec.field(default_factory=lambda: new_request_id())
     # Batch entries AWS answers as failed while the rest of the batch goes on: id → error.
-    entry_errors: dict[str, SqsError] = field(default_factory=dict)
+    entry_errors: dict[str, SqsError] = msgspec.field(default_factory=dict)
 
 
 class _RequestIds:

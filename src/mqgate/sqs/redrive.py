@@ -53,8 +53,7 @@ def queue_of_arn(arn: str, account: str) -> str | None:
     return m.group(3)
 
 
-@dataclass(frozen=True, slots=True)
-class RedrivePolicy:
+class RedrivePolicy(msgspec.Struct, frozen=True):
     target_arn: str
     target: str  # the dead-letter queue's name, in the same account
     max_receive_count: int
@@ -66,8 +65,7 @@ class RedrivePolicy:
         ).decode()
 
 
-@dataclass(frozen=True, slots=True)
-class AllowPolicy:
+class AllowPolicy(msgspec.Struct, frozen=True):
     permission: str
     sources: frozenset[str]  # queue names (byQueue)
     source_arns: tuple[str, ...]

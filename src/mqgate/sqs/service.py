@@ -135,8 +135,7 @@ _URLS_KEPT: Final = 4096
 _URL_CHARS_KEPT: Final = 512  # longer URLs are split each time, never kept
 
 
-@dataclass(slots=True)
-class Caller:
+class Caller(msgspec.Struct):
     """Who signed the request, and where they reached the gateway (for queue URLs)."""
 
     key: AccessKey
@@ -144,15 +143,14 @@ class Caller:
     base_url: str  # scheme://host, as the client addressed the gateway
 
 
-@dataclass(slots=True)
-class SqsMessage:
+class SqsMessage(msgspec.Struct):
     """One SQS message as the data path takes it (`mqgate.model.MessageInput`)."""
 
     body: str
     properties: dict[str, str]
     delay_ms: int | None
-    keys: list[str] = field(default_factory=list)
-    tags: list[str] = field(default_factory=list)
+    keys: list[str] = msgspec.field(default_factory=list)
+    tags: list[str] = msgspec.field(default_factory=list)
     order_key: str | None = None
     deliver_at: int | None = None
     ttl_ms: int | None = None

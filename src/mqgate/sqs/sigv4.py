@@ -43,10 +43,11 @@ import hashlib
 import hmac
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from email.utils import parsedate_tz
 from typing import Final, NamedTuple
 from urllib.parse import quote, unquote_to_bytes
+
+import msgspec
 
 from mqgate.core.mac import hmac_sha256
 from mqgate.errors import MqgateError
@@ -110,8 +111,7 @@ MISMATCH: Final = (
 )
 
 
-@dataclass(slots=True)
-class Verified:
+class Verified(msgspec.Struct):
     """Who signed a request that verified, and how."""
 
     access_key_id: str

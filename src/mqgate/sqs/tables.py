@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Final
 
 import msgspec
@@ -43,11 +42,10 @@ version = sa.Table(
 )
 
 
-@dataclass(slots=True)
-class QueueRow:
+class QueueRow(msgspec.Struct):
     topic: str
-    attributes: dict[str, str] = field(default_factory=dict)
-    tags: dict[str, str] = field(default_factory=dict)
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
+    tags: dict[str, str] = msgspec.field(default_factory=dict)
     created_ms: int = 0
     modified_ms: int = 0
 

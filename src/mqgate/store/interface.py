@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Protocol
+
+import msgspec
 
 from mqgate.errors import MqgateError
 from mqgate.model import QueueBounds, StoredMessage
@@ -86,8 +87,7 @@ def tell(groups: list[CompanionGroup], error: MqgateError | None) -> None:
             log.exception("a companion group failed to take the outcome of its write")
 
 
-@dataclass(slots=True, frozen=True)
-class TopicConfig:
+class TopicConfig(msgspec.Struct, frozen=True):
     name: str
     queues: int
     retention_ms: int

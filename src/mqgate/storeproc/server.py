@@ -9,7 +9,6 @@ writer per file, the group commit, crash recovery, the disk-full floor) holds un
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import os
 import socket
@@ -17,6 +16,8 @@ import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.core.layout import Layout
 from mqgate.core.tokens import AckToken
@@ -162,7 +163,7 @@ class StoreServer:
             return lease
         slot = layout.slot(lease.queue)
         records = await self._read_raw(slot.topic, slot.queue, lease.offset, lease.next_offset - lease.offset)
-        return dataclasses.replace(lease, records=records)
+        return msgspec.structs.replace(lease, records=records)
 
     async def _ack_lease_read(
         self,

@@ -19,8 +19,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.core.tokens import AckToken
 from mqgate.errors import BadRequest, MqgateError, TooManyRequests
@@ -44,8 +45,7 @@ WAITING: Final = "waiting"
 END: Final = "end"
 
 
-@dataclass(slots=True, frozen=True)
-class Event:
+class Event(msgspec.Struct, frozen=True):
     kind: str
     data: bytes = b""  # JSON: a batch's FOUND answer, the end's reason
     event_id: str | None = None  # a batch's requestId

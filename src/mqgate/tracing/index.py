@@ -12,9 +12,9 @@ restarts and with several indexers on one database.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
@@ -77,8 +77,7 @@ class StalePositions(Exception):
     """Another indexer moved a position first: nothing of this batch was written."""
 
 
-@dataclass(slots=True, frozen=True)
-class IndexRow:
+class IndexRow(msgspec.Struct, frozen=True):
     """One indexed row: an event, or a batch or round of batches (`msg_id` "", the record's
     JSON, the range of each batch's message ids and each message's keys as (key, msg_id)
     pairs)."""
@@ -138,14 +137,12 @@ def _id_ranges(batches: Sequence[TraceBatch]) -> list[tuple[str, str]]:
     return list(spans.values())
 
 
-@dataclass(slots=True, frozen=True)
-class PositionMove:
+class PositionMove(msgspec.Struct, frozen=True):
     old: int | None  # None: the writer saw no row yet
     new: int
 
 
-@dataclass(slots=True)
-class IndexCounters:
+class IndexCounters(msgspec.Struct):
     written: int = 0  # events committed by this process
     pruned: int = 0  # events removed by retention
 

@@ -22,7 +22,6 @@ import logging
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -40,8 +39,7 @@ FRAME_HEADER_BYTES: Final = 4  # a frame: its length (big-endian) and its msgpac
 STOP_WAIT_S: Final = 10.0  # for the worker to end its round and exit before it is killed
 
 
-@dataclass(slots=True, frozen=True)
-class Written:
+class Written(msgspec.Struct, frozen=True):
     held: int  # events the written records hold
     rows: int
     malformed: int

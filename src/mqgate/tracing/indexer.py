@@ -25,7 +25,8 @@ import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.errors import MqgateError
 from mqgate.store.interface import MessageStore
@@ -37,8 +38,7 @@ from mqgate.tracing.index_writer import ProcessWriter, decode_and_write
 log = logging.getLogger(__name__)
 
 
-@dataclass(slots=True)
-class IndexerCounters:
+class IndexerCounters(msgspec.Struct):
     indexed: int = 0  # events written to the index by this indexer
     malformed: int = 0  # records skipped because they did not decode as trace events
     skipped_by_retention: int = 0  # offsets the store dropped before they were indexed
@@ -48,11 +48,10 @@ class IndexerCounters:
     visited: int = 0  # topics rounds looked at (the store's bounds read): what idle costs
 
 
-@dataclass(slots=True, frozen=True)
-class Lag:
+class Lag(msgspec.Struct, frozen=True):
     events: int  # stored trace events not yet indexed, over the topics (as last seen)
     time_ms: int  # how long since the index last held every stored event (0 when it does)
-    per_topic: dict[str, int] = field(default_factory=dict)  # the topics that lag, only
+    per_topic: dict[str, int] = msgspec.field(default_factory=dict)  # the topics that lag, only
 
     @property
     def caught_up(self) -> bool:

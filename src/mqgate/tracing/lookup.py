@@ -4,8 +4,7 @@ consumer (as MQCloud's track view does)."""
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+import msgspec
 
 from mqgate.core.queue_choice import lock_is_held
 from mqgate.errors import MqgateError
@@ -26,21 +25,18 @@ REDRIVEN = "redriven"  # redriven from the dead letters to the consumer's inbox,
 UNKNOWN = "unknown"  # no queue and offset were recorded for it (a route policy keeps neither)
 
 
-@dataclass(slots=True, frozen=True)
-class GroupState:
+class GroupState(msgspec.Struct, frozen=True):
     consumer: str
     state: str
     committed: int | None = None
 
 
-@dataclass(slots=True, frozen=True)
-class TracedPath:
+class TracedPath(msgspec.Struct, frozen=True):
     path: MessagePath
     consumers: list[GroupState]
 
 
-@dataclass(slots=True, frozen=True)
-class TraceResult:
+class TraceResult(msgspec.Struct, frozen=True):
     paths: list[TracedPath]
     may_be_incomplete: bool
     index_lag_events: int
@@ -78,8 +74,8 @@ class TraceLookup:
             return path
         body = cut_body(found[0][1].body, self.ctx.settings.trace_body_max_bytes)
         hops = list(path.hops)
-        hops[at] = dataclasses.replace(hop, body=body)
-        return dataclasses.replace(path, hops=hops)
+        hops[at] = msgspec.structs.replace(hop, body=body)
+        return msgspec.structs.replace(path, hops=hops)
 
     async def _states(self, path: MessagePath) -> list[GroupState]:
         stored = next((h for h in path.hops if h.hop == "stored" and h.topic == path.topic), None)

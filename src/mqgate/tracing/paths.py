@@ -7,22 +7,21 @@ previous hop, and for a failed hop the failing node, service and cause.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+
+import msgspec
 
 from mqgate.core.trace_context import context_of
 from mqgate.tracing.events import Resource, TraceEvent, hops_in_order
 
 
-@dataclass(slots=True, frozen=True)
-class Failure:
+class Failure(msgspec.Struct, frozen=True):
     node: str  # the failing node: the event's error_node, else the gateway that saw it
     service: str | None  # the consumer or producer at fault, else the gateway's service
     cause: str  # the error type (or "error" when the level kept none)
     detail: str | None = None  # debug level only
 
 
-@dataclass(slots=True, frozen=True)
-class HopView:
+class HopView(msgspec.Struct, frozen=True):
     hop: str
     status: str
     time_ms: int
@@ -46,8 +45,7 @@ class HopView:
     content_ref: bool = False
 
 
-@dataclass(slots=True, frozen=True)
-class MessagePath:
+class MessagePath(msgspec.Struct, frozen=True):
     msg_id: str
     project: str
     topic: str
@@ -56,7 +54,7 @@ class MessagePath:
     traceparent: str  # W3C: the producer's, else derived from the id (core/trace_context.py)
     level: str  # the highest level any hop was recorded at
     hops: list[HopView]
-    failures: list[HopView] = field(default_factory=list)  # the hops that failed, in order
+    failures: list[HopView] = msgspec.field(default_factory=list)  # the hops that failed, in order
 
     @property
     def last_hop(self) -> str:

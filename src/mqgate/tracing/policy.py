@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Collection, Iterable
-from dataclasses import dataclass
 from enum import IntEnum, StrEnum
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import BadRequest
 
@@ -47,8 +48,7 @@ class Level(IntEnum):
         raise BadRequest(f"{field} must be one of info, error, debug", field=field)
 
 
-@dataclass(slots=True, frozen=True)
-class TracePolicy:
+class TracePolicy(msgspec.Struct, frozen=True):
     """One active policy. The selector fields a mode needs: project → `project`; route →
     `topic`; queue → `topic` and `queue`; service → `service`. Others stay None."""
 
@@ -112,8 +112,7 @@ _SELECTORS: Final[dict[Mode, tuple[str, ...]]] = {
 }
 
 
-@dataclass(slots=True, frozen=True)
-class MatchedTrace:
+class MatchedTrace(msgspec.Struct, frozen=True):
     """The one trace a message gets: the highest level among the matched policies, the modes
     that matched (their fields are kept together) and which policies they were."""
 

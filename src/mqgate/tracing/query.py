@@ -9,7 +9,6 @@ import bisect
 import itertools
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -23,8 +22,7 @@ from mqgate.tracing.indexer import TraceIndexer
 from mqgate.tracing.paths import MessagePath
 
 
-@dataclass(slots=True, frozen=True)
-class TraceAnswer:
+class TraceAnswer(msgspec.Struct, frozen=True):
     paths: list[MessagePath]  # one per message, newest first for a request id or key
     may_be_incomplete: bool  # stored trace events are not indexed yet
     index_lag_events: int
@@ -101,8 +99,7 @@ class _Delivered(msgspec.Struct, rename="camel"):
 _decode_delivered: Final = msgspec.json.Decoder(_Delivered).decode
 
 
-@dataclass(slots=True, frozen=True)
-class Latencies:
+class Latencies(msgspec.Struct, frozen=True):
     """Per point of a chart, the sampled produce→delivered latencies (ms) of first deliveries."""
 
     points: list[list[int]]

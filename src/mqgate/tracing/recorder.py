@@ -17,8 +17,9 @@ import logging
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.errors import MqgateError, Unavailable
 from mqgate.store.interface import Companions, Encoded, MessageStore, TopicConfig
@@ -33,8 +34,7 @@ log = logging.getLogger(__name__)
 DEFAULT_RETENTION_MS: Final = 7 * 24 * 3600 * 1000
 
 
-@dataclass(slots=True)
-class RecorderCounters:
+class RecorderCounters(msgspec.Struct):
     recorded: int = 0  # events the store holds
     dropped: int = 0  # events given up: buffer full, closed, or failed while closing
     append_failures: int = 0  # store appends that failed (their events were retried or raised)

@@ -28,7 +28,6 @@ import base64
 import hashlib
 import hmac
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 import msgspec
@@ -94,8 +93,7 @@ class LogReader(Protocol):
     ) -> list[tuple[int, StoredMessage]]: ...
 
 
-@dataclass(frozen=True, slots=True)
-class PublishHandle:
+class PublishHandle(msgspec.Struct, frozen=True):
     topic: str  # the message's topic (not the half topic)
     msg_id: str
     queue: int
@@ -133,11 +131,10 @@ def decode_publish_handle(handle: str, secret: bytes, field: str = "handle") -> 
     return PublishHandle(topic, msg_id, queue, offset)
 
 
-@dataclass(slots=True)
-class _TopicState:
-    resolved: OrderedDict[str, str] = field(default_factory=OrderedDict)  # half id -> op
-    scanned: dict[int, int] = field(default_factory=dict)  # op queue -> next offset to read
-    turn: asyncio.Lock = field(default_factory=asyncio.Lock)
+class _TopicState(msgspec.Struct):
+    resolved: OrderedDict[str, str] = msgspec.field(default_factory=OrderedDict)  # half id -> op
+    scanned: dict[int, int] = msgspec.field(default_factory=dict)  # op queue -> next offset to read
+    turn: asyncio.Lock = msgspec.field(default_factory=asyncio.Lock)
 
 
 class Ledger:

@@ -15,8 +15,9 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Final
+
+import msgspec
 
 from mqgate.core.message_window import MessageOutcome
 from mqgate.errors import AlreadyExists, BadRequest, Forbidden, MqgateError, NotFound
@@ -51,8 +52,7 @@ IDLE_STEP_S: Final = 0.5  # how soon a long poll of nothing ends once the gatewa
 MAX_VISIBILITY_S: Final = 43_200.0
 
 
-@dataclass(slots=True)
-class PlainMessage:
+class PlainMessage(msgspec.Struct):
     """A message without QoS (`mqgate.model.MessageInput`): a half message as stored, an op
     record, or what a door commits (with its QoS set)."""
 
@@ -68,8 +68,7 @@ class PlainMessage:
     destinations: Sequence[DestinationInput] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class HalfPut:
+class HalfPut(msgspec.Struct, frozen=True):
     """A half message stored: its id, its publish handle and where it is."""
 
     msg_id: str

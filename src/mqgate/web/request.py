@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import ipaddress
 import math
-from dataclasses import dataclass, field
 from http.cookies import SimpleCookie
 from typing import Any
 from urllib.parse import parse_qs
 
+import msgspec
+
 from mqgate.errors import BadRequest
 
 
-@dataclass(slots=True)
-class Request:
+class Request(msgspec.Struct):
     method: str
     path: str  # below the door's mount point, starting with "/"
     headers: dict[bytes, bytes]
     client_host: str  # the peer, or the client behind a trusted proxy (client_address)
     query_string: bytes = b""
     secure: bool = False  # served over TLS: cookies get Secure
-    params: dict[str, str] = field(default_factory=dict)  # the path's "{name}" segments
-    form: dict[str, list[str]] = field(default_factory=dict)  # a form body, decoded
+    params: dict[str, str] = msgspec.field(default_factory=dict)  # the path's "{name}" segments
+    form: dict[str, list[str]] = msgspec.field(default_factory=dict)  # a form body, decoded
     credential: Any = None  # who holds the credential, as the door's guard found it
     input: Any = None  # the route's request shape, decoded and checked
     caller: Any = None  # who is calling, as the guard found it once the input was decoded

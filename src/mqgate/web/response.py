@@ -4,20 +4,20 @@ answer) or a value that the door's encoder turns into bytes (the API's JSON enve
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
+
+import msgspec
 
 JSON = b"application/json"
 HTML = b"text/html; charset=utf-8"
 
 
-@dataclass(slots=True)
-class Response:
+class Response(msgspec.Struct):
     result: Any = None  # what the door's encoder writes when `body` is None
     status: int = 200
     message: str = "ok"
-    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+    headers: list[tuple[bytes, bytes]] = msgspec.field(default_factory=list)
     body: bytes | None = None  # sent as it is
     content_type: bytes = JSON
     # A long answer sent as its chunks come (Server-Sent Events): after the head, each chunk at

@@ -4,7 +4,6 @@ answers (the request shape, the answer shape and its error statuses, which /open
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import msgspec
@@ -21,8 +20,7 @@ Handler = Callable[[Request], Awaitable[Response]]
 SocketHandler = Callable[[Request, "WebSocket"], Awaitable[None]]
 
 
-@dataclass(slots=True, frozen=True)
-class Route:
+class Route(msgspec.Struct, frozen=True):
     method: str
     path: str  # segments in braces are path parameters (and fields of the shape)
     handler: Handler

@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from dataclasses import dataclass
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.console.app import Console, now_ms, principal, route, when
 from mqgate.console.formats import count, millis
@@ -51,8 +52,7 @@ def own_store(settings: Settings, admin: bool = True) -> str:
 PROBES_LISTED: Final = 20  # the newest probes a cluster's row lists (its summary covers all kept)
 
 
-@dataclass(slots=True, frozen=True)
-class ClusterRow:
+class ClusterRow(msgspec.Struct, frozen=True):
     status: ClusterStatus
     window_outcomes: int  # outcomes (probes and data-path calls) in the detector's window
     window_bad: int
@@ -81,8 +81,7 @@ class ClusterRow:
         return f"{head}; latency median {millis(ok[len(ok) // 2])}, worst {millis(ok[-1])}"
 
 
-@dataclass(slots=True, frozen=True)
-class Switch:
+class Switch(msgspec.Struct, frozen=True):
     """One entry of a project's timeline."""
 
     epoch: int
@@ -94,8 +93,7 @@ class Switch:
     to_backup: bool
 
 
-@dataclass(slots=True, frozen=True)
-class ProjectRow:
+class ProjectRow(msgspec.Struct, frozen=True):
     state: ProjectFailover
     pool: str | None
     primary_state: str
@@ -111,8 +109,7 @@ class ProjectRow:
         return self.state.active is not None and self.state.active != self.state.primary
 
 
-@dataclass(slots=True, frozen=True)
-class Backlog:
+class Backlog(msgspec.Struct, frozen=True):
     consumer: str
     topic: str
     on_source: int | None  # None: not measured

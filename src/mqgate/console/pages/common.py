@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
@@ -68,8 +67,7 @@ def require_admin(v: Request) -> None:
         raise Forbidden("this needs the admin role", field="role")
 
 
-@dataclass(slots=True, frozen=True)
-class Listing:
+class Listing(msgspec.Struct, frozen=True):
     """A snapshot's records by name, each with its project: made once per snapshot, as pages
     list thousands of them for every request."""
 
@@ -144,8 +142,7 @@ def required(v: Request, name: str) -> str:
     return value
 
 
-@dataclass(slots=True, frozen=True)
-class Pager:
+class Pager(msgspec.Struct, frozen=True):
     """Where a long list is: page `page` of `pages` (from 1), `per_page` rows each."""
 
     page: int

@@ -6,9 +6,10 @@ from __future__ import annotations
 import asyncio
 import heapq
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
+
+import msgspec
 
 from mqgate.alerts.service import ActiveAlert
 from mqgate.console.app import Console, now_ms, principal, route
@@ -31,8 +32,7 @@ OVERVIEW_CONSUMERS = 25
 GAUGES_FRESH_S = 1.0
 
 
-@dataclass(slots=True, frozen=True)
-class Move:
+class Move(msgspec.Struct, frozen=True):
     """What a reset does to one queue: from the committed offset to the target."""
 
     client_id: str | None

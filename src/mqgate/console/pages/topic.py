@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
 import sqlalchemy as sa
 
 from mqgate.console.app import Console, now_ms, principal, route
@@ -69,8 +69,7 @@ def missing(name: str) -> NotFound:
 # --- who reads the topic ----------------------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True)
-class ByTopic:
+class ByTopic(msgspec.Struct, frozen=True):
     """The consumers and producers of each topic, made once per registry snapshot (a page of
     a topic must not pass over every consumer of the gateway)."""
 
@@ -93,8 +92,7 @@ def by_topic(c: Console) -> ByTopic:
     return found
 
 
-@dataclass(slots=True, frozen=True)
-class Hold:
+class Hold(msgspec.Struct, frozen=True):
     """One consumer (one broadcast client) on one queue of the topic."""
 
     consumer: str
@@ -111,8 +109,7 @@ class Hold:
     dead_lettered: int
 
 
-@dataclass(slots=True, frozen=True)
-class ConsumerRow:
+class ConsumerRow(msgspec.Struct, frozen=True):
     rec: ConsumerRecord
     holds: list[Hold]
     read: bool  # whether its offset tables could be read
@@ -182,8 +179,7 @@ async def holds_of(
 # --- the history, added up per interval -------------------------------------------------------
 
 
-@dataclass(slots=True, frozen=True)
-class Window:
+class Window(msgspec.Struct, frozen=True):
     """The points of a chart: `first` to `last` (epoch ms), one every `step` ms."""
 
     span: str

@@ -9,7 +9,6 @@ same steps (core/message_window.py), so the committed offset follows as it did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
@@ -109,14 +108,13 @@ def _apply_message_step(
 _decode = msgspec.msgpack.Decoder().decode
 
 
-@dataclass(slots=True)
-class Replayed:
+class Replayed(msgspec.Struct):
     """What a journal holds: the tables, the records that apply, and what could not be read."""
 
-    tables: dict[TableKey, list[OffsetEntry]] = field(default_factory=dict)
-    seen_ms: dict[TableKey, int] = field(default_factory=dict)
-    good: list[bytes] = field(default_factory=list)  # the payloads of the records that applied
-    dropped: list[str] = field(default_factory=list)  # where each damaged record was
+    tables: dict[TableKey, list[OffsetEntry]] = msgspec.field(default_factory=dict)
+    seen_ms: dict[TableKey, int] = msgspec.field(default_factory=dict)
+    good: list[bytes] = msgspec.field(default_factory=list)  # the payloads of the records that applied
+    dropped: list[str] = msgspec.field(default_factory=list)  # where each damaged record was
     valid_bytes: int = 0  # the end of the last whole frame: a torn tail follows it
 
 

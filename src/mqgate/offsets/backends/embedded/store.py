@@ -598,4 +598,4 @@ def _unlock(e: OffsetEntry) -> None:
 
 
 def _fields(e: OffsetEntry) -> dict[str, Any]:
-    return {name: getattr(e, name) for name in OffsetEntry.__slots__}
+    return {name: getattr(e, name) for name in OffsetEntry.__struct_fields__}

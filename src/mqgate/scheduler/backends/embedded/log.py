@@ -14,7 +14,6 @@ identity) with nil where one was settled. A compacted log is one "h" record foll
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import msgspec
@@ -57,8 +56,7 @@ def framed(record: Mark | Add | Modify | Delete) -> bytes:
     return frame(encode(record))
 
 
-@dataclass(slots=True)
-class Replayed:
+class Replayed(msgspec.Struct):
     held: dict[int, Add]  # live messages in log order, which is seq order
     next_seq: int
     records: int  # intact records read
