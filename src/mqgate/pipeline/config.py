@@ -1,4 +1,4 @@
-"""The pipeline's configuration: one TOML file, validated into frozen dataclasses.
+"""The pipeline's configuration: one TOML file, validated into frozen msgspec Structs.
 
 Every error names the offending key (`events[1].format`, `sink.batch_rows`), so a typo is
 reported as the setting it is in, not as a failure somewhere inside Spark.

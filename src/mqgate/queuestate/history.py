@@ -466,7 +466,8 @@ def _singles(
 
 
 def _as_dicts(rows: Iterable[Any]) -> list[dict[str, Any]]:
-    return [{f.name: getattr(r, f.name) for f in msgspec.structs.fields(r)} for r in rows]
+    # Not `msgspec.structs.fields`: it evaluates the class's annotations on each call (186 µs).
+    return [msgspec.structs.asdict(r) for r in rows]
 
 
 def _produce_dicts(rows: Iterable[ProduceInterval]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

@@ -1,5 +1,5 @@
 """The interval rows of queue state: what the sampler rolls up, the history stores and the
-diagnosis reads. Plain frozen dataclasses, no SQL, so `mqgate.queuestate.diagnosis` stays pure.
+diagnosis reads. Frozen msgspec Structs, no SQL, so `mqgate.queuestate.diagnosis` stays pure.
 
 Occupancy is kept as an area (length × milliseconds) and the time it covers rather than as an
 average, so two rows of the same key and interval (a partial one flushed on stop and the rest

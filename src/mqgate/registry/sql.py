@@ -355,4 +355,4 @@ def _load(conn: sa.Connection, kind: str, names: set[str]) -> dict[str, Any]:
 
 
 def _row(rec: Any) -> dict[str, Any]:
-    return {f.name: getattr(rec, f.name) for f in msgspec.structs.fields(rec)}
+    return msgspec.structs.asdict(rec)  # not `fields`: it evaluates the annotations each time
