@@ -342,13 +342,16 @@ def build_console(
     limits: Limits | None = None,
     providers: list[IdentityProvider] | None = None,
     mount: str = MOUNT,
+    make_tables: bool = True,
 ) -> WebApp:
     """The console for one gateway process, as an ASGI app answering under `mount`. Its tables
-    are made in the registry's database if they are not there yet."""
+    are made in the registry's database if they are not there yet (`make_tables` False: the
+    caller made them)."""
     from mqgate.console.pages import all_routes
 
     engine = engine_for(engine_or_url)
-    create_tables(engine)
+    if make_tables:
+        create_tables(engine)
     console = Console(
         platform,
         settings,
