@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
+from playwright.sync_api import expect
 
 from tests.conftest import wait_until
 from tests.console.conftest import ConsoleServer, csrf_of, shot
@@ -87,10 +88,12 @@ def test_policy_traces_a_message_found_by_id_with_its_failing_hop(page: Any, con
     page.get_by_label("Find by").select_option("key")
     page.get_by_label("Value").fill("inv-7")
     page.get_by_role("button", name="Find").click()
-    assert page.locator(f"section.trace[data-msg-id='{msg_id}']").count() == 1
+    # The click starts the form's navigation; the assertions wait for the page it loads (a
+    # plain count ran against the page before it on a loaded CI machine).
+    expect(page.locator(f"section.trace[data-msg-id='{msg_id}']")).to_have_count(1)
     page.get_by_label("Value").fill("no-such-key")
     page.get_by_role("button", name="Find").click()
-    assert page.locator("#no-trace").is_visible()
+    expect(page.locator("#no-trace")).to_be_visible()
 
     page.goto("/console/traces/policies")
     page.get_by_role("button", name=f"Delete policy {policy['id']}").click()
