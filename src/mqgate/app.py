@@ -39,7 +39,6 @@ from mqgate.api.routes_push import PushRoutes
 from mqgate.api.routes_stream import StreamRoutes
 from mqgate.backends import Backends, backends_for
 from mqgate.console.api_audit import audited_routes
-from mqgate.console.app import MOUNT as CONSOLE_MOUNT
 from mqgate.console.app import build_console
 from mqgate.console.passwords import dummy_hash
 from mqgate.failover.pool import ClusterPool
@@ -77,7 +76,7 @@ class Built(msgspec.Struct, frozen=True):
 
     site: Site
     api: WebApp
-    console: MadeOnFirstRequest  # a WebApp, made at its first request (`.app` makes it now)
+    console: WebApp
     platform: Platform
 
 
@@ -244,14 +243,11 @@ def build_site(settings: Settings) -> Built:
             "reader": settings.max_concurrent_read_requests,
         },
     )
-    # Its pages' modules and routes when its first page is asked for (about 25 ms of a start
-    # otherwise). Its tables were made with the API's audit log's (`audited_routes`): the build
-    # does no I/O, so a database down at that moment fails the page as it fails any other.
-    console = MadeOnFirstRequest(lambda: build_console(platform, settings, sql.engine, make_tables=False))
+    console = build_console(platform, settings, sql.engine)
     site = Site(
         api,
-        mounts={CONSOLE_MOUNT: console},
-        home=CONSOLE_MOUNT + "/",
+        mounts={console.mount: console},
+        home=console.mount + "/",
         on_startup=startup,
         on_shutdown=shutdown,
         edges=[

@@ -5,8 +5,6 @@ supplying its guard, decoding, errors and encoding."""
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -105,10 +103,10 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Any:
 
 
 def test_the_api_and_the_console_are_the_same_pipeline_over_the_same_routes(built: Any) -> None:
-    assert type(built.api) is WebApp and type(built.console.app) is WebApp
-    for door in (built.api, built.console.app):
+    assert type(built.api) is WebApp and type(built.console) is WebApp
+    for door in (built.api, built.console):
         assert door.router.routes and all(type(r) is Route for r in door.router.routes)
-    assert {r.role for r in built.console.app.router.routes} == {"public", "signed_in", "fragment"}
+    assert {r.role for r in built.console.router.routes} == {"public", "signed_in", "fragment"}
 
 
 def test_the_console_refuses_a_form_without_a_session_before_reading_its_body(built: Any) -> None:
@@ -174,28 +172,6 @@ def test_the_gateways_doors_take_their_budgets_from_the_settings(tmp_path: Path)
     prepare(settings)
     built = build_site(settings)
     assert built.api.role_limits == {"admin": 3}
-    assert built.console.app.role_limits == {"signed_in": 5, "fragment": 5}
+    assert built.console.role_limits == {"signed_in": 5, "fragment": 5}
     answer = built.api.door.failed(Request("GET", "/", {}, ""), TooManyRequests("busy", field="role"))
     assert (answer.status, dict(answer.headers)[b"retry-after"]) == (429, b"1")
-
-
-def test_the_console_is_built_by_its_first_page_not_by_the_start(tmp_path: Path) -> None:
-    """Its pages' modules, routes and tables are no first request's (about 25 ms of a start):
-    in a fresh interpreter, building the site imports none of its pages."""
-    code = (
-        "import sys\n"
-        "from pathlib import Path\n"
-        "from mqgate.app import build_site\n"
-        "from mqgate.preparation import prepare\n"
-        "from mqgate.settings import load_settings\n"
-        f"settings = load_settings(env={{}}, data_dir=Path({str(tmp_path)!r}), admin_token='t' * 32)\n"
-        "prepare(settings)\n"
-        "built = build_site(settings)\n"
-        "print(built.console.made, 'mqgate.console.pages' in sys.modules)\n"
-        "built.console.app\n"
-        "print(built.console.made, 'mqgate.console.pages' in sys.modules)\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert out.stdout.split() == ["False", "False", "True", "True"], out

@@ -342,16 +342,13 @@ def build_console(
     limits: Limits | None = None,
     providers: list[IdentityProvider] | None = None,
     mount: str = MOUNT,
-    make_tables: bool = True,
 ) -> WebApp:
     """The console for one gateway process, as an ASGI app answering under `mount`. Its tables
-    are made in the registry's database if they are not there yet (`make_tables` False: the
-    caller made them)."""
+    are made in the registry's database if they are not there yet."""
     from mqgate.console.pages import all_routes
 
     engine = engine_for(engine_or_url)
-    if make_tables:
-        create_tables(engine)
+    create_tables(engine)
     console = Console(
         platform,
         settings,
