@@ -49,22 +49,24 @@ def project_on(gw: Server, primary: FailoverRedis, backup: FailoverRedis) -> tup
     gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b")
     # A gateway whose view of the project's active cluster is older than its lease writes
     # nothing (503) until its next read of the switch record: on a busy machine, that read can
-    # come late; the topic is made once it came.
+    # come late; each registration that writes to the cluster is made once it came.
     deadline = time.monotonic() + 30
-    while True:
-        r = httpx.post(
-            gw.url + "/admin/topics",
-            json={"name": "orders", "queues": QUEUES, "project": "shop"},
-            headers={"Authorization": f"Bearer {gw.admin_token}"},
-            timeout=30,
-        )
-        if r.status_code != 503 or "switch record" not in r.text:
-            break
-        assert time.monotonic() < deadline, r.text
-        time.sleep(0.05)
-    assert r.status_code == 200, r.text
-    ptoken = gw.admin("POST", "/admin/producers", name="orders-p", topic="orders")["token"]
-    ctoken = gw.admin("POST", "/admin/consumers", name="orders-c", topic="orders", lockTimeoutS=2)["token"]
+
+    def once_read(path: str, **body: Any) -> Any:
+        while True:
+            r = httpx.post(
+                gw.url + path, json=body, headers={"Authorization": f"Bearer {gw.admin_token}"}, timeout=30
+            )
+            if r.status_code != 503 or "switch record" not in r.text:
+                break
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.05)
+        assert r.status_code == 200, r.text
+        return r.json()["result"]
+
+    once_read("/admin/topics", name="orders", queues=QUEUES, project="shop")
+    ptoken = once_read("/admin/producers", name="orders-p", topic="orders")["token"]
+    ctoken = once_read("/admin/consumers", name="orders-c", topic="orders", lockTimeoutS=2)["token"]
     return ptoken, ctoken
 
 
