@@ -163,6 +163,20 @@ def test_slow_headers_get_408(limits_server: Server) -> None:
         assert s.recv(65536).startswith(b"HTTP/1.1 408")  # a connection that sends nothing
 
 
+def test_slow_headers_of_a_kept_alive_connections_next_request_get_408(limits_server: Server) -> None:
+    """The header deadline starts again with each request on a connection, not only its first."""
+    with socket.create_connection(("127.0.0.1", limits_server.port), timeout=10) as s:
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while b"HTTP/1.1 200" not in data:
+            data += s.recv(65536)
+        s.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")  # no timer but this one closes it
+        while b"HTTP/1.1 408" not in data:
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+
+
 @pytest.mark.parametrize(
     "headers",
     [
