@@ -44,6 +44,7 @@ class TicketHolder(msgspec.Struct, frozen=True):
 
 
 ADMIN = Admin()
+MAX_HASHES_KEPT = 16_384  # tokens' hashes kept (about 3 MB): past it, all are forgotten at once
 TICKET_ROLES = frozenset({"stream", "token"})  # what a stream ticket may do
 
 # Who a bearer token belongs to: the admin, or the producer or consumer it was issued to, or
@@ -59,6 +60,10 @@ class RoleGuard:
         self.consuming = consuming
         self._holders: dict[str, ProducerRecord | ConsumerRecord] = {}
         self._holders_of: tuple[int, int] = (0, -1)  # (snapshot id, version) they were read from
+        # The hash of each token that was someone's (SHA-256 and its hex: a tenth of a produce's
+        # auth): kept only for tokens found, so unknown ones cannot grow it. A hash whose
+        # holder is gone (rotated, revoked) finds no one in `_holders`, as before.
+        self._hashes: dict[str, str] = {}
 
     async def check_credential(self, role: str, request: Request) -> None:
         if role == "none":
@@ -124,12 +129,18 @@ class RoleGuard:
             return ticket_holder
         if hmac.compare_digest(bearer.encode(), self._admin_token):
             return ADMIN
-        token_hash = hash_token(bearer)
+        token_hash = self._hashes.get(bearer)
+        if token_hash is None:
+            token_hash = hash_token(bearer)
         holder = self._token_holders().get(token_hash)
         if holder is None and await self.topology.ctx.registry.refresh_on_miss():
             holder = self._token_holders().get(token_hash)  # registered meanwhile elsewhere
         if holder is None:
             raise Unauthorized("the token is not valid", field="Authorization")
+        if bearer not in self._hashes:
+            if len(self._hashes) >= MAX_HASHES_KEPT:
+                self._hashes.clear()
+            self._hashes[bearer] = token_hash
         return holder
 
     def _ticket(self, text: str, field: str) -> TicketHolder:
