@@ -67,9 +67,22 @@ def query_fields(query_string: bytes) -> dict[str, Any]:
     if not query_string:
         return {}
     try:
-        return dict(parse_qsl(query_string.decode("utf-8"), errors="strict"))
+        text = query_string.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise BadRequest("query string is not UTF-8", field="query") from exc
+    if "%" in text or "+" in text:
+        try:
+            return dict(parse_qsl(text, errors="strict"))
+        except UnicodeDecodeError as exc:  # a %-escape of bytes that are not UTF-8
+            raise BadRequest("query string is not UTF-8", field="query") from exc
+    # Nothing to unquote (a pull's query, every time): parse_qsl's result without its Python
+    # calls a field. As parse_qsl: the last of a repeated name, no field without a value.
+    fields = {}
+    for part in text.split("&"):
+        name, _, value = part.partition("=")
+        if value:
+            fields[name] = value
+    return fields
 
 
 def decode_json(body: bytes, shape: type[S]) -> S | None:

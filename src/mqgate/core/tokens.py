@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import hmac
 import re
@@ -65,14 +64,27 @@ _receipt_decoder: Final = msgspec.msgpack.Decoder(Receipt)
 _ticket_decoder: Final = msgspec.msgpack.Decoder(StreamTicket)
 
 
+# Unpadded URL-safe base64 by binascii directly: base64's functions are Python around it.
+_TO_URLSAFE: Final = bytes.maketrans(b"+/", b"-_")
+_FROM_URLSAFE: Final = bytes.maketrans(b"-_", b"+/")
+
+
+def _b64(raw: bytes) -> str:
+    return binascii.b2a_base64(raw, newline=False).translate(_TO_URLSAFE).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    """The bytes of text `_TOKEN_TEXT` matched (so ASCII, of the URL-safe alphabet)."""
+    return binascii.a2b_base64((text + "=" * (-len(text) % 4)).encode("ascii").translate(_FROM_URLSAFE))
+
+
 def _mac(secret: bytes, payload: bytes) -> bytes:
     return hmac_sha256(secret, payload)[:MAC_BYTES]
 
 
 def encode_token(token: AckToken, secret: bytes) -> str:
     payload = _encoder.encode(token)
-    raw = payload + _mac(secret, payload)
-    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+    return _b64(payload + _mac(secret, payload))
 
 
 def decode_token(text: str, secret: bytes) -> AckToken:
@@ -88,7 +100,7 @@ _RECEIPT_DOMAIN: Final = b"mqgate receipt handle\x00"
 def encode_receipt(receipt: Receipt, secret: bytes) -> str:
     payload = _encoder.encode(receipt)
     mac = _mac(_RECEIPT_DOMAIN + secret, payload)
-    return base64.urlsafe_b64encode(payload + mac).rstrip(b"=").decode("ascii")
+    return _b64(payload + mac)
 
 
 def decode_receipt(text: str, secret: bytes) -> Receipt:
@@ -102,7 +114,7 @@ _TICKET_DOMAIN: Final = b"mqgate stream ticket\x00"
 def encode_ticket(ticket: StreamTicket, secret: bytes) -> str:
     payload = _encoder.encode(ticket)
     mac = _mac(_TICKET_DOMAIN + secret, payload)
-    return TICKET_PREFIX + base64.urlsafe_b64encode(payload + mac).rstrip(b"=").decode("ascii")
+    return TICKET_PREFIX + _b64(payload + mac)
 
 
 def decode_ticket(text: str, secret: bytes) -> StreamTicket:
@@ -121,10 +133,10 @@ def _decode_signed(text: str, secret: bytes, decoder: msgspec.msgpack.Decoder[T]
     if _TOKEN_TEXT.fullmatch(text) is None or len(text) % 4 == 1:
         raise BadRequest(f"{field} is not a valid {what}", field=field)
     try:
-        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        raw = _unb64(text)
     except (binascii.Error, ValueError) as exc:
         raise BadRequest(f"{field} is not a valid {what}", field=field) from exc
-    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii") != text:
+    if _b64(raw) != text:
         raise BadRequest(f"{field} is not a valid {what}", field=field)  # non-zero spare bits
     if len(raw) <= MAC_BYTES:
         raise BadRequest(f"{field} is not a valid {what}", field=field)
