@@ -8,10 +8,11 @@ import subprocess
 from array import array
 from pathlib import Path
 
+from mqgate.durable.framing import frame, iter_payloads
 from mqgate.model import StoredMessage, encode_stored
 from mqgate.store.backends.embedded import EmbeddedStore
 from mqgate.store.backends.embedded.data_format import FORMAT
-from mqgate.store.backends.embedded.records import framed
+from mqgate.store.backends.embedded.records import TAG, decode, framed
 from mqgate.store.backends.embedded.segment import Gap, index_records
 from mqgate.store.interface import TopicConfig
 from tests.conftest import MQGATE
@@ -113,3 +114,16 @@ def test_a_format_2_directory_is_read_and_marked_with_this_format(tmp_path: Path
         [MQGATE, "check", "--data-dir", str(root)], capture_output=True, text=True, timeout=60
     )
     assert done.returncode == 0 and "marked" not in done.stdout, done.stdout
+
+
+def test_a_run_of_records_is_each_message_framed_with_its_offset() -> None:
+    """`framed` (one join for a batch) writes exactly the records `frame` makes one by one, and
+    each reads back at its own offset."""
+    for messages in ([], [b"{}"], [b"{" + bytes([i % 256]) * (i * 7 % 300) + b"}" for i in range(100)]):
+        first = 2**40 + 17
+        data = framed(first, messages)
+        one_by_one = b"".join(
+            frame(bytes([TAG]) + (first + i).to_bytes(8, "little") + m) for i, m in enumerate(messages)
+        )
+        assert data == one_by_one
+        assert [decode(p) for _, p in iter_payloads(data)] == [(first + i, m) for i, m in enumerate(messages)]
