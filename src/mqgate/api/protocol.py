@@ -68,7 +68,8 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         super().on_message_begin()
         self._header_count = 0
         self._header_bytes = 0
-        self._header_deadline = self.loop.time() + self.header_timeout_s
+        if self._header_deadline is None:  # a new connection's first request: its own, kept
+            self._header_deadline = self.loop.time() + self.header_timeout_s
 
     # uvicorn's on_url and on_header (0.54, pinned), with the counts in the same call: they
     # run once a header of every request.
@@ -100,6 +101,14 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.cycle is not None and self.cycle is not before:  # not a WebSocket upgrade
             self.cycle.transport = _HeadWithBody(self)  # type: ignore[assignment]
 
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        # The next request's headers ran late while this one was served: refused now that
+        # its answer is whole (never a 408 in the middle of it).
+        deadline = self._header_deadline
+        if deadline is not None and self.loop.time() >= deadline and not self.transport.is_closing():
+            self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
+
     # What the protocol writes or closes itself goes after a head still held (_HeadWithBody).
     def send_400_response(self, msg: str) -> None:
         self._send_held()
@@ -130,10 +139,12 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.transport.is_closing():
             return
         deadline, now = self._header_deadline, self.loop.time()
-        if deadline is not None and now >= deadline:
+        serving = self.cycle is not None and not self.cycle.response_complete
+        if deadline is not None and now >= deadline and not serving:
             self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
             return
-        at = deadline if deadline is not None else now + self.header_timeout_s
+        # Late while a request is served: `on_response_complete` refuses it.
+        at = deadline if deadline is not None and now < deadline else now + self.header_timeout_s
         self._header_timer = self.loop.call_at(at, self._check_header_deadline)
 
     def _refuse(self, status: int, message: str) -> None:
