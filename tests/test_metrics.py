@@ -51,6 +51,11 @@ def test_a_loop_metric_takes_exactly_its_labels_and_its_name_once_a_registry() -
         c.labels("a", "b")
     with pytest.raises(ValueError, match="takes labels"):
         c.labels(queue="a")
+    with pytest.raises(ValueError, match="takes labels"):
+        c.labels("a", topic="a")
+    n = LoopCounter("mqgate_n", "doc", ["status"], registry)
+    assert n.labels(404) is n.labels("404")  # label values are text, as prometheus_client's
+    n.remove("500")  # a series never made: nothing to remove, as prometheus_client
     with pytest.raises(ValueError, match="Duplicated timeseries"):
         LoopCounter("mqgate_x", "doc", ["topic"], registry)
 

@@ -55,17 +55,22 @@ class _LoopMetric(Collector):
         raise NotImplementedError
 
     def labels(self, *values: str, **named: str) -> Any:
-        if named and not values:
-            values = tuple(named.get(n, "") for n in self.labelnames)
-        child = self._children.get(values)
+        child = None if named else self._children.get(values)
         if child is None:
-            if len(values) != len(self.labelnames) or (named and set(named) != set(self.labelnames)):
+            if named:
+                if values or set(named) != set(self.labelnames):
+                    raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values} {named}")
+                values = tuple(named[n] for n in self.labelnames)
+            elif len(values) != len(self.labelnames):
                 raise ValueError(f"{self.name} takes labels {self.labelnames}, not {values}")
-            child = self._children[values] = self._new()
+            values = tuple(map(str, values))  # as prometheus_client: label values are text
+            child = self._children.get(values)
+            if child is None:
+                child = self._children[values] = self._new()
         return child
 
     def remove(self, *values: str) -> None:
-        del self._children[values]
+        self._children.pop(tuple(map(str, values)), None)
 
     def _items(self) -> list[tuple[tuple[str, ...], Any]]:
         return list(self._children.items())  # one C call: safe against the loop adding a child
