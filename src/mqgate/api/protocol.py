@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 import httptools
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -76,8 +76,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     def on_url(self, url: bytes) -> None:
         self._header_bytes += len(url)
         if self._header_bytes > self.max_header_bytes:
-            self._refusal = (431, f"request line and headers over {self.max_header_bytes} bytes")
-            raise _Refused
+            self._too_large()
         self.url += url
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -87,8 +86,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             raise _Refused
         self._header_bytes += len(name) + len(value)
         if self._header_bytes > self.max_header_bytes:
-            self._refusal = (431, f"request line and headers over {self.max_header_bytes} bytes")
-            raise _Refused
+            self._too_large()
         name = name.lower()
         if name == b"expect" and value.lower() == b"100-continue":
             self.expect_100_continue = True
@@ -107,7 +105,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         # its answer is whole (never a 408 in the middle of it).
         deadline = self._header_deadline
         if deadline is not None and self.loop.time() >= deadline and not self.transport.is_closing():
-            self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
+            self._refuse_late()
 
     # What the protocol writes or closes itself goes after a head still held (_HeadWithBody).
     def send_400_response(self, msg: str) -> None:
@@ -126,6 +124,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         if self.held is not None:
             self.held.send_head()
 
+    def _too_large(self) -> NoReturn:
+        self._refusal = (431, f"request line and headers over {self.max_header_bytes} bytes")
+        raise _Refused
+
+    def _refuse_late(self) -> None:
+        self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
+
     def _disarm(self) -> None:
         self._header_deadline = None
         if self._header_timer is not None:
@@ -141,7 +146,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         deadline, now = self._header_deadline, self.loop.time()
         serving = self.cycle is not None and not self.cycle.response_complete
         if deadline is not None and now >= deadline and not serving:
-            self._refuse(408, f"request headers not received within {self.header_timeout_s:g} s")
+            self._refuse_late()
             return
         # Late while a request is served: `on_response_complete` refuses it.
         at = deadline if deadline is not None and now < deadline else now + self.header_timeout_s
