@@ -14,6 +14,7 @@ import pytest
 from mqgate.errors import StorageError
 from mqgate.model import StoredMessage
 from mqgate.store.backends.embedded import EmbeddedStore
+from mqgate.store.backends.embedded.file_span import read_file_span
 from mqgate.store.interface import TopicConfig
 
 WEEK_MS = 7 * 24 * 3600 * 1000
@@ -319,3 +320,37 @@ def test_records_a_failed_round_takes_back_after_a_checkpoint_leave_the_index_ri
         await again.close()
 
     run(go)
+
+
+def test_a_span_names_where_read_raws_records_are_or_none_across_segments(tmp_path: Path) -> None:
+    """`EmbeddedStore.span` (for a worker of `serve --workers N`): the file, inode and bytes of
+    exactly the records `read_raw` gives, clamped alike to the queue's bounds; None where they
+    are not in one segment, or nothing is there to read."""
+
+    async def go() -> None:
+        s = await opened(tmp_path, segment_bytes=2048, fsync_interval_ms=None)
+        await s.create_topic(TopicConfig("t", 1, WEEK_MS))
+        for i in range(60):
+            await s.append("t", 0, [msg(i)])
+        found = 0
+        for offset in range(0, 64):
+            raw = await s.read_raw("t", 0, offset, 5)
+            span = s.span("t", 0, offset, 5)
+            if span is None:  # across segments, or past the end
+                assert not raw or len({p.name for p in _segments_of(tmp_path, raw)}) > 1
+                continue
+            found += 1
+            assert (span.first, span.end) == (raw[0][0], raw[-1][0] + 1)
+            assert read_file_span(span) == raw
+            assert os.stat(span.path).st_ino == span.inode
+        assert found > 30
+        assert s.span("t", 0, 60, 5) is None  # nothing to read there
+        await s.close()
+
+    run(go)
+
+
+def _segments_of(root: Path, raw: list[tuple[int, bytes]]) -> list[Path]:
+    """The segment files holding the offsets of `raw` (by their base offsets in the names)."""
+    bases = sorted(int(p.stem) for p in queue_dir(root).glob("*.log"))
+    return [queue_dir(root) / f"{max(b for b in bases if b <= offset):020d}.log" for offset, _ in raw]

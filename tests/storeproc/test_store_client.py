@@ -11,14 +11,16 @@ from typing import Any
 import pytest
 
 from mqgate.core.layout import Layout, grid_for, inbox_topic, retry_topic
+from mqgate.core.tokens import AckToken
 from mqgate.errors import StorageError, Unavailable
 from mqgate.health import Health
 from mqgate.model import QueueBounds, StoredMessage
 from mqgate.offsets.backends.remote import RemoteOffsetStore
+from mqgate.store.backends.embedded.file_span import FileSpan, read_file_span
 from mqgate.store.backends.remote import RemoteStore
 from mqgate.store.interface import TopicConfig
 from mqgate.storeproc.health_mirror import UNREACHABLE, HealthMirror
-from mqgate.storeproc.wire import HEADER, MAX_FRAME_BYTES, STORE, FrameReader, frame
+from mqgate.storeproc.wire import CONTROL, HEADER, MAX_FRAME_BYTES, STORE, FrameReader, frame
 from tests.conftest import run_bounded
 from tests.storeproc.served import Served
 
@@ -256,6 +258,62 @@ def test_a_lease_without_bounds_takes_them_in_the_store_process_in_table_order(t
             assert got[0] == (5, 2, [0, 1])  # the lane-1 queue with messages
             assert sorted(got[1:]) == [(1, 3, [0, 1, 2]), (3, 1, [0])]
             assert await offsets.lease("c", "", None, now_ms=1, read_from=layout, owner="d", **args) is None
+        finally:
+            await served.stop()
+
+    run_bounded(main(), 60)
+
+
+def test_a_first_deliverys_records_are_read_by_the_worker_where_the_store_process_says(
+    tmp_path: Path,
+) -> None:
+    """The store process answers a first delivery's lease with where its records are (a
+    `FileSpan`), not the records; the worker reads them there, checked as the store's own reads
+    check them. A file that is not the one named (made again since), or a record that fails its
+    check, gives the lease without records: the worker then asks the store process."""
+
+    async def main() -> None:
+        served = await Served(tmp_path).start()
+        try:
+            client = await served.client()
+            store, offsets = RemoteStore(client, "local"), RemoteOffsetStore(client)
+            await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+            for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
+                await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
+            await store.append("t", 0, [msg(i) for i in range(6)])
+            layout = Layout("c", "t", grid_for(((1, 1),)))
+            await offsets.ensure_table("c", "", [0, 0, 0], 0)
+            args: dict[str, Any] = {
+                "max_count": 3,
+                "lock_timeout_ms": 60_000,
+                "max_attempts": 5,
+                "owner": "w",
+            }
+            answer = await client.call(CONTROL, "lease_read", "c", "", None, layout, {"now_ms": 1, **args})
+            lease, span = answer
+            assert isinstance(span, FileSpan) and lease.records is None
+            assert (span.first, span.end) == (0, 3)
+            assert read_file_span(span) == await store.read_raw("t", 0, 0, 3)
+            # Acked; the worker's own lease of the next batch: its records, read from the file.
+            assert await offsets.ack(AckToken("c", "", "local", 0, 0, 3, lease.lock_ts), 2) is None
+            nxt = await offsets.lease("c", "", None, now_ms=3, read_from=layout, **args)
+            assert nxt is not None and nxt.records == await store.read_raw("t", 0, 3, 3)
+
+            # A byte of the second record flipped: the span no longer reads back whole.
+            path = Path(span.path)
+            data = bytearray(path.read_bytes())
+            second = span.start + (span.stop - span.start) // 2
+            data[second] ^= 0xFF
+            with open(path, "r+b") as f:
+                f.seek(second)
+                f.write(bytes([data[second]]))
+            assert read_file_span(span) is None
+            # Another file under the same name: not the one the store process named.
+            path.unlink()
+            path.write_bytes(bytes(data))
+            assert read_file_span(span) is None
+            path.unlink()  # gone
+            assert read_file_span(span) is None
         finally:
             await served.stop()
 

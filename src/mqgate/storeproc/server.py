@@ -87,6 +87,8 @@ class StoreServer:
         self.health = health
         self._store_bounds = store.bounds
         self._read_raw = store.read_raw
+        # The embedded store names where a batch's records are: the worker reads them itself.
+        self._span: Callable[[str, int, int, int], Any] | None = getattr(store, "span", None)
         self._lease = offsets.lease
         self._ack = offsets.ack
         self._methods: dict[int, dict[str, Callable[..., Any]]] = {
@@ -154,15 +156,21 @@ class StoreServer:
     ) -> Any:
         """`OffsetStore.lease` with the layout's queue bounds taken here when the worker sent
         none, and a first delivery's records read at once (`Lease.records`): a pull's bounds,
-        lease and read in one round trip. A batch delivered before, or to be dead lettered, is
-        read by the worker as its path needs it."""
+        lease and read in one round trip. Where the store says where those records are in its
+        files, the answer is (the lease, that place) instead, and the worker reads them there
+        (`FileSpan`): the store process neither reads them nor sends them. A batch delivered
+        before, or to be dead lettered, is read by the worker as its path needs it."""
         if bounds is None:
             bounds = layout.queue_bounds([await self._store_bounds(t) for t in layout.store_topics])
         lease = await self._lease(group, client_id, bounds, **args)  # an offsets.interface.Lease
         if lease is None or lease.dead_letter or lease.attempts != 1:
             return lease
         slot = layout.slot(lease.queue)
-        records = await self._read_raw(slot.topic, slot.queue, lease.offset, lease.next_offset - lease.offset)
+        count = lease.next_offset - lease.offset
+        span = None if self._span is None else self._span(slot.topic, slot.queue, lease.offset, count)
+        if span is not None:
+            return lease, span
+        records = await self._read_raw(slot.topic, slot.queue, lease.offset, count)
         return msgspec.structs.replace(lease, records=records)
 
     async def _ack_lease_read(

@@ -7,12 +7,17 @@ other workers move offsets too, so `hears_every_change` is False).
 
 from __future__ import annotations
 
+from typing import Any
+
+import msgspec
+
 from mqgate.core.acks import AckRefusal
 from mqgate.core.layout import Layout
 from mqgate.core.message_window import MessageOutcome, Received
 from mqgate.core.tokens import AckToken
 from mqgate.model import QueueBounds
 from mqgate.offsets.interface import AckedLease, GroupListener, Lease, OffsetEntry, given_bounds
+from mqgate.store.backends.embedded.file_span import read_file_span
 from mqgate.storeproc.client import StoreClient
 from mqgate.storeproc.wire import CONTROL, OFFSETS
 
@@ -78,11 +83,12 @@ class RemoteOffsetStore:
             "owner": owner,
         }
         if read_from is not None:  # the lease and its batch's records in one round trip
-            got: Lease | None = await self._client.call(
-                CONTROL, "lease_read", group, client_id, bounds, read_from, args
+            return _with_records(
+                await self._client.call(CONTROL, "lease_read", group, client_id, bounds, read_from, args)
             )
-        else:
-            got = await self._client.call(OFFSETS, "lease", group, client_id, given_bounds(bounds), **args)
+        got: Lease | None = await self._client.call(
+            OFFSETS, "lease", group, client_id, given_bounds(bounds), **args
+        )
         return got
 
     async def ack_and_lease(
@@ -112,7 +118,7 @@ class RemoteOffsetStore:
         )
         if refusal is None:
             self._moved(token.consumer)
-        return AckedLease(refusal, lease, error)
+        return AckedLease(refusal, _with_records(lease), error)
 
     async def _settle(self, what: str, token: AckToken, *args: object) -> AckRefusal | None:
         refusal: AckRefusal | None = await self._client.call(OFFSETS, what, token, *args)
@@ -256,3 +262,14 @@ class RemoteOffsetStore:
 
     async def return_tokens(self, group: str, rate_per_s: float, count: int) -> None:
         await self._client.call(OFFSETS, "return_tokens", group, rate_per_s, count)
+
+
+def _with_records(got: Any) -> Lease | None:
+    """A lease as the store process answered it: itself, or (itself, where its records are),
+    read here (`FileSpan`); when they do not read back whole, the lease goes without them and
+    the caller asks the store process (`MessageStore.read_raw`)."""
+    if not isinstance(got, tuple):
+        return got  # type: ignore[no-any-return]
+    lease: Lease = got[0]
+    records = read_file_span(got[1])
+    return lease if records is None else msgspec.structs.replace(lease, records=records)

@@ -29,6 +29,7 @@ from mqgate.durable.append_file import AppendFile, fsync_dir
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.health import Health
+from mqgate.store.backends.embedded.file_span import FileSpan
 from mqgate.store.backends.embedded.journal import Chunk, RoundJournal
 from mqgate.store.backends.embedded.records import OVERHEAD, framed, read_span
 from mqgate.store.backends.embedded.segment import (
@@ -500,6 +501,24 @@ class QueueLog:
             start = seg_stop
             i += 1
         return out
+
+    def span(self, offset: int, max_count: int) -> FileSpan | None:
+        """Where the records `read(offset, max_count)` gives are, for a reader in another
+        process: when one segment holds them all, in a byte range its index vouches for
+        (visible records are in the file: a round writes them before they are visible). None:
+        read them here."""
+        start = max(offset, self.min_offset)
+        stop = min(start + max_count, self.visible_end)
+        if start >= stop:
+            return None
+        seg = self.segments[bisect.bisect_right(self._bases, start) - 1]
+        if stop > seg.end:
+            return None
+        a, b = seg.byte_range(start, stop)
+        if not a < b <= seg.size:
+            return None
+        path, inode = seg.identity()
+        return FileSpan(path, inode, a, b, start, stop)
 
     def _read_span(self, seg: Segment, start: int, stop: int, out: list[tuple[int, bytes]]) -> bool:
         """The usual case, in one read: the records of `[start, stop)` are intact, one after the

@@ -102,6 +102,7 @@ class Segment:
 
     __slots__ = (
         "_handles",
+        "_identity",
         "_reader",
         "base",
         "indexed_on_disk",
@@ -120,6 +121,7 @@ class Segment:
         self.indexed_on_disk = 0  # how many positions the .idx file holds
         self.max_timestamp_ms: int | None = None
         self._reader: Handle | None = None
+        self._identity: tuple[str, int] | None = None
 
     @property
     def index_path(self) -> Path:
@@ -133,6 +135,13 @@ class Segment:
         if self._reader is None:
             self._reader = Handle(self.log_path, os.O_RDONLY, os.O_RDONLY, self._handles)
         return self._reader.fd
+
+    def identity(self) -> tuple[str, int]:
+        """The log file's absolute path and inode: how a reader in another process opens it
+        and knows it for the same file (not one made since under its name)."""
+        if self._identity is None:
+            self._identity = (str(self.log_path.absolute()), os.fstat(self.read_fd()).st_ino)
+        return self._identity
 
     def pread(self, start: int, stop: int) -> bytes:
         return os.pread(self.read_fd(), stop - start, start)
@@ -161,6 +170,7 @@ class Segment:
         return start_pos, stop_pos
 
     def close(self) -> None:
+        self._identity = None
         if self._reader is not None:
             self._reader.close()
             self._reader = None

@@ -41,6 +41,7 @@ from mqgate.store.backends.embedded.data_format import (
     read_topic_config,
     write_topic_config,
 )
+from mqgate.store.backends.embedded.file_span import FileSpan
 from mqgate.store.backends.embedded.queue_log import COMPONENT, Mark, QueueLog
 from mqgate.store.backends.embedded.records import OVERHEAD
 from mqgate.store.interface import Companions, Encoded, TopicConfig, TopicListener
@@ -527,6 +528,10 @@ class EmbeddedStore:
 
     async def read_raw(self, topic: str, queue: int, offset: int, max_count: int) -> list[tuple[int, bytes]]:
         return self._queue(topic, queue).read(offset, max_count)
+
+    def span(self, topic: str, queue: int, offset: int, max_count: int) -> FileSpan | None:
+        """Where `read_raw`'s records are, for a worker to read them itself (`FileSpan`)."""
+        return self._queue(topic, queue).span(offset, max_count)
 
     async def read(
         self, topic: str, queue: int, offset: int, max_count: int
