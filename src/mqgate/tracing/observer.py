@@ -51,12 +51,7 @@ class TraceObserver(Observer):
         self, producer: ProducerRecord, topic: TopicRecord, by_queue: dict[int, list[StoredMessage]]
     ) -> dict[int, QueueTracer]:
         """The traced queues of a produce (one producer sent them all: one tracer per queue)."""
-        tracers: dict[int, QueueTracer] = {}
-        for q in by_queue:
-            found = self.tracing.queue_tracer(topic, q, producer.name)
-            if found is not None:
-                tracers[q] = found
-        return tracers
+        return self.tracing.queue_tracers(topic, by_queue, producer.name)
 
     async def records_with(
         self,

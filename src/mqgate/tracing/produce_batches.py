@@ -8,7 +8,6 @@ instead of building a record."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
 from operator import attrgetter
 from typing import Any, Final, NamedTuple, Protocol
 
@@ -99,6 +98,7 @@ def request_batch(
     `traceparent` (None: none, each message's is derived from its id), as one batch; None when
     a queue's ids are not a run."""
     parts: list[QueueRun] = []
+    messages: list[StoredMessage] = []
     for q, batch, first_offset in queues:
         head, n = batch[0], len(batch)
         if not is_id_run(head.msg_id, batch[-1].msg_id, n):
@@ -106,7 +106,7 @@ def request_batch(
         parts.append(
             QueueRun(head.msg_id, n, q if shape.queue else None, first_offset if shape.offset else None)
         )
-    messages = list(chain.from_iterable(batch for _, batch, _ in queues))  # C-level per message
+        messages += batch
     keys = list(map(_keys, messages))
     bodies = list(map(_body, messages)) if shape.body else []
     return _batch(
