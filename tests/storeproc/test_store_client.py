@@ -14,9 +14,10 @@ from mqgate.core.layout import Layout, grid_for, inbox_topic, retry_topic
 from mqgate.core.tokens import AckToken
 from mqgate.errors import StorageError, Unavailable
 from mqgate.health import Health
-from mqgate.model import QueueBounds, StoredMessage
+from mqgate.model import QueueBounds, StoredMessage, encode_stored
 from mqgate.offsets.backends.remote import RemoteOffsetStore
 from mqgate.store.backends.embedded.file_span import FileSpan, read_file_span
+from mqgate.store.backends.embedded.records import framed
 from mqgate.store.backends.remote import RemoteStore
 from mqgate.store.interface import TopicConfig
 from mqgate.storeproc.health_mirror import UNREACHABLE, HealthMirror
@@ -299,8 +300,22 @@ def test_a_first_deliverys_records_are_read_by_the_worker_where_the_store_proces
             nxt = await offsets.lease("c", "", None, now_ms=3, read_from=layout, **args)
             assert nxt is not None and nxt.records == await store.read_raw("t", 0, 3, 3)
 
-            # A byte of the second record flipped: the span no longer reads back whole.
+            # Other records at the same offsets and bytes, in the same file (inode) as a topic
+            # deleted and made again may get: not the records the lease is of.
             path = Path(span.path)
+            original = path.read_bytes()
+            others = framed(0, [encode_stored(msg(i + 7)) for i in range(3)])  # same sizes, other ids
+            assert len(others) == span.stop - span.start and others != original[span.start : span.stop]
+            with open(path, "r+b") as f:
+                f.seek(span.start)
+                f.write(others)
+            assert read_file_span(span) is None
+            with open(path, "r+b") as f:
+                f.seek(span.start)
+                f.write(original[span.start : span.stop])
+            assert read_file_span(span) == await store.read_raw("t", 0, 0, 3)
+
+            # A byte of the second record flipped: the span no longer reads back whole.
             data = bytearray(path.read_bytes())
             second = span.start + (span.stop - span.start) // 2
             data[second] ^= 0xFF

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Final, NamedTuple
 
 from mqgate.durable.append_file import AppendFile, fsync_dir
+from mqgate.durable.framing import HEADER_BYTES
 from mqgate.durable.group_commit import GroupCommitter
 from mqgate.durable.handles import FileHandles
 from mqgate.health import Health
@@ -518,7 +519,10 @@ class QueueLog:
         if not a < b <= seg.size:
             return None
         path, inode = seg.identity()
-        return FileSpan(path, inode, a, b, start, stop)
+        head = seg.pread(a, a + HEADER_BYTES)  # its CRC tells this file's record from another's
+        if len(head) != HEADER_BYTES:
+            return None
+        return FileSpan(path, inode, a, b, start, stop, head)
 
     def _read_span(self, seg: Segment, start: int, stop: int, out: list[tuple[int, bytes]]) -> bool:
         """The usual case, in one read: the records of `[start, stop)` are intact, one after the
