@@ -174,6 +174,16 @@ def test_frames_split_anywhere_are_read_whole_and_an_oversized_one_is_refused() 
         FrameReader().feed(HEADER.pack(MAX_FRAME_BYTES + 1))
 
 
+async def consumed_topic(store: RemoteStore, messages: int) -> Layout:
+    """Topic `t` of one queue holding `messages` messages, and the layout of its consumer `c`
+    (with its retry and inbox topics)."""
+    await store.create_topic(TopicConfig("t", 1, WEEK_MS))
+    for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
+        await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
+    await store.append("t", 0, [msg(i) for i in range(messages)])
+    return Layout("c", "t", grid_for(((1, 1),)))
+
+
 def test_a_lease_reads_a_first_deliverys_records_with_it_and_leaves_the_rest_to_the_worker(
     tmp_path: Path,
 ) -> None:
@@ -186,11 +196,7 @@ def test_a_lease_reads_a_first_deliverys_records_with_it_and_leaves_the_rest_to_
         try:
             client = await served.client()
             store, offsets = RemoteStore(client, "local"), RemoteOffsetStore(client)
-            await store.create_topic(TopicConfig("t", 1, WEEK_MS))
-            for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
-                await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
-            await store.append("t", 0, [msg(i) for i in range(5)])
-            layout = Layout("c", "t", grid_for(((1, 1),)))
+            layout = await consumed_topic(store, 5)
             bounds = [
                 QueueBounds(i, b.min, b.max, layout.slot(i).lane)
                 for i, b in enumerate(
@@ -278,11 +284,7 @@ def test_a_first_deliverys_records_are_read_by_the_worker_where_the_store_proces
         try:
             client = await served.client()
             store, offsets = RemoteStore(client, "local"), RemoteOffsetStore(client)
-            await store.create_topic(TopicConfig("t", 1, WEEK_MS))
-            for retry_or_inbox in (retry_topic("c"), inbox_topic("c")):
-                await store.create_topic(TopicConfig(retry_or_inbox, 1, WEEK_MS))
-            await store.append("t", 0, [msg(i) for i in range(6)])
-            layout = Layout("c", "t", grid_for(((1, 1),)))
+            layout = await consumed_topic(store, 6)
             await offsets.ensure_table("c", "", [0, 0, 0], 0)
             args: dict[str, Any] = {
                 "max_count": 3,
