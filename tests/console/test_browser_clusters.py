@@ -10,14 +10,14 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-import httpx
 import pytest
 
 from tests.conftest import wait_until
-from tests.console.conftest import ConsoleServer, docs_shot, open_page, shot
+from tests.console.conftest import ADMIN_TOKEN, ConsoleServer, docs_shot, open_page, shot
 from tests.console.test_browser import sign_in
 from tests.console.test_browser_keyboard import UNNAMED, tab_to
 from tests.console.test_clusters_page import cluster_state, clustered_console, failover_of
+from tests.failover.conftest import post_once_read
 
 pytestmark = pytest.mark.slow
 
@@ -34,14 +34,17 @@ def failed_over(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleSer
         for name, first, second in (("shop", "p", "b"), ("pay", "b", "p")):
             srv.admin("POST", "/admin/projects", name=name, description=f"{name} services")
             srv.admin("PUT", f"/admin/projects/{name}/clusters", primary=first, backup=second)
-        srv.admin("POST", "/admin/topics", name="orders", queues=2, project="shop")
-        ptoken = srv.admin("POST", "/admin/producers", name="orders-p", topic="orders")["token"]
-        srv.admin("POST", "/admin/consumers", name="orders-c", topic="orders", start="earliest")
+
+        # Writes to shop's cluster, each once the switch record was read (post_once_read).
+        def admin(path: str, **body: Any) -> Any:
+            return post_once_read(srv.url + path, ADMIN_TOKEN, body)
+
+        admin("/admin/topics", name="orders", queues=2, project="shop")
+        ptoken = admin("/admin/producers", name="orders-p", topic="orders")["token"]
+        admin("/admin/consumers", name="orders-c", topic="orders", start="earliest")
         wait_until(lambda: failover_of(srv, "shop")["active"] == "p", 10, "shop on p")
         body = {"producer": "orders-p", "messages": [{"message": f"m{i}"} for i in range(3)]}
-        r = httpx.post(srv.url + "/mq/produce/batch", json=body,
-                       headers={"Authorization": f"Bearer {ptoken}"}, timeout=30)  # fmt: skip
-        assert r.status_code == 200, r.text
+        post_once_read(srv.url + "/mq/produce/batch", ptoken, body)
         primary.pause()
         try:
             wait_until(lambda: failover_of(srv, "shop")["active"] == "b", 20, "shop failed over to b")

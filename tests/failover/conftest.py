@@ -9,10 +9,13 @@ pause/resume by SIGSTOP/SIGCONT and a restart on the same port and files.
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 
 from tests.conftest import RedisServer, kill9, terminate
@@ -60,3 +63,19 @@ def redis_pair(tmp_path: Path) -> Iterator[tuple[FailoverRedis, FailoverRedis]]:
     yield primary, backup
     primary.stop()
     backup.stop()
+
+
+def post_once_read(url: str, token: str, body: dict[str, Any], deadline_s: float = 30.0) -> Any:
+    """A POST's result from a gateway that writes nothing to a project's cluster (503) while
+    its view of the active cluster is older than its lease, until its next read of the switch
+    record: on a busy machine that read can come late. Asked again until then (as a client
+    would), within `deadline_s`; any other answer must be a 200."""
+    deadline = time.monotonic() + deadline_s
+    while True:
+        r = httpx.post(url, json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        if r.status_code != 503 or "switch record" not in r.text:
+            break
+        assert time.monotonic() < deadline, r.text
+        time.sleep(0.05)
+    assert r.status_code == 200, r.text
+    return r.json()["result"]

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import Server, wait_until
-from tests.failover.conftest import FailoverRedis
+from tests.failover.conftest import FailoverRedis, post_once_read
 
 # Starts gateways or servers test by test: `make test` runs it, `make test-fast` leaves it out.
 pytestmark = pytest.mark.slow
@@ -47,22 +47,10 @@ def project_on(gw: Server, primary: FailoverRedis, backup: FailoverRedis) -> tup
     gw.admin("POST", "/admin/clusters", name="b", url=backup.url)
     gw.admin("POST", "/admin/projects", name="shop")
     gw.admin("PUT", "/admin/projects/shop/clusters", primary="p", backup="b")
-    # A gateway whose view of the project's active cluster is older than its lease writes
-    # nothing (503) until its next read of the switch record: on a busy machine, that read can
-    # come late; each registration that writes to the cluster is made once it came.
-    deadline = time.monotonic() + 30
 
+    # Each registration that writes to the cluster is made once the switch record was read.
     def once_read(path: str, **body: Any) -> Any:
-        while True:
-            r = httpx.post(
-                gw.url + path, json=body, headers={"Authorization": f"Bearer {gw.admin_token}"}, timeout=30
-            )
-            if r.status_code != 503 or "switch record" not in r.text:
-                break
-            assert time.monotonic() < deadline, r.text
-            time.sleep(0.05)
-        assert r.status_code == 200, r.text
-        return r.json()["result"]
+        return post_once_read(gw.url + path, gw.admin_token, body)
 
     once_read("/admin/topics", name="orders", queues=QUEUES, project="shop")
     ptoken = once_read("/admin/producers", name="orders-p", topic="orders")["token"]
