@@ -10,6 +10,7 @@ import json
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,9 +36,13 @@ FAST = {
 }
 
 
+ADMIN_TOKEN = "mqa_failover_test"
+ADMIN = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+
+
 def gateway(data: Path, **env: str) -> Server:
     data.parent.mkdir(parents=True, exist_ok=True)
-    return Server(data, admin_token="mqa_failover_test", env={**FAST, **env})
+    return Server(data, admin_token=ADMIN_TOKEN, env={**FAST, **env})
 
 
 def project_on(gw: Server, primary: FailoverRedis, backup: FailoverRedis) -> tuple[str, str]:
@@ -303,7 +308,7 @@ def test_a_hung_primary_and_a_primary_refusing_writes_each_cause_a_switch(
         primary.config_set("maxmemory", "0")
         wait_until(lambda: not failover_state(gw)["draining"], 20, "the drain of p")
         wait_until(lambda: gw.admin("GET", "/admin/spool")["pending"] == 0, 20, "the spool replayed")
-        consumed = drain_all(gw.url, ctoken, set(produced), 30)
+        consumed = drain_all(gw.url, ctoken, set(produced), 60)
         print(
             f"\nSIGSTOP -> switch in {hung_switch:.2f}s; OOM -> switch in {oom_switch:.2f}s; "
             f"{len(produced)} produced, all consumed"
@@ -320,20 +325,27 @@ def consume_until(
     headers = {"Authorization": f"Bearer {ctoken}"}
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + timeout_s
+    answers: Counter[str] = Counter()  # what the pulls and acks answered: said if it times out
     with httpx.Client(base_url=url, timeout=30) as c:
         while not done(got):
-            assert time.monotonic() < deadline, f"only {len(got)} consumed"
+            if time.monotonic() >= deadline:
+                progress = c.get("/admin/consumers/orders-c/progress", headers=ADMIN).text
+                raise AssertionError(
+                    f"only {len(got)} consumed; answers {dict(answers)}; progress {progress}"
+                )
             r = c.get(
                 "/mq/message",
                 params={"topic": "orders", "consumer": "orders-c", "max": 100, "wait": 1},
                 headers=headers,
             )
             res = r.json()["result"]
+            answers[f"pull {r.status_code} {res.get('status') or res.get('code')}"] += 1
             if r.status_code != 200 or res["status"] != "FOUND":
                 continue
             ack = c.post(
                 "/mq/ack", json={"consumer": "orders-c", "requestId": res["requestId"]}, headers=headers
             )
+            answers[f"ack {ack.status_code}"] += 1
             if ack.status_code == 200:
                 got += res["msgList"]
     return got
